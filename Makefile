@@ -1,0 +1,179 @@
+# gpuipcd: GPU buffer handoff broker.  See README.md.
+#
+#   make              build daemon, CLI and library into build/
+#   make check        build and run every test, plain and under ASan+UBSan
+#   make run          start gpuipcd in the foreground on run/gpuipcd.sock
+#   make install      PREFIX=/usr/local DESTDIR= (staged installs)
+#   make deps         install the Debian build dependencies (as root)
+#
+# V=1 shows the full commands.  SANITIZE=1 builds with ASan+UBSan into
+# build/sanitize.  CC=clang works as well as gcc.
+
+VERSION   := 0.1.0
+SOVERSION := 1
+
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SBINDIR    ?= $(PREFIX)/sbin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DESTDIR    ?=
+
+ifeq ($(SANITIZE),1)
+BUILDDIR ?= build/sanitize
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else
+BUILDDIR ?= build
+SANFLAGS :=
+endif
+
+PKG_CONFIG ?= pkg-config
+MSGPACK_PC := $(shell $(PKG_CONFIG) --exists msgpack-c && echo msgpack-c || echo msgpack)
+DEPS_PC    := libuv $(MSGPACK_PC)
+CUDA_HOME  ?= /usr/local/cuda
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP \
+            -fvisibility=hidden -fPIC $(SANFLAGS)
+CPPFLAGS += -D_GNU_SOURCE -DGPUIPC_VERSION=\"$(VERSION)\" -Iproto -Iclient \
+            $(shell $(PKG_CONFIG) --cflags $(DEPS_PC) 2>/dev/null)
+LDFLAGS  += $(SANFLAGS)
+UV_LIBS      := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null || echo -luv)
+MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs $(MSGPACK_PC) 2>/dev/null || echo -lmsgpackc)
+CRITERION_LIBS := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || echo -lcriterion)
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+MAKEFLAGS += --no-print-directory
+endif
+
+PROTO_SRC  := $(wildcard proto/*.c)
+DAEMON_SRC := $(wildcard daemon/*.c)
+LIB_SRC    := $(wildcard client/lib/*.c)
+CTL_SRC    := $(wildcard client/ctl/*.c)
+UNIT_SRC   := $(wildcard tests/unit/*.c)
+INTEG_SRC  := $(filter-out tests/integration/helper-%.c,$(wildcard tests/integration/*.c))
+INTEG_HELPER_SRC := $(wildcard tests/integration/helper-*.c)
+
+obj = $(patsubst %.c,$(BUILDDIR)/obj/%.o,$(1))
+PROTO_OBJ  := $(call obj,$(PROTO_SRC))
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+DAEMON_LIB_OBJ := $(filter-out %/daemon/main.o,$(DAEMON_OBJ))
+LIB_OBJ    := $(call obj,$(LIB_SRC))
+CTL_OBJ    := $(call obj,$(CTL_SRC))
+
+SONAME  := libgpuipc.so.$(SOVERSION)
+LIBSO   := $(BUILDDIR)/libgpuipc.so
+LIBA    := $(BUILDDIR)/libgpuipc.a
+DAEMON  := $(BUILDDIR)/gpuipcd
+CTL     := $(BUILDDIR)/gpuipcctl
+UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILDDIR)/tests/%,$(UNIT_SRC))
+INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILDDIR)/tests/%,$(INTEG_SRC))
+INTEG_HELPER_BIN := $(patsubst tests/integration/%.c,$(BUILDDIR)/tests/%,$(INTEG_HELPER_SRC))
+
+all: $(DAEMON) $(CTL) $(LIBSO) $(LIBA)
+
+$(BUILDDIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(DAEMON): $(DAEMON_OBJ) $(PROTO_OBJ)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(UV_LIBS) $(MSGPACK_LIBS) -ldl
+
+$(LIBSO).$(VERSION): $(LIB_OBJ) $(PROTO_OBJ) client/libgpuipc.sym
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) \
+		-Wl,--version-script=client/libgpuipc.sym -o $@ \
+		$(LIB_OBJ) $(PROTO_OBJ) $(MSGPACK_LIBS) -ldl
+
+$(LIBSO): $(LIBSO).$(VERSION)
+	$(Q)ln -sf libgpuipc.so.$(VERSION) $(BUILDDIR)/$(SONAME)
+	$(Q)ln -sf $(SONAME) $@
+
+$(LIBA): $(LIB_OBJ) $(PROTO_OBJ)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(CTL): $(CTL_OBJ) $(LIBA)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIBA) $(MSGPACK_LIBS) -ldl
+
+# Unit tests link the codec and the daemon's modules (not main.c) directly.
+$(BUILDDIR)/tests/test_%: $(BUILDDIR)/obj/tests/unit/test_%.o $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CRITERION_LIBS) $(UV_LIBS) $(MSGPACK_LIBS) -ldl
+
+# Integration tests drive a real daemon through the static library.
+$(BUILDDIR)/tests/integ_%: $(BUILDDIR)/obj/tests/integration/integ_%.o $(BUILDDIR)/obj/tests/integration/harness.o $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CRITERION_LIBS) $(MSGPACK_LIBS) -ldl
+
+$(BUILDDIR)/tests/helper-%: $(BUILDDIR)/obj/tests/integration/helper-%.o $(LIBA)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) -ldl
+
+TEST_BINS := $(UNIT_BIN) $(filter $(BUILDDIR)/tests/integ_%,$(INTEG_BIN)) $(INTEG_HELPER_BIN)
+
+tests: all $(TEST_BINS)
+
+# Runs every test binary; the integration tests find the binaries under
+# test through GPUIPC_BUILDDIR.
+check-run: tests
+	$(Q)set -e; for t in $(filter-out %/helper-%,$(TEST_BINS)); do \
+		echo "== $$t"; GPUIPC_BUILDDIR=$(abspath $(BUILDDIR)) $$t --jobs 2; \
+	done
+
+ensure-deps:
+	$(Q)$(PKG_CONFIG) --exists $(DEPS_PC) criterion 2>/dev/null || $(MAKE) deps
+
+# Plain first, then the same suite under AddressSanitizer and UBSan.
+check: ensure-deps
+	$(Q)$(MAKE) check-run
+	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(MAKE) SANITIZE=1 check-run
+
+run: ensure-deps
+	$(Q)$(MAKE) all
+	$(Q)mkdir -p run
+	exec $(BUILDDIR)/gpuipcd --socket "$${GPUIPC_SOCKET:-$(CURDIR)/run/gpuipcd.sock}"
+
+deps:
+	@if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get)" >&2; exit 1; fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		build-essential pkg-config libuv1-dev libmsgpack-dev libcriterion-dev \
+		python3 python3-pytest python3-numpy python3-msgpack
+
+$(BUILDDIR)/gpuipc.pc: packaging/gpuipc.pc.in
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@MSGPACK_PC@|$(MSGPACK_PC)|' $< > $@
+
+install: all $(BUILDDIR)/gpuipc.pc
+	install -v -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) \
+		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -v -m 0755 $(DAEMON) $(DESTDIR)$(SBINDIR)/gpuipcd
+	install -v -m 0755 $(CTL) $(DESTDIR)$(BINDIR)/gpuipcctl
+	install -v -m 0755 $(LIBSO).$(VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libgpuipc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libgpuipc.so
+	install -v -m 0644 $(LIBA) $(DESTDIR)$(LIBDIR)/
+	install -v -m 0644 client/gpuipc.h $(DESTDIR)$(INCLUDEDIR)/
+	install -v -m 0644 $(BUILDDIR)/gpuipc.pc $(DESTDIR)$(PKGCONFIGDIR)/
+
+clean:
+	rm -rf build
+
+.PHONY: all tests check check-run ensure-deps run deps install clean
+.SECONDARY:
+
+-include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,223 @@
+/* gpuipc.h: client library for gpuipcd, the GPU buffer handoff broker.
+ *
+ * Conventions
+ *  - Every function that can fail returns 0 (or a non-negative value where
+ *    stated) on success and a negative errno on failure; gpuipc_strerror()
+ *    describes it.  Errors reported by the daemon keep their text:
+ *    gpuipc_errmsg() returns it until the next call on the same client.
+ *  - Output parameters are named ret_* and come last; they are written only
+ *    on success.
+ *  - Handles are opaque.  Each *_free() and gpuipc_view_release() accepts
+ *    NULL.  Strings and arrays inside a returned object belong to it and
+ *    stay valid until it is freed.
+ *  - A gpuipc_client is not thread-safe: use one per thread, or serialise.
+ *    Calls block; none installs signal handlers, and the library never logs.
+ *  - Timeouts are in milliseconds: 0 means do not wait, a negative value
+ *    means wait as long as the daemon allows (one hour).
+ */
+#ifndef GPUIPC_H
+#define GPUIPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define GPUIPC_EXPORT __attribute__((visibility("default")))
+#else
+#define GPUIPC_EXPORT
+#endif
+
+#define GPUIPC_PROTOCOL_VERSION 1
+/* Socket used when neither an explicit path nor $GPUIPC_SOCKET is given. */
+#define GPUIPC_DEFAULT_SOCKET "/run/gpuipcd/gpuipcd.sock"
+
+typedef struct gpuipc_client gpuipc_client;
+typedef struct gpuipc_hostbuf gpuipc_hostbuf;
+typedef struct gpuipc_view gpuipc_view;
+typedef struct gpuipc_list gpuipc_list;
+
+typedef enum gpuipc_kind {
+        GPUIPC_KIND_HOST = 0,       /* memfd shared memory */
+        GPUIPC_KIND_CUDA_IPC = 1,   /* legacy CUDA IPC handle (reserved) */
+        GPUIPC_KIND_CUDA_VMM = 2,   /* CUDA VMM POSIX fd (reserved) */
+} gpuipc_kind;
+
+/* What a buffer holds.  Every pointer is borrowed for the duration of the
+ * call.  Zero-initialise and fill what you know. */
+typedef struct gpuipc_meta {
+        const char *dtype;              /* e.g. "float32"; NULL for none */
+        uint32_t ndim;                  /* entries in shape and strides */
+        const int64_t *shape;           /* NULL when ndim is 0 */
+        const int64_t *strides;         /* in bytes; NULL for C order */
+        uint32_t n_user;                /* free-form string pairs */
+        const char *const *user_keys;
+        const char *const *user_values;
+} gpuipc_meta;
+
+/* Flags of gpuipc_register_*(). */
+#define GPUIPC_REGISTER_EPHEMERAL 0x1u  /* unregister when this connection ends */
+
+/* Flags of gpuipc_lookup(). */
+#define GPUIPC_LOOKUP_WRITABLE 0x1u     /* map read-write (default read-only) */
+
+/* Flags of gpuipc_info.flags. */
+#define GPUIPC_INFO_EPHEMERAL    0x1u
+#define GPUIPC_INFO_UNREGISTERED 0x2u   /* gone from the namespace, still leased */
+#define GPUIPC_INFO_OWNER_GONE   0x4u   /* the registering connection has ended */
+
+/* A registration as the daemon describes it.  Owned by the object it was
+ * obtained from (a view, a list or gpuipc_stat()); never free it directly.
+ * Fields may be appended in later versions; the struct is never allocated
+ * by callers. */
+typedef struct gpuipc_info {
+        uint64_t id;                    /* unique for the daemon's lifetime */
+        const char *name;
+        gpuipc_kind kind;
+        uint64_t size;                  /* bytes of the buffer */
+        uint64_t offset;                /* where it starts in its allocation */
+        const char *device;             /* device UUID; "" for host buffers */
+        const char *dtype;              /* "" when unset */
+        uint32_t ndim;
+        const int64_t *shape;           /* ndim entries, NULL when ndim is 0 */
+        const int64_t *strides;         /* ndim entries, or NULL */
+        uint32_t n_user;
+        const char *const *user_keys;
+        const char *const *user_values;
+        uint32_t owner_pid, owner_uid, owner_gid;
+        uint32_t leases;                /* leases currently held, all clients */
+        uint32_t flags;                 /* GPUIPC_INFO_* */
+        uint64_t created_ms;            /* Unix time of registration, ms */
+} gpuipc_info;
+
+/* Daemon-wide counters, from gpuipc_stats_get(). */
+typedef struct gpuipc_stats {
+        const char *server;             /* e.g. "gpuipcd 0.1.0" */
+        uint32_t pid;
+        uint32_t protocol;
+        uint64_t uptime_ms;
+        uint64_t connections;
+        uint64_t registrations;         /* live and unregistered-but-leased */
+        uint64_t leases;
+        uint64_t bytes_host;            /* bytes of host buffers held */
+        uint64_t requests;              /* requests served since start */
+        uint64_t errors;                /* of which answered with an error */
+} gpuipc_stats;
+
+/* ---- errors and versions ----------------------------------------------- */
+
+/* Text for a negative errno returned by this library.  Never NULL. */
+GPUIPC_EXPORT const char *gpuipc_strerror(int err);
+/* The daemon's message for the last failed call on c, or a generic text
+ * when the failure was local.  Valid until the next call on c. */
+GPUIPC_EXPORT const char *gpuipc_errmsg(const gpuipc_client *c);
+/* The library's version, e.g. "0.1.0". */
+GPUIPC_EXPORT const char *gpuipc_version(void);
+
+/* ---- connection -------------------------------------------------------- */
+
+/* The socket path the library would use: $GPUIPC_SOCKET when set and not
+ * empty, else GPUIPC_DEFAULT_SOCKET.  Static storage. */
+GPUIPC_EXPORT const char *gpuipc_default_socket(void);
+
+/* Connects to the daemon at path (NULL: gpuipc_default_socket()) and
+ * performs the protocol hello.  -ENAMETOOLONG when path does not fit a
+ * sockaddr_un, -ENOENT/-ECONNREFUSED when no daemon listens there,
+ * -EPROTONOSUPPORT when the daemon speaks no common version.  The caller
+ * frees *ret_client with gpuipc_client_free(). */
+GPUIPC_EXPORT int gpuipc_connect(const char *path, gpuipc_client **ret_client);
+
+/* Closes the connection.  The daemon drops this connection's leases and
+ * ephemeral registrations.  Views still open stay mapped and must still be
+ * released with gpuipc_view_release(); their memory is freed then. */
+GPUIPC_EXPORT void gpuipc_client_free(gpuipc_client *c);
+
+/* One round trip; 0 when the daemon answered. */
+GPUIPC_EXPORT int gpuipc_ping(gpuipc_client *c);
+
+/* ---- host buffers (producer side) -------------------------------------- */
+
+/* Creates a size-byte shared-memory buffer (a memfd sealed against
+ * shrinking and growing), mapped read-write, zero-filled.  The caller
+ * frees it with gpuipc_hostbuf_free(). */
+GPUIPC_EXPORT int gpuipc_hostbuf_new(size_t size, gpuipc_hostbuf **ret_buf);
+GPUIPC_EXPORT void *gpuipc_hostbuf_data(const gpuipc_hostbuf *b);
+GPUIPC_EXPORT size_t gpuipc_hostbuf_size(const gpuipc_hostbuf *b);
+/* The memfd; owned by b, closed by gpuipc_hostbuf_free(). */
+GPUIPC_EXPORT int gpuipc_hostbuf_fd(const gpuipc_hostbuf *b);
+/* Unmaps and closes the producer's copy.  A registered buffer lives on in
+ * the daemon until it is unregistered and its last lease is released. */
+GPUIPC_EXPORT void gpuipc_hostbuf_free(gpuipc_hostbuf *b);
+
+/* ---- registering -------------------------------------------------------- */
+
+/* Registers all of b under name ("ns/sub/name").  meta may be NULL.  The
+ * daemon keeps its own reference to the memory.  On success *ret_id (may be
+ * NULL) is the registration id, used by gpuipc_wait_released(). */
+GPUIPC_EXPORT int gpuipc_register_host(gpuipc_client *c, const char *name,
+                                       const gpuipc_hostbuf *b, const gpuipc_meta *meta,
+                                       unsigned flags, uint64_t *ret_id);
+
+/* Registers size bytes at offset of an existing memfd.  The fd stays the
+ * caller's; the library adds F_SEAL_SHRINK to it first (a buffer that can
+ * shrink would fault its consumers).  -EBADF if fd is not a memfd, -EINVAL if
+ * offset + size exceeds it. */
+GPUIPC_EXPORT int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd,
+                                     uint64_t offset, uint64_t size, const gpuipc_meta *meta,
+                                     unsigned flags, uint64_t *ret_id);
+
+/* Removes name from the namespace.  Consumers that hold a lease keep their
+ * mapping; the memory is freed when the last lease is released.  Allowed to
+ * the registering connection and to processes of the owner's uid or root. */
+GPUIPC_EXPORT int gpuipc_unregister(gpuipc_client *c, const char *name);
+
+/* Waits until registration id (registered on this connection) has had a
+ * lease and its last lease was released: the consumers are done with it.
+ * -ETIMEDOUT after timeout_ms.  A release that happened before this call
+ * counts. */
+GPUIPC_EXPORT int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms);
+
+/* ---- consuming ---------------------------------------------------------- */
+
+/* Looks name up and maps it, taking a lease that keeps the buffer alive.
+ * With timeout_ms != 0, waits for name to be registered.  -ENOENT when it
+ * does not exist (and timeout_ms is 0), -ETIMEDOUT when the wait expired.
+ * Within one process a buffer is mapped once and shared by its views.  The
+ * caller frees *ret_view with gpuipc_view_release(). */
+GPUIPC_EXPORT int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms,
+                                unsigned flags, gpuipc_view **ret_view);
+/* Start of the buffer in this process, and its size in bytes. */
+GPUIPC_EXPORT void *gpuipc_view_data(const gpuipc_view *v);
+GPUIPC_EXPORT size_t gpuipc_view_size(const gpuipc_view *v);
+/* The registration, as it was at lookup time.  Owned by v. */
+GPUIPC_EXPORT const gpuipc_info *gpuipc_view_info(const gpuipc_view *v);
+/* Releases the lease and frees v; the mapping goes with the last view that
+ * uses it.  Returns the release's result (the view is freed either way). */
+GPUIPC_EXPORT int gpuipc_view_release(gpuipc_view *v);
+
+/* ---- inspecting --------------------------------------------------------- */
+
+/* Registrations whose name lies in namespace prefix (NULL or "" for all),
+ * ordered by id.  The caller frees *ret_list with gpuipc_list_free(). */
+GPUIPC_EXPORT int gpuipc_list(gpuipc_client *c, const char *prefix, gpuipc_list **ret_list);
+GPUIPC_EXPORT size_t gpuipc_list_count(const gpuipc_list *l);
+/* Entry i (< count), owned by l. */
+GPUIPC_EXPORT const gpuipc_info *gpuipc_list_get(const gpuipc_list *l, size_t i);
+GPUIPC_EXPORT void gpuipc_list_free(gpuipc_list *l);
+
+/* One registration by name, as a one-entry list. */
+GPUIPC_EXPORT int gpuipc_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list);
+
+/* Daemon-wide counters.  The caller frees *ret_stats with
+ * gpuipc_stats_free(). */
+GPUIPC_EXPORT int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats);
+GPUIPC_EXPORT void gpuipc_stats_free(gpuipc_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

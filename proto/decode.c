@@ -1,0 +1,179 @@
+/* decode.c: checked msgpack decoding and typed field access. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char **ret_why)
+{
+        size_t off = 0;
+        int r;
+
+        msgpack_unpacked_init(&m->up);
+        m->root = NULL;
+        r = proto_check(buf, len, ret_why);
+        if (r < 0)
+                return r;
+        switch (msgpack_unpack_next(&m->up, (const char *)buf, len, &off)) {
+        case MSGPACK_UNPACK_SUCCESS:
+                break;
+        case MSGPACK_UNPACK_NOMEM_ERROR:
+                return -ENOMEM;
+        default:
+                /* proto_check() accepted it, so this is our bug or msgpack-c's. */
+                if (ret_why)
+                        *ret_why = "msgpack decoder rejected the frame";
+                return -EBADMSG;
+        }
+        if (off != len || m->up.data.type != MSGPACK_OBJECT_MAP) {
+                if (ret_why)
+                        *ret_why = "frame body is not a single msgpack map";
+                return -EBADMSG;
+        }
+        m->root = &m->up.data;
+        return 0;
+}
+
+void proto_msg_free(struct proto_msg *m)
+{
+        if (!m)
+                return;
+        msgpack_unpacked_destroy(&m->up);
+        m->root = NULL;
+}
+
+bool proto_obj_str_eq(const msgpack_object *o, const char *s)
+{
+        size_t n = strlen(s);
+        return o && o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
+               memcmp(o->via.str.ptr, s, n) == 0;
+}
+
+const msgpack_object *proto_get(const msgpack_object *map, const char *key)
+{
+        if (!map || map->type != MSGPACK_OBJECT_MAP)
+                return NULL;
+        for (uint32_t i = 0; i < map->via.map.size; i++) {
+                const msgpack_object_kv *kv = &map->via.map.ptr[i];
+                if (proto_obj_str_eq(&kv->key, key))
+                        return &kv->val;
+        }
+        return NULL;
+}
+
+/* The value for key, or NULL when it is absent or nil. */
+static const msgpack_object *present(const msgpack_object *map, const char *key)
+{
+        const msgpack_object *o = proto_get(map, key);
+        return o && o->type != MSGPACK_OBJECT_NIL ? o : NULL;
+}
+
+int proto_obj_u64(const msgpack_object *o, uint64_t *ret)
+{
+        if (!o || o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+                return -EINVAL;
+        *ret = o->via.u64;
+        return 0;
+}
+
+int proto_obj_i64(const msgpack_object *o, int64_t *ret)
+{
+        if (!o)
+                return -EINVAL;
+        if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+                *ret = o->via.i64;
+                return 0;
+        }
+        if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) {
+                *ret = (int64_t)o->via.u64;
+                return 0;
+        }
+        return -EINVAL;
+}
+
+int proto_get_u64(const msgpack_object *map, const char *key, uint64_t *ret)
+{
+        const msgpack_object *o = present(map, key);
+        return o ? proto_obj_u64(o, ret) : -ENOENT;
+}
+
+int proto_get_i64(const msgpack_object *map, const char *key, int64_t *ret)
+{
+        const msgpack_object *o = present(map, key);
+        return o ? proto_obj_i64(o, ret) : -ENOENT;
+}
+
+int proto_get_bool(const msgpack_object *map, const char *key, bool *ret)
+{
+        const msgpack_object *o = present(map, key);
+        if (!o)
+                return -ENOENT;
+        if (o->type != MSGPACK_OBJECT_BOOLEAN)
+                return -EINVAL;
+        *ret = o->via.boolean;
+        return 0;
+}
+
+int proto_get_str(const msgpack_object *map, const char *key, const char **ret, size_t *ret_len)
+{
+        const msgpack_object *o = present(map, key);
+        if (!o)
+                return -ENOENT;
+        if (o->type != MSGPACK_OBJECT_STR)
+                return -EINVAL;
+        *ret = o->via.str.ptr;
+        *ret_len = o->via.str.size;
+        return 0;
+}
+
+int proto_get_bin(const msgpack_object *map, const char *key, const uint8_t **ret, size_t *ret_len)
+{
+        const msgpack_object *o = present(map, key);
+        if (!o)
+                return -ENOENT;
+        if (o->type != MSGPACK_OBJECT_BIN)
+                return -EINVAL;
+        *ret = (const uint8_t *)o->via.bin.ptr;
+        *ret_len = o->via.bin.size;
+        return 0;
+}
+
+static int get_typed(const msgpack_object *map, const char *key, msgpack_object_type t,
+                     const msgpack_object **ret)
+{
+        const msgpack_object *o = present(map, key);
+        if (!o)
+                return -ENOENT;
+        if (o->type != t)
+                return -EINVAL;
+        *ret = o;
+        return 0;
+}
+
+int proto_get_map(const msgpack_object *map, const char *key, const msgpack_object **ret)
+{
+        return get_typed(map, key, MSGPACK_OBJECT_MAP, ret);
+}
+
+int proto_get_array(const msgpack_object *map, const char *key, const msgpack_object **ret)
+{
+        return get_typed(map, key, MSGPACK_OBJECT_ARRAY, ret);
+}
+
+int proto_obj_strdup(const msgpack_object *o, char **ret)
+{
+        char *s;
+
+        if (!o || o->type != MSGPACK_OBJECT_STR)
+                return -EINVAL;
+        if (memchr(o->via.str.ptr, '\0', o->via.str.size))
+                return -EINVAL;
+        s = malloc(o->via.str.size + 1);
+        if (!s)
+                return -ENOMEM;
+        memcpy(s, o->via.str.ptr, o->via.str.size);
+        s[o->via.str.size] = '\0';
+        *ret = s;
+        return 0;
+}

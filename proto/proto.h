@@ -1,0 +1,191 @@
+/* proto.h: the gpuipcd wire format, shared by the daemon and libgpuipc.
+ *
+ * A frame is a 4-byte big-endian length N followed by N bytes holding exactly
+ * one msgpack map.  docs/protocol.md is the normative description; this
+ * module is its only implementation of framing, structure checks, error codes
+ * and names.  Nothing here logs or allocates without bound: every size that a
+ * peer controls is checked against a cap before memory is committed.
+ *
+ * All functions return 0 (or a count) on success and a negative errno on
+ * failure.  Symbols are internal to the daemon and the library (never
+ * exported from libgpuipc.so).
+ */
+#ifndef GPUIPC_PROTO_H
+#define GPUIPC_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <msgpack.h>
+
+#define PROTO_VERSION         1u
+#define PROTO_HDR_LEN         4u           /* big-endian u32 length prefix */
+#define PROTO_MAX_FRAME       65536u       /* default cap on a frame body */
+#define PROTO_MAX_FRAME_LIMIT (16u << 20)  /* cap that no setting may exceed */
+#define PROTO_MAX_DEPTH       8u           /* nesting of maps and arrays */
+#define PROTO_MAX_FDS         8u           /* fds declared by one frame */
+#define PROTO_MAX_PENDING_FDS 16u          /* fds received, not yet claimed */
+#define PROTO_NAME_MAX        255u         /* bytes in a registration name */
+#define PROTO_NAME_MAX_SEGMENTS 16u
+#define PROTO_DTYPE_MAX       32u
+#define PROTO_NDIM_MAX        32u
+#define PROTO_USER_MAX_ENTRIES 32u
+#define PROTO_USER_KEY_MAX    64u
+#define PROTO_USER_VALUE_MAX  1024u
+#define PROTO_WAIT_MAX_MS     3600000u     /* longest lookup wait: one hour */
+
+/* Buffer kinds.  Only host is served by this version; the others are
+ * reserved on the wire so that the device backends slot in unchanged. */
+enum proto_kind {
+        PROTO_KIND_HOST = 0,
+        PROTO_KIND_CUDA_IPC,
+        PROTO_KIND_CUDA_VMM,
+        _PROTO_KIND_MAX,
+};
+const char *proto_kind_name(enum proto_kind k);
+int proto_kind_from_name(const char *s, size_t len); /* kind or -EINVAL */
+
+/* ---- error codes: the string on the wire <-> a negative errno ---------- */
+
+/* Wire code for a negative errno (unknown errnos map to "internal"). */
+const char *proto_code_from_errno(int err);
+/* Negative errno for a wire code (unknown codes map to -EIO). */
+int proto_errno_from_code(const char *code, size_t len);
+
+/* ---- structure check ---------------------------------------------------- */
+
+/* Walks the msgpack encoding in buf without allocating.  Succeeds only if buf
+ * holds exactly one map, nested at most PROTO_MAX_DEPTH deep, with no ext
+ * types and no reserved byte, where every declared length fits in the bytes
+ * that remain and no array (map) declares more elements (pairs x2) than there
+ * are bytes left.  That last rule bounds what msgpack-c allocates for a frame
+ * to a small multiple of its length.  On failure returns -EBADMSG and, if
+ * ret_why is not NULL, a static reason. */
+int proto_check(const uint8_t *buf, size_t len, const char **ret_why);
+
+/* ---- decoding ----------------------------------------------------------- */
+
+struct proto_msg {
+        msgpack_unpacked up;
+        const msgpack_object *root;   /* the top-level map */
+};
+
+/* proto_check() then msgpack_unpack_next() into m.  m->up owns the objects;
+ * strings point into buf, so buf must outlive m.  Free with proto_msg_free()
+ * (also on failure, which leaves m safe to free). */
+int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char **ret_why);
+void proto_msg_free(struct proto_msg *m);
+
+/* Value of key in map, or NULL when absent (or map is not a map). */
+const msgpack_object *proto_get(const msgpack_object *map, const char *key);
+/* Typed getters: -ENOENT when the key is absent, -EINVAL when the value has
+ * the wrong type or range.  A nil value counts as absent. */
+int proto_get_u64(const msgpack_object *map, const char *key, uint64_t *ret);
+int proto_get_i64(const msgpack_object *map, const char *key, int64_t *ret);
+int proto_get_bool(const msgpack_object *map, const char *key, bool *ret);
+int proto_get_str(const msgpack_object *map, const char *key, const char **ret, size_t *ret_len);
+int proto_get_bin(const msgpack_object *map, const char *key, const uint8_t **ret, size_t *ret_len);
+int proto_get_map(const msgpack_object *map, const char *key, const msgpack_object **ret);
+int proto_get_array(const msgpack_object *map, const char *key, const msgpack_object **ret);
+int proto_obj_u64(const msgpack_object *o, uint64_t *ret);
+int proto_obj_i64(const msgpack_object *o, int64_t *ret);
+bool proto_obj_str_eq(const msgpack_object *o, const char *s);
+/* Copies a str object into a new NUL-terminated string; -EINVAL if it holds
+ * a NUL byte or is not a str, -ENOMEM. */
+int proto_obj_strdup(const msgpack_object *o, char **ret);
+
+/* ---- encoding ----------------------------------------------------------- */
+
+struct proto_out {
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+};
+
+/* Starts a frame: reserves the length prefix. */
+void proto_out_init(struct proto_out *o);
+/* Patches the length prefix; -EMSGSIZE when the body exceeds max_frame. */
+int proto_out_finish(struct proto_out *o, uint32_t max_frame);
+/* Hands the frame bytes to the caller (free() them); o is then empty. */
+uint8_t *proto_out_release(struct proto_out *o, size_t *ret_len);
+void proto_out_free(struct proto_out *o);
+
+void proto_pack_str(msgpack_packer *pk, const char *s);
+void proto_pack_strn(msgpack_packer *pk, const char *s, size_t n);
+void proto_pack_kstr(msgpack_packer *pk, const char *key, const char *val);
+void proto_pack_ku64(msgpack_packer *pk, const char *key, uint64_t val);
+void proto_pack_ki64(msgpack_packer *pk, const char *key, int64_t val);
+void proto_pack_kbool(msgpack_packer *pk, const char *key, bool val);
+/* An error reply body: "error": {"code": ..., "message": ...}. */
+void proto_pack_error(msgpack_packer *pk, int err, const char *message);
+
+/* ---- incoming byte stream -> frames ------------------------------------- */
+
+struct proto_reader {
+        uint8_t *buf;
+        size_t cap, start, end;     /* unread bytes are buf[start..end) */
+        uint32_t max_frame;
+        uint64_t pos;               /* stream offset of buf[start] */
+};
+
+int proto_reader_init(struct proto_reader *r, uint32_t max_frame);
+void proto_reader_free(struct proto_reader *r);
+/* Room to receive into (at least 1 byte, growing the buffer up to one full
+ * frame); -ENOMEM. */
+int proto_reader_space(struct proto_reader *r, uint8_t **ret_ptr, size_t *ret_len);
+void proto_reader_commit(struct proto_reader *r, size_t n);
+/* Stream offset one past the last byte received. */
+uint64_t proto_reader_received(const struct proto_reader *r);
+/* Next complete frame: returns 1 and the body (valid until the next call of
+ * any proto_reader function), its length and the stream offset of its length
+ * prefix; 0 when no complete frame is buffered; -EMSGSIZE when the declared
+ * length is 0 or above max_frame (the stream cannot be resynchronised). */
+int proto_reader_next(struct proto_reader *r, const uint8_t **ret_body, uint32_t *ret_len,
+                      uint64_t *ret_off);
+
+/* ---- fds received with SCM_RIGHTS, waiting for their frame -------------- */
+
+/* Each fd is stamped with the stream offset one past the last byte of the
+ * recvmsg() that brought it.  Senders attach a frame's fds to the sendmsg()
+ * that carries the frame's first byte, so a frame starting at offset S owns
+ * the fds stamped after S; fds stamped at or before S belong to no frame. */
+struct proto_fdq {
+        int fd[PROTO_MAX_PENDING_FDS];
+        uint64_t stamp[PROTO_MAX_PENDING_FDS];
+        unsigned n;
+};
+
+void proto_fdq_init(struct proto_fdq *q);
+/* Queues fd; when the queue is full closes it and returns -EMFILE. */
+int proto_fdq_push(struct proto_fdq *q, int fd, uint64_t stamp);
+/* Closes the fds that arrived before the frame at frame_off; returns how many. */
+unsigned proto_fdq_drop_stale(struct proto_fdq *q, uint64_t frame_off);
+/* Moves n fds of the frame at frame_off into fds[]; -EBADF (taking none)
+ * when fewer than n are queued for it. */
+int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, unsigned n, int *fds);
+/* Closes every queued fd. */
+void proto_fdq_clear(struct proto_fdq *q);
+
+/* ---- AF_UNIX transport -------------------------------------------------- */
+
+/* recvmsg() with MSG_CMSG_CLOEXEC.  Returns the bytes read (0 at EOF) and the
+ * fds received in fds[0..*ret_nfds).  If the control data was truncated
+ * (more fds than max_fds were sent), closes what arrived and returns
+ * -EMSGSIZE.  -EAGAIN when nothing is ready on a non-blocking socket. */
+ssize_t proto_recv(int sock, void *buf, size_t len, int *fds, unsigned max_fds, unsigned *ret_nfds);
+/* sendmsg() with MSG_NOSIGNAL, attaching nfds fds (0..PROTO_MAX_FDS) to the
+ * first byte.  Returns the bytes written or a negative errno. */
+ssize_t proto_send(int sock, const struct iovec *iov, int iovcnt, const int *fds, unsigned nfds);
+
+/* ---- names -------------------------------------------------------------- */
+
+/* A name is 1..PROTO_NAME_MAX bytes of [A-Za-z0-9._:@+=-] segments joined by
+ * '/', at most PROTO_NAME_MAX_SEGMENTS, none empty, "." or "..".  Returns 0
+ * or -EINVAL with a static reason. */
+int proto_name_check(const char *s, size_t len, const char **ret_why);
+/* True when name lies in namespace prefix: equal to it or below it.  An
+ * empty prefix matches everything; a trailing '/' on prefix is ignored. */
+bool proto_name_in(const char *name, size_t name_len, const char *prefix, size_t prefix_len);
+
+#endif

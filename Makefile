@@ -3,6 +3,7 @@
 #   make              build daemon, CLI and library into build/
 #   make check        build and run every test, plain and under ASan+UBSan
 #   make run          start gpuipcd in the foreground on run/gpuipcd.sock
+#                     (GPUIPC_SOCKET=PATH or ARGS="--socket PATH ..." to change)
 #   make install      PREFIX=/usr/local DESTDIR= (staged installs)
 #   make deps         install the Debian build dependencies (as root)
 #
@@ -104,6 +105,7 @@ $(CTL): $(CTL_OBJ) $(LIBA)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIBA) $(MSGPACK_LIBS) -ldl
 
 # Unit tests link the codec and the daemon's modules (not main.c) directly.
+$(BUILDDIR)/obj/tests/unit/%.o: CPPFLAGS += -Idaemon
 $(BUILDDIR)/tests/test_%: $(BUILDDIR)/obj/tests/unit/test_%.o $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
@@ -143,7 +145,7 @@ check: ensure-deps
 run: ensure-deps
 	$(Q)$(MAKE) all
 	$(Q)mkdir -p run
-	exec $(BUILDDIR)/gpuipcd --socket "$${GPUIPC_SOCKET:-$(CURDIR)/run/gpuipcd.sock}"
+	exec $(BUILDDIR)/gpuipcd --socket "$${GPUIPC_SOCKET:-$(CURDIR)/run/gpuipcd.sock}" $(ARGS)
 
 deps:
 	@if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get)" >&2; exit 1; fi

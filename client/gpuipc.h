@@ -202,7 +202,8 @@ GPUIPC_EXPORT int gpuipc_view_release(gpuipc_view *v);
 
 /* Registrations whose name lies in namespace prefix (NULL or "" for all),
  * ordered by id.  The caller frees *ret_list with gpuipc_list_free(). */
-GPUIPC_EXPORT int gpuipc_list(gpuipc_client *c, const char *prefix, gpuipc_list **ret_list);
+GPUIPC_EXPORT int gpuipc_list_fetch(gpuipc_client *c, const char *prefix,
+                                    gpuipc_list **ret_list);
 GPUIPC_EXPORT size_t gpuipc_list_count(const gpuipc_list *l);
 /* Entry i (< count), owned by l. */
 GPUIPC_EXPORT const gpuipc_info *gpuipc_list_get(const gpuipc_list *l, size_t i);

@@ -161,8 +161,8 @@ void proto_fdq_init(struct proto_fdq *q);
 int proto_fdq_push(struct proto_fdq *q, int fd, uint64_t stamp);
 /* Closes the fds that arrived before the frame at frame_off; returns how many. */
 unsigned proto_fdq_drop_stale(struct proto_fdq *q, uint64_t frame_off);
-/* Moves n fds of the frame at frame_off into fds[]; -EBADF (taking none)
- * when fewer than n are queued for it. */
+/* Moves n fds of the frame at frame_off into fds[]; when fewer than n are
+ * queued for it, closes those that are and returns -EBADF. */
 int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, unsigned n, int *fds);
 /* Closes every queued fd. */
 void proto_fdq_clear(struct proto_fdq *q);

@@ -127,8 +127,11 @@ unsigned proto_fdq_drop_stale(struct proto_fdq *q, uint64_t frame_off)
 int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, unsigned n, int *fds)
 {
         proto_fdq_drop_stale(q, frame_off);
-        if (n > q->n)
+        if (n > q->n) {
+                /* The frame is refused; what did arrive for it goes too. */
+                proto_fdq_clear(q);
                 return -EBADF;
+        }
         memcpy(fds, q->fd, n * sizeof(fds[0]));
         fdq_remove_front(q, n);
         return 0;

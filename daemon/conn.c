@@ -1,0 +1,366 @@
+/* conn.c: client connections. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "log.h"
+#include "ops.h"
+#include "waits.h"
+
+#define READS_PER_WAKEUP 16     /* fairness: then let other connections run */
+#define IOV_BATCH 64
+
+static void on_poll(uv_poll_t *h, int status, int events);
+static void on_closed(uv_handle_t *h);
+
+static void set_events(struct conn *c, int events)
+{
+        if (c->closed || c->events == events)
+                return;
+        if (uv_poll_start(&c->poll, events, on_poll) == 0)
+                c->events = events;
+}
+
+int conn_new(struct daemon *d, int fd, struct conn **ret)
+{
+        struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+        socklen_t len = sizeof(cred);
+        struct conn *c;
+        int r;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return -errno;
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        r = proto_reader_init(&c->rd, d->cfg.max_frame);
+        if (r < 0) {
+                free(c);
+                return r;
+        }
+        proto_fdq_init(&c->fdq);
+        reg_party_init(&c->party, (uint32_t)cred.pid, cred.uid, cred.gid);
+        c->d = d;
+        c->fd = fd;
+        c->id = ++d->next_conn_id;
+        r = uv_poll_init(d->loop, &c->poll, fd);
+        if (r < 0) {
+                proto_reader_free(&c->rd);
+                free(c);
+                return r;
+        }
+        c->poll.data = c;
+        r = uv_poll_start(&c->poll, UV_READABLE, on_poll);
+        if (r < 0) {
+                /* The handle exists now, so it must go through uv_close(). */
+                c->closed = true;
+                c->fd = -1;
+                proto_reader_free(&c->rd);
+                uv_close((uv_handle_t *)&c->poll, on_closed);
+                return r;
+        }
+        c->events = UV_READABLE;
+        c->next = d->conns;
+        if (d->conns)
+                d->conns->prev = c;
+        d->conns = c;
+        d->n_conns++;
+        log_debug("connection %" PRIu64 " opened: pid %u uid %u gid %u", c->id,
+                  c->party.pid, c->party.uid, c->party.gid);
+        *ret = c;
+        return 0;
+}
+
+static void chunk_free(struct daemon *d, struct chunk *k)
+{
+        if (k->pin)
+                registry_unpin(d->reg, k->pin);
+        free(k->buf);
+        free(k);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+        struct conn *c = h->data;
+
+        if (c->fd >= 0)
+                close(c->fd);
+        free(c);
+}
+
+void conn_close(struct conn *c)
+{
+        struct daemon *d = c->d;
+
+        if (c->closed)
+                return;
+        c->closed = true;
+        log_debug("connection %" PRIu64 " closed: pid %u uid %u", c->id, c->party.pid,
+                  c->party.uid);
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                d->conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        d->n_conns--;
+
+        waits_cancel_conn(c);
+        registry_party_gone(d->reg, &c->party);
+        proto_fdq_clear(&c->fdq);
+        proto_reader_free(&c->rd);
+        while (c->out_head) {
+                struct chunk *k = c->out_head;
+                c->out_head = k->next;
+                chunk_free(d, k);
+        }
+        c->out_tail = NULL;
+        c->out_bytes = 0;
+        uv_close((uv_handle_t *)&c->poll, on_closed);
+}
+
+void conn_doom(struct conn *c)
+{
+        if (c->closed || c->doomed)
+                return;
+        c->doomed = true;
+        /* Outside its own read callback, a writable wakeup gets us back to a
+         * point where closing is safe. */
+        if (!c->busy)
+                set_events(c, c->events | UV_WRITABLE);
+}
+
+int conn_send(struct conn *c, struct proto_out *o, struct reg *pin)
+{
+        struct chunk *k;
+        int r;
+
+        if (c->closed || c->doomed)
+                return 0;       /* nobody will read it */
+        r = proto_out_finish(o, c->d->cfg.max_frame);
+        if (r < 0)
+                return r;
+        if (c->out_bytes + o->sb.size > c->d->cfg.max_output) {
+                log_info("connection %" PRIu64 " (pid %u): over %" PRIu64
+                         " unsent reply bytes, closing it", c->id, c->party.pid,
+                         c->d->cfg.max_output);
+                c->discard = true;
+                conn_doom(c);
+                return -ENOBUFS;
+        }
+        k = calloc(1, sizeof(*k));
+        if (!k)
+                return -ENOMEM;
+        k->buf = proto_out_release(o, &k->len);
+        if (!k->buf) {
+                free(k);
+                return -ENOMEM;
+        }
+        if (pin) {
+                registry_pin(pin);
+                k->pin = pin;
+        }
+        if (c->out_tail)
+                c->out_tail->next = k;
+        else
+                c->out_head = k;
+        c->out_tail = k;
+        c->out_bytes += k->len;
+        /* Our own read callback flushes once its batch is done; anyone
+         * else's reply waits for the socket to be writable. */
+        if (!c->busy)
+                set_events(c, c->events | UV_WRITABLE);
+        return 0;
+}
+
+void conn_send_error_event(struct conn *c, int err, const char *message, bool fatal)
+{
+        struct proto_out o;
+
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, 4);
+        proto_pack_kstr(&o.pk, "event", "error");
+        proto_pack_kstr(&o.pk, "code", proto_code_from_errno(err));
+        proto_pack_kstr(&o.pk, "message", message);
+        proto_pack_kbool(&o.pk, "fatal", fatal);
+        (void)conn_send(c, &o, NULL);
+        proto_out_free(&o);
+        if (fatal)
+                conn_doom(c);
+}
+
+/* Writes as much of the queue as the socket takes.  Returns 0 when it is
+ * empty, -EAGAIN when bytes are left, or another negative errno. */
+static int write_some(struct conn *c)
+{
+        while (c->out_head) {
+                struct iovec iov[IOV_BATCH];
+                struct chunk *k = c->out_head;
+                int fds[1], n = 0;
+                unsigned nfds = 0;
+                ssize_t w;
+
+                /* A chunk with an fd starts its own sendmsg(), so the fd goes
+                 * with its first byte; fd-less chunks after it share it. */
+                if (k->pin && k->off == 0)
+                        fds[nfds++] = k->pin->fd;
+                for (; k && n < IOV_BATCH; k = k->next) {
+                        if (n > 0 && k->pin)
+                                break;
+                        iov[n].iov_base = k->buf + k->off;
+                        iov[n].iov_len = k->len - k->off;
+                        n++;
+                }
+                w = proto_send(c->fd, iov, n, fds, nfds);
+                if (w < 0)
+                        return (int)w;
+                c->out_bytes -= (uint64_t)w;
+                while (w > 0) {
+                        k = c->out_head;
+                        size_t left = k->len - k->off;
+                        if ((size_t)w < left) {
+                                k->off += (size_t)w;
+                                /* The fd went with the first byte. */
+                                if (k->pin) {
+                                        registry_unpin(c->d->reg, k->pin);
+                                        k->pin = NULL;
+                                }
+                                break;
+                        }
+                        w -= (ssize_t)left;
+                        c->out_head = k->next;
+                        if (!c->out_head)
+                                c->out_tail = NULL;
+                        chunk_free(c->d, k);
+                }
+        }
+        return 0;
+}
+
+void conn_flush(struct conn *c)
+{
+        int r;
+
+        if (c->closed)
+                return;
+        if (c->doomed && c->discard) {
+                conn_close(c);
+                return;
+        }
+        r = write_some(c);
+        if (r == -EAGAIN) {
+                set_events(c, c->doomed ? UV_WRITABLE : UV_READABLE | UV_WRITABLE);
+                return;
+        }
+        if (r < 0) {
+                log_debug("connection %" PRIu64 " (pid %u): write failed: %s", c->id,
+                          c->party.pid, strerror(-r));
+                conn_close(c);
+                return;
+        }
+        if (c->doomed) {
+                conn_close(c);
+                return;
+        }
+        set_events(c, UV_READABLE);
+}
+
+static void fatal(struct conn *c, int err, const char *message)
+{
+        log_info("connection %" PRIu64 " (pid %u): %s; disconnecting", c->id, c->party.pid,
+                 message);
+        conn_send_error_event(c, err, message, true);
+}
+
+/* Dispatches every complete frame.  Stops when the connection is doomed. */
+static void process_frames(struct conn *c)
+{
+        while (!c->doomed && !c->closed) {
+                const uint8_t *body;
+                uint32_t len;
+                uint64_t off;
+                int r = proto_reader_next(&c->rd, &body, &len, &off);
+
+                if (r == 0)
+                        return;
+                if (r < 0) {
+                        fatal(c, -EMSGSIZE, "frame length is 0 or above max_frame");
+                        return;
+                }
+                proto_fdq_drop_stale(&c->fdq, off);
+                ops_dispatch(c, body, len, off);
+        }
+}
+
+static void read_some(struct conn *c)
+{
+        for (int i = 0; i < READS_PER_WAKEUP && !c->doomed && !c->closed; i++) {
+                int fds[PROTO_MAX_PENDING_FDS];
+                unsigned nfds = 0;
+                uint8_t *p;
+                size_t room;
+                ssize_t n;
+                int r = proto_reader_space(&c->rd, &p, &room);
+
+                if (r < 0) {
+                        fatal(c, r == -ENOMEM ? -ENOMEM : -EIO, "cannot buffer the frame");
+                        return;
+                }
+                n = proto_recv(c->fd, p, room, fds, PROTO_MAX_PENDING_FDS, &nfds);
+                if (n == -EAGAIN)
+                        return;
+                if (n == -EMSGSIZE) {
+                        fatal(c, -ENOBUFS, "too many fds in one message");
+                        return;
+                }
+                if (n < 0) {
+                        log_debug("connection %" PRIu64 " (pid %u): read failed: %s", c->id,
+                                  c->party.pid, strerror((int)-n));
+                        conn_close(c);
+                        return;
+                }
+                if (n == 0) {
+                        for (unsigned k = 0; k < nfds; k++)
+                                close(fds[k]);
+                        conn_close(c);
+                        return;
+                }
+                proto_reader_commit(&c->rd, (size_t)n);
+                for (unsigned k = 0; k < nfds; k++) {
+                        r = proto_fdq_push(&c->fdq, fds[k], proto_reader_received(&c->rd));
+                        if (r < 0) {
+                                for (k++; k < nfds; k++)
+                                        close(fds[k]);
+                                fatal(c, -ENOBUFS, "too many unclaimed fds");
+                                return;
+                        }
+                }
+                process_frames(c);
+        }
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+        struct conn *c = h->data;
+
+        if (c->closed)
+                return;
+        if (status < 0) {
+                log_debug("connection %" PRIu64 " (pid %u): poll error: %s", c->id,
+                          c->party.pid, uv_strerror(status));
+                conn_close(c);
+                return;
+        }
+        c->busy = true;
+        if ((events & UV_READABLE) && !c->doomed)
+                read_some(c);
+        if (c->closed)
+                return;
+        c->busy = false;
+        conn_flush(c);
+}

@@ -1,0 +1,75 @@
+/* conn.h: one client connection: socket I/O, fds, the output queue.
+ *
+ * Reads are drained with recvmsg() from a uv_poll_t callback and cut into
+ * frames for ops_dispatch().  Replies go to an output queue that is written
+ * with sendmsg() at the end of each read batch; the socket is polled for
+ * writability only while bytes are left over.  A chunk that carries an fd
+ * pins its registration, so the fd stays open until the kernel has it even if
+ * the lease or registration ends first. */
+#ifndef GPUIPCD_CONN_H
+#define GPUIPCD_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "daemon.h"
+#include "proto.h"
+#include "registry.h"
+
+struct waiter;
+
+struct chunk {
+        struct chunk *next;
+        struct reg *pin;                /* its fd travels with byte 0 */
+        size_t len, off;                /* off: bytes already written */
+        uint8_t *buf;
+};
+
+struct conn {
+        struct reg_party party;         /* this connection, to the registry */
+        struct daemon *d;
+        struct conn *prev, *next;
+        uv_poll_t poll;
+        int fd;
+        int events;                     /* uv_poll events requested */
+        uint64_t id;
+        struct proto_reader rd;
+        struct proto_fdq fdq;
+        struct chunk *out_head, *out_tail;
+        uint64_t out_bytes;             /* unsent bytes */
+        struct waiter *waits;
+        uint32_t n_waits;
+        bool hello : 1;
+        bool closed : 1;                /* conn_close() ran; freed on uv_close */
+        bool doomed : 1;                /* to be closed once it is safe */
+        bool busy : 1;                  /* inside its own read callback */
+        bool discard : 1;               /* doomed for its backlog: do not flush */
+};
+
+static inline struct conn *conn_from_party(struct reg_party *p)
+{
+        return container_of(p, struct conn, party);
+}
+
+/* Takes ownership of fd (a non-blocking accepted socket). */
+int conn_new(struct daemon *d, int fd, struct conn **ret);
+/* Ends the connection now: drops its state and closes the socket once
+ * libuv lets go of it.  Must not be called from inside registry callbacks;
+ * use conn_doom() there. */
+void conn_close(struct conn *c);
+/* Closes the connection at the next safe point. */
+void conn_doom(struct conn *c);
+
+/* Finishes o as a frame and queues it, pinning pin (may be NULL) whose fd
+ * goes with the frame.  -EMSGSIZE if the body exceeds max_frame (nothing is
+ * queued); -ENOBUFS if the connection exceeded its output limit (it is
+ * doomed). */
+int conn_send(struct conn *c, struct proto_out *o, struct reg *pin);
+/* Queues an error event; with fatal, dooms the connection after it. */
+void conn_send_error_event(struct conn *c, int err, const char *message, bool fatal);
+/* Writes what the socket takes now. */
+void conn_flush(struct conn *c);
+
+#endif

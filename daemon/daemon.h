@@ -1,0 +1,51 @@
+/* daemon.h: state shared by the daemon's modules: configuration, the
+ * registry, open connections and counters.  One instance, owned by main. */
+#ifndef GPUIPCD_DAEMON_H
+#define GPUIPCD_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "hmap.h"
+#include "registry.h"
+
+struct conn;
+
+struct config {
+        const char *socket_path;
+        mode_t socket_mode;
+        uint32_t max_frame;
+        uint32_t max_connections;
+        uint32_t max_registrations;     /* live ones, per connection */
+        uint32_t max_leases;            /* per connection */
+        uint32_t max_waits;             /* per connection */
+        uint64_t max_output;            /* unsent reply bytes per connection */
+};
+
+struct daemon {
+        uv_loop_t *loop;
+        struct config cfg;
+        struct registry *reg;
+        struct conn *conns;             /* open connections */
+        uint32_t n_conns;
+        uint64_t next_conn_id;
+        struct hmap waits;              /* name -> struct waitq */
+        uint64_t requests, errors;      /* replies sent, and those that failed */
+        uint64_t start_ms;              /* uv_now() at startup */
+        bool stopping;
+};
+
+/* Unix time in milliseconds. */
+uint64_t now_unix_ms(void);
+
+/* Creates the registry and tables; d->loop and d->cfg must be set. */
+int daemon_init(struct daemon *d);
+/* Closes every connection (their handles finish closing in the loop). */
+void daemon_close_connections(struct daemon *d);
+/* Frees the registry and tables once the loop has no handles left. */
+void daemon_done(struct daemon *d);
+
+#endif

@@ -1,0 +1,32 @@
+/* host.c: memfd validation for host buffers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include "host.h"
+
+int host_check_fd(int fd, uint64_t offset, uint64_t size, const char **ret_why)
+{
+        const char *why = NULL;
+        struct stat st;
+        int seals;
+
+        seals = fcntl(fd, F_GET_SEALS);
+        if (seals < 0)
+                why = "not a memfd (F_GET_SEALS failed)";
+        else if (!(seals & F_SEAL_SHRINK))
+                why = "memfd is not sealed against shrinking (F_SEAL_SHRINK)";
+        else if (fstat(fd, &st) < 0)
+                why = "cannot stat the memfd";
+        else if (size < 1)
+                why = "size must be at least 1";
+        else if (offset > UINT64_MAX - size || (uint64_t)st.st_size < offset + size)
+                why = "memfd is smaller than offset + size";
+        if (why) {
+                if (ret_why)
+                        *ret_why = why;
+                return -EBADF;
+        }
+        return 0;
+}

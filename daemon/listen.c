@@ -1,0 +1,257 @@
+/* listen.c: binding, stale-socket recovery and accepting. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "listen.h"
+#include "log.h"
+
+#define BACKLOG 128
+#define ACCEPT_RETRY_MS 100
+
+static void listener_init(struct listener *l, struct daemon *d)
+{
+        memset(l, 0, sizeof(*l));
+        l->d = d;
+        l->fd = -1;
+}
+
+/* Creates the socket's directory when it is missing (one level only: a
+ * missing grandparent is a configuration error worth reporting). */
+static int make_parent(const char *path)
+{
+        char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        char *slash;
+
+        snprintf(dir, sizeof(dir), "%s", path);
+        slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+                return 0;
+        *slash = '\0';
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+/* Decides what to do with something already at path: 0 when it was a dead
+ * socket (now unlinked) or nothing, else a negative errno, logged. */
+static int clear_stale(const char *path, const struct sockaddr_un *sa, socklen_t salen)
+{
+        struct stat st;
+        int fd, r;
+
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : (log_error("cannot stat %s: %m", path), -errno);
+        if (!S_ISSOCK(st.st_mode)) {
+                log_error("%s exists and is not a socket; refusing to replace it", path);
+                return -EEXIST;
+        }
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return log_error("socket(): %m"), -errno;
+        r = connect(fd, (const struct sockaddr *)sa, salen);
+        r = r < 0 ? -errno : 0;
+        close(fd);
+        if (r == -ECONNREFUSED) {
+                log_info("removing stale socket %s", path);
+                if (unlink(path) < 0 && errno != ENOENT)
+                        return log_error("cannot remove stale socket %s: %m", path), -errno;
+                return 0;
+        }
+        if (r == 0 || r == -EAGAIN) {
+                log_error("another gpuipcd is listening on %s", path);
+                return -EADDRINUSE;
+        }
+        log_error("%s exists and cannot be probed: %s", path, strerror(-r));
+        return r;
+}
+
+int listener_bind(struct listener *l, struct daemon *d, const char *path, mode_t mode)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        size_t len = strlen(path);
+        socklen_t salen;
+        int fd = -1, r;
+
+        listener_init(l, d);
+        if (len == 0 || len >= sizeof(sa.sun_path)) {
+                log_error("socket path is %zu bytes; it must be 1 to %zu", len,
+                          sizeof(sa.sun_path) - 1);
+                return -ENAMETOOLONG;
+        }
+        memcpy(sa.sun_path, path, len + 1);
+        salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
+
+        r = make_parent(path);
+        if (r < 0) {
+                log_error("cannot create the directory of %s: %s", path, strerror(-r));
+                return r;
+        }
+        r = clear_stale(path, &sa, salen);
+        if (r < 0)
+                return r;
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                r = -errno;
+                log_error("socket(): %m");
+                return r;
+        }
+        if (bind(fd, (struct sockaddr *)&sa, salen) < 0) {
+                r = -errno;
+                log_error("cannot bind %s: %m", path);
+                goto fail;
+        }
+        l->bound = true;
+        memcpy(l->path, path, len + 1);
+        /* Nobody can connect before listen(), so the mode is in place first. */
+        if (chmod(path, mode) < 0) {
+                r = -errno;
+                log_error("cannot chmod %s to %04o: %m", path, (unsigned)mode);
+                goto fail;
+        }
+        if (listen(fd, BACKLOG) < 0) {
+                r = -errno;
+                log_error("cannot listen on %s: %m", path);
+                goto fail;
+        }
+        l->fd = fd;
+        return 0;
+fail:
+        if (l->bound)
+                unlink(path);
+        l->bound = false;
+        close(fd);
+        return r;
+}
+
+int listener_adopt(struct listener *l, struct daemon *d, int fd)
+{
+        struct sockaddr_un sa;
+        socklen_t salen = sizeof(sa);
+
+        listener_init(l, d);
+        l->fd = fd;
+        memset(&sa, 0, sizeof(sa));
+        if (getsockname(fd, (struct sockaddr *)&sa, &salen) == 0 && sa.sun_path[0])
+                snprintf(l->path, sizeof(l->path), "%.*s", (int)sizeof(sa.sun_path),
+                         sa.sun_path);
+        else
+                snprintf(l->path, sizeof(l->path), "(socket activation)");
+        return 0;
+}
+
+/* A connection over --max-connections gets one fatal event and is closed;
+ * its socket buffer is empty, so the small frame fits without waiting. */
+static void refuse(struct listener *l, int fd)
+{
+        struct proto_out o;
+        int r;
+
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, 4);
+        proto_pack_kstr(&o.pk, "event", "error");
+        proto_pack_kstr(&o.pk, "code", proto_code_from_errno(-ENOBUFS));
+        proto_pack_kstr(&o.pk, "message", "too many connections");
+        proto_pack_kbool(&o.pk, "fatal", true);
+        r = proto_out_finish(&o, l->d->cfg.max_frame);
+        if (r == 0) {
+                struct iovec iov = { .iov_base = o.sb.data, .iov_len = o.sb.size };
+                (void)proto_send(fd, &iov, 1, NULL, 0);
+        }
+        proto_out_free(&o);
+        close(fd);
+}
+
+static void on_accept(uv_poll_t *h, int status, int events);
+
+static void on_retry(uv_timer_t *t)
+{
+        struct listener *l = t->data;
+
+        if (!l->d->stopping)
+                uv_poll_start(&l->poll, UV_READABLE, on_accept);
+}
+
+static void on_accept(uv_poll_t *h, int status, int events)
+{
+        struct listener *l = h->data;
+        struct daemon *d = l->d;
+
+        for (;;) {
+                struct conn *c;
+                int r, fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+                if (fd < 0) {
+                        if (errno == EINTR || errno == ECONNABORTED)
+                                continue;
+                        if (errno == EAGAIN || errno == EWOULDBLOCK)
+                                return;
+                        /* Out of fds or memory: the socket stays readable, so
+                         * pause instead of spinning. */
+                        log_warn("accept(): %m; pausing new connections for %d ms",
+                                 ACCEPT_RETRY_MS);
+                        uv_poll_stop(&l->poll);
+                        uv_timer_start(&l->retry, on_retry, ACCEPT_RETRY_MS, 0);
+                        return;
+                }
+                if (d->n_conns >= d->cfg.max_connections) {
+                        log_info("refusing a connection: %u connections open", d->n_conns);
+                        refuse(l, fd);
+                        continue;
+                }
+                r = conn_new(d, fd, &c);
+                if (r < 0) {
+                        log_warn("cannot set up a connection: %s", strerror(-r));
+                        close(fd);
+                }
+        }
+}
+
+int listener_start(struct listener *l)
+{
+        int r = uv_poll_init(l->d->loop, &l->poll, l->fd);
+
+        if (r < 0)
+                return r;
+        l->poll.data = l;
+        r = uv_timer_init(l->d->loop, &l->retry);
+        if (r < 0) {
+                uv_close((uv_handle_t *)&l->poll, NULL);
+                return r;
+        }
+        l->retry.data = l;
+        l->started = true;
+        return uv_poll_start(&l->poll, UV_READABLE, on_accept);
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+        struct listener *l = h->data;
+
+        if (l->fd >= 0)
+                close(l->fd);
+        l->fd = -1;
+}
+
+void listener_close(struct listener *l)
+{
+        if (l->bound) {
+                /* Unlink first: a new daemon may bind the path at once. */
+                unlink(l->path);
+                l->bound = false;
+        }
+        if (l->started) {
+                l->started = false;
+                uv_close((uv_handle_t *)&l->retry, NULL);
+                uv_close((uv_handle_t *)&l->poll, on_listener_closed);
+        } else if (l->fd >= 0) {
+                close(l->fd);
+                l->fd = -1;
+        }
+}

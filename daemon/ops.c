@@ -1,0 +1,278 @@
+/* ops.c: request dispatch, reply helpers, hello, ping and stats. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "ops.h"
+
+#define SERVER_NAME "gpuipcd " GPUIPC_VERSION
+
+static const struct op {
+        const char *name;
+        int (*fn)(struct req *q);
+        bool needs_hello;
+} ops[] = {
+        { "hello",      op_hello,      false },
+        { "ping",       op_ping,       true },
+        { "register",   op_register,   true },
+        { "lookup",     op_lookup,     true },
+        { "release",    op_release,    true },
+        { "unregister", op_unregister, true },
+        { "list",       op_list,       true },
+        { "stat",       op_stat,       true },
+        { "stats",      op_stats,      true },
+};
+
+int req_fail(struct req *q, int err, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(q->msg, sizeof(q->msg), fmt, ap);
+        va_end(ap);
+        return err;
+}
+
+void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields)
+{
+        proto_out_init(o);
+        msgpack_pack_map(&o->pk, nfields + 1);
+        proto_pack_ku64(&o->pk, "seq", seq);
+}
+
+void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message)
+{
+        struct proto_out o;
+
+        c->d->requests++;
+        c->d->errors++;
+        reply_start(&o, seq, 1);
+        proto_pack_error(&o.pk, err, message);
+        (void)conn_send(c, &o, NULL);
+        proto_out_free(&o);
+}
+
+int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin)
+{
+        int r = conn_send(c, o, pin);
+
+        if (r == -EMSGSIZE) {
+                ops_reply_error(c, seq, -EMSGSIZE, "the reply would exceed max_frame");
+                return r;
+        }
+        if (r == 0)
+                c->d->requests++;
+        return r;
+}
+
+void pack_record(msgpack_packer *pk, const struct reg *r)
+{
+        msgpack_pack_map(pk, r->meta ? 11 : 10);
+        proto_pack_ku64(pk, "id", r->id);
+        proto_pack_str(pk, "name");
+        proto_pack_strn(pk, r->name, r->name_len);
+        proto_pack_kstr(pk, "kind", proto_kind_name(r->kind));
+        proto_pack_ku64(pk, "size", r->size);
+        proto_pack_ku64(pk, "offset", r->offset);
+        if (r->meta) {
+                /* Validated and packed once, at register time. */
+                proto_pack_str(pk, "meta");
+                pk->callback(pk->data, (const char *)r->meta, r->meta_len);
+        }
+        proto_pack_str(pk, "owner");
+        msgpack_pack_map(pk, 4);
+        proto_pack_ku64(pk, "pid", r->pid);
+        proto_pack_ku64(pk, "uid", r->uid);
+        proto_pack_ku64(pk, "gid", r->gid);
+        proto_pack_kbool(pk, "connected", r->owner != NULL);
+        proto_pack_ku64(pk, "created_ms", r->created_ms);
+        proto_pack_ku64(pk, "leases", r->leases);
+        proto_pack_kbool(pk, "ephemeral", r->ephemeral);
+        proto_pack_kstr(pk, "state", r->live ? "live" : "unregistered");
+}
+
+int req_target(struct req *q, struct target *ret)
+{
+        struct target t = { 0 };
+        const char *why;
+        int rn, ri;
+
+        rn = proto_get_str(q->m, "name", &t.name, &t.name_len);
+        ri = proto_get_u64(q->m, "id", &t.id);
+        if (rn == -EINVAL)
+                return req_fail(q, -EINVAL, "name must be a str");
+        if (ri == -EINVAL)
+                return req_fail(q, -EINVAL, "id must be a uint");
+        if (rn == 0 && ri == 0)
+                return req_fail(q, -EINVAL, "give either name or id, not both");
+        if (rn < 0 && ri < 0)
+                return req_fail(q, -EINVAL, "name or id is required");
+        if (rn == 0 && proto_name_check(t.name, t.name_len, &why) < 0)
+                return req_fail(q, -EINVAL, "name '%.*s': %s",
+                                (int)(t.name_len > PROTO_NAME_MAX ? PROTO_NAME_MAX : t.name_len),
+                                t.name, why);
+        t.by_id = ri == 0;
+        *ret = t;
+        return 0;
+}
+
+int op_hello(struct req *q)
+{
+        struct conn *c = q->c;
+        const char *client = "";
+        size_t client_len = 0;
+        struct proto_out o;
+        uint64_t v;
+        int r;
+
+        r = proto_get_u64(q->m, "version", &v);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "version must be a uint");
+        if (r == -ENOENT || v == 0)
+                return req_fail(q, -EPROTONOSUPPORT,
+                                "version must be at least 1; this daemon speaks version %u",
+                                PROTO_VERSION);
+        r = proto_get_str(q->m, "client", &client, &client_len);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "client must be a str");
+        if (r == 0 && client_len > 64)
+                return req_fail(q, -EINVAL, "client is longer than 64 bytes");
+
+        reply_start(&o, q->seq, 5);
+        proto_pack_ku64(&o.pk, "version", v < PROTO_VERSION ? v : PROTO_VERSION);
+        proto_pack_kstr(&o.pk, "server", SERVER_NAME);
+        proto_pack_ku64(&o.pk, "max_frame", c->d->cfg.max_frame);
+        proto_pack_ku64(&o.pk, "max_fds", PROTO_MAX_FDS);
+        proto_pack_ku64(&o.pk, "pid", (uint64_t)getpid());
+        r = reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        if (r == 0 && !c->hello) {
+                c->hello = true;
+                log_debug("connection %" PRIu64 " (pid %u): hello, client '%.*s'", c->id,
+                          c->party.pid, (int)client_len, client);
+        }
+        return 0;
+}
+
+int op_ping(struct req *q)
+{
+        struct proto_out o;
+
+        reply_start(&o, q->seq, 0);
+        (void)reply_send(q->c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}
+
+int op_stats(struct req *q)
+{
+        struct daemon *d = q->c->d;
+        const struct registry_counters *k = registry_counters(d->reg);
+        uint32_t nkinds = 1;
+        struct proto_out o;
+
+        for (unsigned i = 1; i < _PROTO_KIND_MAX; i++)
+                nkinds += k->bytes[i] > 0;
+        reply_start(&o, q->seq, 10);
+        proto_pack_kstr(&o.pk, "server", SERVER_NAME);
+        proto_pack_ku64(&o.pk, "version", PROTO_VERSION);
+        proto_pack_ku64(&o.pk, "pid", (uint64_t)getpid());
+        proto_pack_ku64(&o.pk, "uptime_ms", uv_now(d->loop) - d->start_ms);
+        proto_pack_ku64(&o.pk, "connections", d->n_conns);
+        proto_pack_ku64(&o.pk, "registrations", k->registrations);
+        proto_pack_ku64(&o.pk, "leases", k->leases);
+        proto_pack_str(&o.pk, "bytes");
+        msgpack_pack_map(&o.pk, nkinds);
+        for (unsigned i = 0; i < _PROTO_KIND_MAX; i++)
+                if (i == PROTO_KIND_HOST || k->bytes[i] > 0)
+                        proto_pack_ku64(&o.pk, proto_kind_name(i), k->bytes[i]);
+        proto_pack_ku64(&o.pk, "requests", d->requests);
+        proto_pack_ku64(&o.pk, "errors", d->errors);
+        (void)reply_send(q->c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}
+
+static void error_event(struct conn *c, int err, const char *why)
+{
+        log_debug("connection %" PRIu64 " (pid %u): %s: %s", c->id, c->party.pid,
+                  proto_code_from_errno(err), why);
+        conn_send_error_event(c, err, why, false);
+}
+
+static const struct op *find_op(const char *name, size_t len)
+{
+        for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+                if (strlen(ops[i].name) == len && memcmp(ops[i].name, name, len) == 0)
+                        return &ops[i];
+        return NULL;
+}
+
+/* Everything up to the handler: returns the handler's result, or an error
+ * with q->msg set. */
+static int prepare_and_run(struct req *q, uint64_t off)
+{
+        struct conn *c = q->c;
+        const struct op *op;
+        const char *name;
+        size_t len;
+        uint64_t nfds = 0;
+        int r;
+
+        r = proto_get_u64(q->m, "fds", &nfds);
+        if (r == -EINVAL || nfds > PROTO_MAX_FDS)
+                return req_fail(q, -EINVAL, "fds must be a uint from 0 to %u", PROTO_MAX_FDS);
+        if (nfds > 0) {
+                r = proto_fdq_take(&c->fdq, off, (unsigned)nfds, q->fds);
+                if (r < 0)
+                        return req_fail(q, -EBADF, "the frame declares %" PRIu64
+                                        " fds but fewer arrived with it", nfds);
+                q->nfds = (unsigned)nfds;
+        }
+
+        r = proto_get_str(q->m, "op", &name, &len);
+        if (r < 0)
+                return req_fail(q, -EINVAL, "op must be a str");
+        op = find_op(name, len);
+        if (!op)
+                return req_fail(q, -ENOSYS, "unknown op '%.*s'", (int)(len > 64 ? 64 : len),
+                                name);
+        if (op->needs_hello && !c->hello)
+                return req_fail(q, -EPROTO, "the first request must be hello");
+        return op->fn(q);
+}
+
+void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t off)
+{
+        struct req q = { .c = c };
+        struct proto_msg m;
+        const char *why = "malformed frame";
+        int r;
+
+        r = proto_decode(body, len, &m, &why);
+        if (r < 0) {
+                error_event(c, r == -ENOMEM ? -ENOMEM : -EBADMSG,
+                            r == -ENOMEM ? "out of memory decoding the frame" : why);
+                goto out;
+        }
+        q.m = m.root;
+        if (proto_get_u64(q.m, "seq", &q.seq) < 0) {
+                error_event(c, -EINVAL, "request has no uint seq");
+                goto out;
+        }
+        r = prepare_and_run(&q, off);
+        if (r < 0) {
+                log_debug("connection %" PRIu64 " (pid %u): seq %" PRIu64 ": %s: %s", c->id,
+                          c->party.pid, q.seq, proto_code_from_errno(r), q.msg);
+                ops_reply_error(c, q.seq, r, q.msg);
+        }
+out:
+        for (unsigned i = 0; i < q.nfds; i++)
+                if (q.fds[i] >= 0)
+                        close(q.fds[i]);
+        proto_msg_free(&m);
+}

@@ -1,0 +1,67 @@
+/* ops.h: requests: dispatch, the operation handlers and reply helpers.
+ *
+ * ops.c decodes a frame, checks seq, op, hello and fds, and calls a handler
+ * from its table.  A handler either queues its own reply and returns 0, or
+ * returns a negative errno after req_fail() set the message, and the
+ * dispatcher sends the error reply. */
+#ifndef GPUIPCD_OPS_H
+#define GPUIPCD_OPS_H
+
+#include <stdint.h>
+
+#include "conn.h"
+#include "proto.h"
+#include "registry.h"
+
+#define REQ_MSG_MAX 512
+
+struct req {
+        struct conn *c;
+        const msgpack_object *m;        /* the request map */
+        uint64_t seq;
+        int fds[PROTO_MAX_FDS];         /* set an entry to -1 to keep that fd */
+        unsigned nfds;
+        char msg[REQ_MSG_MAX];
+};
+
+void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t off);
+
+/* Formats the error message of q and returns err. */
+int req_fail(struct req *q, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Starts a reply map of nfields fields besides seq, and packs seq. */
+void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields);
+/* Sends a finished reply, counting it; a reply over max_frame is turned
+ * into a too_large error. */
+int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin);
+void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message);
+
+/* Packs the registration record of r. */
+void pack_record(msgpack_packer *pk, const struct reg *r);
+/* Answers a lookup of r for c: a lease, the record and r's fd. */
+void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r);
+
+/* Validates a request's meta map and packs its known keys into o.  Returns 0
+ * (o empty when meta has none of them), or -EINVAL with req_fail(). */
+int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb);
+
+/* Name or id of a request that takes one of them. */
+struct target {
+        const char *name;
+        size_t name_len;
+        uint64_t id;
+        bool by_id;
+};
+int req_target(struct req *q, struct target *ret);
+
+int op_hello(struct req *q);
+int op_ping(struct req *q);
+int op_register(struct req *q);
+int op_lookup(struct req *q);
+int op_release(struct req *q);
+int op_unregister(struct req *q);
+int op_list(struct req *q);
+int op_stat(struct req *q);
+int op_stats(struct req *q);
+
+#endif

@@ -1,0 +1,99 @@
+/* ops_lookup.c: lookup and release. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "ops.h"
+#include "waits.h"
+
+void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r)
+{
+        struct registry *R = c->d->reg;
+        struct proto_out o;
+        struct lease *l;
+        char msg[128];
+        int k;
+
+        if (c->party.n_leases >= c->d->cfg.max_leases) {
+                snprintf(msg, sizeof(msg), "this connection holds %u leases (--max-leases)",
+                         c->party.n_leases);
+                ops_reply_error(c, seq, -ENOBUFS, msg);
+                return;
+        }
+        k = registry_lease(R, r, &c->party, &l);
+        if (k < 0) {
+                ops_reply_error(c, seq, k, "cannot take a lease: out of memory");
+                return;
+        }
+        reply_start(&o, seq, 3);
+        proto_pack_ku64(&o.pk, "lease", l->id);
+        proto_pack_str(&o.pk, "reg");
+        pack_record(&o.pk, r);
+        proto_pack_ku64(&o.pk, "fds", 1);
+        /* The queued frame pins r, so the fd outlives a release or an
+         * unregister that comes before the kernel has taken it. */
+        k = reply_send(c, seq, &o, r);
+        proto_out_free(&o);
+        if (k < 0)
+                registry_lease_undo(R, l);
+}
+
+int op_lookup(struct req *q)
+{
+        struct conn *c = q->c;
+        struct registry *R = c->d->reg;
+        struct target t;
+        uint64_t wait_ms = 0;
+        struct reg *r;
+        int k;
+
+        k = req_target(q, &t);
+        if (k < 0)
+                return k;
+        k = proto_get_u64(q->m, "wait_ms", &wait_ms);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "wait_ms must be a uint");
+        if (wait_ms > PROTO_WAIT_MAX_MS)
+                return req_fail(q, -EINVAL, "wait_ms is above %u", PROTO_WAIT_MAX_MS);
+        if (t.by_id) {
+                r = registry_find_id(R, t.id);
+                if (!r || !r->live)
+                        return req_fail(q, -ENOENT, "no live registration with id %" PRIu64,
+                                        t.id);
+        } else {
+                r = registry_find_name(R, t.name, t.name_len);
+                if (!r && wait_ms == 0)
+                        return req_fail(q, -ENOENT, "no registration named %.*s",
+                                        (int)t.name_len, t.name);
+                if (!r) {
+                        k = waits_add(c, q->seq, t.name, t.name_len, wait_ms);
+                        if (k == -ENOBUFS)
+                                return req_fail(q, k, "this connection has %u waiting "
+                                                "lookups (--max-waits)", c->n_waits);
+                        if (k < 0)
+                                return req_fail(q, k, "cannot wait: %s", strerror(-k));
+                        return 0;
+                }
+        }
+        ops_lookup_answer(c, q->seq, r);
+        return 0;
+}
+
+int op_release(struct req *q)
+{
+        struct proto_out o;
+        uint64_t id;
+        int k;
+
+        k = proto_get_u64(q->m, "lease", &id);
+        if (k < 0)
+                return req_fail(q, -EINVAL, k == -ENOENT ? "lease is required"
+                                                         : "lease must be a uint");
+        k = registry_release(q->c->d->reg, &q->c->party, id);
+        if (k < 0)
+                return req_fail(q, k, "no lease %" PRIu64 " held by this connection", id);
+        reply_start(&o, q->seq, 0);
+        (void)reply_send(q->c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}

@@ -1,0 +1,104 @@
+/* ops_query.c: list and stat. */
+#include <errno.h>
+#include <inttypes.h>
+
+#include "ops.h"
+
+#define LIST_MAX 1000u
+/* Reply bytes besides the records: map header, seq, "regs" with an array
+ * header, and "next", each at its widest. */
+#define LIST_OVERHEAD 64u
+
+int op_list(struct req *q)
+{
+        struct conn *c = q->c;
+        const char *prefix = "", *why;
+        size_t plen = 0, budget = c->d->cfg.max_frame - LIST_OVERHEAD;
+        uint64_t after = 0, limit = LIST_MAX;
+        const struct reg *r, *last = NULL;
+        uint32_t count = 0;
+        bool more = false;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        struct proto_out o;
+        int k;
+
+        k = proto_get_str(q->m, "prefix", &prefix, &plen);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "prefix must be a str");
+        while (plen > 0 && prefix[plen - 1] == '/')
+                plen--;
+        if (plen > 0 && proto_name_check(prefix, plen, &why) < 0)
+                return req_fail(q, -EINVAL, "prefix '%.*s': %s",
+                                (int)(plen > PROTO_NAME_MAX ? PROTO_NAME_MAX : plen), prefix, why);
+        k = proto_get_u64(q->m, "after", &after);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "after must be a uint");
+        k = proto_get_u64(q->m, "limit", &limit);
+        if (k == -EINVAL || limit < 1 || limit > LIST_MAX)
+                return req_fail(q, -EINVAL, "limit must be a uint from 1 to %u", LIST_MAX);
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        for (r = registry_iter(c->d->reg, NULL, after, prefix, plen); r;
+             r = registry_iter(c->d->reg, r, 0, prefix, plen)) {
+                size_t before = sb.size;
+                if (count == limit) {
+                        more = true;
+                        break;
+                }
+                pack_record(&pk, r);
+                if (sb.size > budget) {
+                        sb.size = before;       /* drop the record that did not fit */
+                        more = true;
+                        break;
+                }
+                count++;
+                last = r;
+        }
+        if (more && count == 0) {
+                msgpack_sbuffer_destroy(&sb);
+                return req_fail(q, -EMSGSIZE, "registration %" PRIu64 " does not fit in "
+                                "max_frame", r->id);
+        }
+        if (count > 0 && !sb.data) {
+                msgpack_sbuffer_destroy(&sb);
+                return req_fail(q, -ENOMEM, "out of memory listing registrations");
+        }
+
+        reply_start(&o, q->seq, more ? 2 : 1);
+        proto_pack_str(&o.pk, "regs");
+        msgpack_pack_array(&o.pk, count);
+        if (count > 0)
+                msgpack_sbuffer_write(&o.sb, sb.data, sb.size);
+        if (more)
+                proto_pack_ku64(&o.pk, "next", last->id);
+        msgpack_sbuffer_destroy(&sb);
+        (void)reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}
+
+int op_stat(struct req *q)
+{
+        struct registry *R = q->c->d->reg;
+        struct proto_out o;
+        struct target t;
+        struct reg *r;
+        int k;
+
+        k = req_target(q, &t);
+        if (k < 0)
+                return k;
+        r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
+        if (!r)
+                return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
+                               : req_fail(q, -ENOENT, "no registration named %.*s",
+                                          (int)t.name_len, t.name);
+        reply_start(&o, q->seq, 1);
+        proto_pack_str(&o.pk, "reg");
+        pack_record(&o.pk, r);
+        (void)reply_send(q->c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}

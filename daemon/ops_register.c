@@ -1,0 +1,252 @@
+/* ops_register.c: register and unregister, and buffer metadata. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "host.h"
+#include "log.h"
+#include "ops.h"
+#include "waits.h"
+
+static int pack_int_array(struct req *q, msgpack_packer *pk, const msgpack_object *a,
+                          const char *what, bool nonneg)
+{
+        msgpack_pack_array(pk, a->via.array.size);
+        for (uint32_t i = 0; i < a->via.array.size; i++) {
+                int64_t v;
+                if (proto_obj_i64(&a->via.array.ptr[i], &v) < 0 || (nonneg && v < 0))
+                        return req_fail(q, -EINVAL, "meta.%s entries must be integers%s", what,
+                                        nonneg ? " >= 0" : "");
+                msgpack_pack_int64(pk, v);
+        }
+        return 0;
+}
+
+static int check_user(struct req *q, const msgpack_object *u)
+{
+        if (u->via.map.size > PROTO_USER_MAX_ENTRIES)
+                return req_fail(q, -EINVAL, "meta.user has more than %u entries",
+                                PROTO_USER_MAX_ENTRIES);
+        for (uint32_t i = 0; i < u->via.map.size; i++) {
+                const msgpack_object *k = &u->via.map.ptr[i].key, *v = &u->via.map.ptr[i].val;
+                if (k->type != MSGPACK_OBJECT_STR || v->type != MSGPACK_OBJECT_STR)
+                        return req_fail(q, -EINVAL, "meta.user must map str to str");
+                if (k->via.str.size > PROTO_USER_KEY_MAX)
+                        return req_fail(q, -EINVAL, "meta.user key longer than %u bytes",
+                                        PROTO_USER_KEY_MAX);
+                if (v->via.str.size > PROTO_USER_VALUE_MAX)
+                        return req_fail(q, -EINVAL, "meta.user value longer than %u bytes",
+                                        PROTO_USER_VALUE_MAX);
+        }
+        return 0;
+}
+
+int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb)
+{
+        const msgpack_object *shape = NULL, *strides = NULL, *user = NULL;
+        const char *dtype = NULL;
+        size_t dtype_len = 0;
+        uint32_t n = 0, ndim;
+        msgpack_packer pk;
+        int r;
+
+        r = proto_get_str(meta, "dtype", &dtype, &dtype_len);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "meta.dtype must be a str");
+        if (r == 0 && dtype_len > PROTO_DTYPE_MAX)
+                return req_fail(q, -EINVAL, "meta.dtype is longer than %u bytes",
+                                PROTO_DTYPE_MAX);
+        n += r == 0;
+        r = proto_get_array(meta, "shape", &shape);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "meta.shape must be an array of int");
+        ndim = shape ? shape->via.array.size : 0;
+        if (ndim > PROTO_NDIM_MAX)
+                return req_fail(q, -EINVAL, "meta.shape has more than %u entries",
+                                PROTO_NDIM_MAX);
+        n += r == 0;
+        r = proto_get_array(meta, "strides", &strides);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "meta.strides must be an array of int");
+        if (strides && strides->via.array.size != ndim)
+                return req_fail(q, -EINVAL, "meta.strides must have as many entries as "
+                                "meta.shape (%u)", ndim);
+        n += r == 0;
+        r = proto_get_map(meta, "user", &user);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "meta.user must be a map of str to str");
+        if (user && check_user(q, user) < 0)
+                return -EINVAL;
+        n += r == 0;
+        if (n == 0)
+                return 0;
+
+        msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, n);
+        if (dtype) {
+                proto_pack_str(&pk, "dtype");
+                proto_pack_strn(&pk, dtype, dtype_len);
+        }
+        if (shape) {
+                proto_pack_str(&pk, "shape");
+                if (pack_int_array(q, &pk, shape, "shape", true) < 0)
+                        return -EINVAL;
+        }
+        if (strides) {
+                proto_pack_str(&pk, "strides");
+                if (pack_int_array(q, &pk, strides, "strides", false) < 0)
+                        return -EINVAL;
+        }
+        if (user) {
+                proto_pack_str(&pk, "user");
+                msgpack_pack_map(&pk, user->via.map.size);
+                for (uint32_t i = 0; i < user->via.map.size; i++) {
+                        const msgpack_object_kv *kv = &user->via.map.ptr[i];
+                        proto_pack_strn(&pk, kv->key.via.str.ptr, kv->key.via.str.size);
+                        proto_pack_strn(&pk, kv->val.via.str.ptr, kv->val.via.str.size);
+                }
+        }
+        if (!sb->data)
+                return req_fail(q, -ENOMEM, "out of memory packing meta");
+        return 0;
+}
+
+/* Field checks of register, in the order the protocol lists them. */
+static int register_params(struct req *q, struct reg_params *p, const msgpack_object **ret_meta)
+{
+        const char *s, *why;
+        size_t len;
+        int r, kind;
+
+        r = proto_get_str(q->m, "name", &p->name, &p->name_len);
+        if (r < 0)
+                return req_fail(q, -EINVAL, r == -ENOENT ? "name is required" : "name must be a str");
+        if (proto_name_check(p->name, p->name_len, &why) < 0)
+                return req_fail(q, -EINVAL, "name '%.*s': %s",
+                                (int)(p->name_len > PROTO_NAME_MAX ? PROTO_NAME_MAX : p->name_len),
+                                p->name, why);
+        r = proto_get_str(q->m, "kind", &s, &len);
+        if (r < 0)
+                return req_fail(q, -EINVAL, r == -ENOENT ? "kind is required" : "kind must be a str");
+        kind = proto_kind_from_name(s, len);
+        if (kind < 0)
+                return req_fail(q, -EINVAL, "unknown kind '%.*s'", (int)(len > 32 ? 32 : len), s);
+        if (kind != PROTO_KIND_HOST)
+                return req_fail(q, -ENOTSUP, "kind %s is not served by this daemon (host only)",
+                                proto_kind_name(kind));
+        p->kind = (unsigned)kind;
+        r = proto_get_u64(q->m, "size", &p->size);
+        if (r < 0 || p->size == 0)
+                return req_fail(q, -EINVAL, "size must be a uint >= 1");
+        r = proto_get_u64(q->m, "offset", &p->offset);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "offset must be a uint");
+        if (p->offset > UINT64_MAX - p->size)
+                return req_fail(q, -EINVAL, "offset + size overflows");
+        r = proto_get_bool(q->m, "ephemeral", &p->ephemeral);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "ephemeral must be a bool");
+        r = proto_get_map(q->m, "meta", ret_meta);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "meta must be a map");
+        return 0;
+}
+
+int op_register(struct req *q)
+{
+        struct conn *c = q->c;
+        struct daemon *d = c->d;
+        struct reg_params p = { .fd = -1 };
+        const msgpack_object *meta = NULL;
+        msgpack_sbuffer sb;
+        struct proto_out o;
+        struct reg *existing, *r;
+        const char *why;
+        int k;
+
+        msgpack_sbuffer_init(&sb);
+        k = register_params(q, &p, &meta);
+        if (k < 0)
+                goto out;
+        if (meta) {
+                k = meta_pack(q, meta, &sb);
+                if (k < 0)
+                        goto out;
+        }
+        if (q->nfds != 1) {
+                k = req_fail(q, -EBADF, "a host registration carries exactly one fd (fds: 1)");
+                goto out;
+        }
+        if (c->party.n_live >= d->cfg.max_registrations) {
+                k = req_fail(q, -ENOBUFS, "this connection has %u registrations "
+                             "(--max-registrations)", c->party.n_live);
+                goto out;
+        }
+        existing = registry_find_name(d->reg, p.name, p.name_len);
+        if (existing) {
+                k = req_fail(q, -EEXIST, "%.*s is already registered (id %" PRIu64 ")",
+                             (int)p.name_len, p.name, existing->id);
+                goto out;
+        }
+        k = host_check_fd(q->fds[0], p.offset, p.size, &why);
+        if (k < 0) {
+                k = req_fail(q, k, "%s", why);
+                goto out;
+        }
+        p.fd = q->fds[0];
+        p.meta = (const uint8_t *)sb.data;
+        p.meta_len = sb.size;
+        p.created_ms = now_unix_ms();
+        k = registry_add(d->reg, &c->party, &p, &r);
+        if (k < 0) {
+                k = req_fail(q, k, "cannot add the registration: %s", strerror(-k));
+                goto out;
+        }
+        q->fds[0] = -1;         /* the registration owns it now */
+
+        reply_start(&o, q->seq, 2);
+        proto_pack_ku64(&o.pk, "id", r->id);
+        proto_pack_str(&o.pk, "name");
+        proto_pack_strn(&o.pk, r->name, r->name_len);
+        (void)reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        log_debug("registered %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u", r->name,
+                  r->id, r->size, c->party.pid);
+        waits_wake(d, r);
+out:
+        msgpack_sbuffer_destroy(&sb);
+        return k;
+}
+
+int op_unregister(struct req *q)
+{
+        struct conn *c = q->c;
+        struct registry *R = c->d->reg;
+        struct proto_out o;
+        struct target t;
+        struct reg *r;
+        uint64_t id, leases;
+        int k;
+
+        k = req_target(q, &t);
+        if (k < 0)
+                return k;
+        r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
+        if (!r || !r->live)
+                return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
+                               : req_fail(q, -ENOENT, "no registration named %.*s",
+                                          (int)t.name_len, t.name);
+        if (r->owner != &c->party && c->party.uid != r->uid && c->party.uid != 0)
+                return req_fail(q, -EPERM, "%s belongs to uid %u; only its connection, that "
+                                "uid or root may unregister it", r->name, r->uid);
+        id = r->id;
+        leases = r->leases;
+        registry_unregister(R, r);      /* may free r */
+
+        reply_start(&o, q->seq, 2);
+        proto_pack_ku64(&o.pk, "id", id);
+        proto_pack_ku64(&o.pk, "leases", leases);
+        (void)reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}

@@ -1,0 +1,367 @@
+/* registry.c: registrations, names and leases. */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+#include "registry.h"
+
+struct registry {
+        struct hmap names;              /* live registrations by name */
+        struct hmap ids;                /* every registration by id */
+        struct hmap leases;             /* leases by id */
+        struct reg *head, *tail;        /* every registration, by id */
+        uint64_t next_id, next_lease;
+        struct registry_counters cnt;
+        struct registry_callbacks cb;
+        void *userdata;
+};
+
+int registry_new(const struct registry_callbacks *cb, void *userdata, struct registry **ret)
+{
+        struct registry *R = calloc(1, sizeof(*R));
+
+        if (!R)
+                return -ENOMEM;
+        hmap_init(&R->names);
+        hmap_init(&R->ids);
+        hmap_init(&R->leases);
+        R->next_id = 1;
+        R->next_lease = 1;
+        if (cb)
+                R->cb = *cb;
+        R->userdata = userdata;
+        *ret = R;
+        return 0;
+}
+
+const struct registry_counters *registry_counters(const struct registry *R)
+{
+        return &R->cnt;
+}
+
+void reg_party_init(struct reg_party *p, uint32_t pid, uint32_t uid, uint32_t gid)
+{
+        memset(p, 0, sizeof(*p));
+        p->pid = pid;
+        p->uid = uid;
+        p->gid = gid;
+}
+
+static void reg_destroy(struct registry *R, struct reg *r)
+{
+        if (R->cb.freed)
+                R->cb.freed(r, R->userdata);
+        hmap_remove(&R->ids, &r->by_id);
+        if (r->prev)
+                r->prev->next = r->next;
+        else
+                R->head = r->next;
+        if (r->next)
+                r->next->prev = r->prev;
+        else
+                R->tail = r->prev;
+        if (r->owner) {
+                if (r->own_prev)
+                        r->own_prev->own_next = r->own_next;
+                else
+                        r->owner->owned = r->own_next;
+                if (r->own_next)
+                        r->own_next->own_prev = r->own_prev;
+        }
+        R->cnt.registrations--;
+        R->cnt.bytes[r->kind] -= r->size;
+        free(r);
+}
+
+/* Frees r once nothing needs it any more. */
+static void reg_maybe_free(struct registry *R, struct reg *r)
+{
+        if (!r->live && r->leases == 0 && r->pins == 0)
+                reg_destroy(R, r);
+}
+
+static void lease_destroy_ex(struct registry *R, struct lease *l, bool quiet)
+{
+        struct reg *r = l->reg;
+        struct reg_party *h = l->holder;
+
+        hmap_remove(&R->leases, &l->by_id);
+        if (l->prev)
+                l->prev->next = l->next;
+        else
+                h->leases = l->next;
+        if (l->next)
+                l->next->prev = l->prev;
+        h->n_leases--;
+        R->cnt.leases--;
+        free(l);
+
+        assert(r->leases > 0);
+        if (--r->leases == 0) {
+                if (r->owner && R->cb.released && !quiet)
+                        R->cb.released(r, R->userdata);
+                reg_maybe_free(R, r);
+        }
+}
+
+static void lease_destroy(struct registry *R, struct lease *l)
+{
+        lease_destroy_ex(R, l, false);
+}
+
+void registry_lease_undo(struct registry *R, struct lease *l)
+{
+        lease_destroy_ex(R, l, true);
+}
+
+struct registry *registry_free(struct registry *R)
+{
+        if (!R)
+                return NULL;
+        /* Parties may already be gone, so touch neither their lists nor
+         * them: free the leases outright, then every registration. */
+        for (size_t i = 0; R->leases.buckets && i <= R->leases.mask; i++) {
+                struct hmap_node *n = R->leases.buckets[i], *next;
+                for (; n; n = next) {
+                        next = n->next;
+                        free(container_of(n, struct lease, by_id));
+                }
+        }
+        while (R->head) {
+                struct reg *r = R->head;
+                R->head = r->next;
+                if (R->cb.freed)
+                        R->cb.freed(r, R->userdata);
+                free(r);
+        }
+        hmap_free(&R->names);
+        hmap_free(&R->ids);
+        hmap_free(&R->leases);
+        free(R);
+        return NULL;
+}
+
+int registry_add(struct registry *R, struct reg_party *owner, const struct reg_params *p,
+                 struct reg **ret)
+{
+        uint64_t h;
+        struct reg *r;
+        int k;
+
+        if (p->kind >= REGISTRY_KINDS || p->name_len == 0 || p->name_len > PROTO_NAME_MAX ||
+            p->meta_len > UINT32_MAX)
+                return -EINVAL;
+        if (registry_find_name(R, p->name, p->name_len))
+                return -EEXIST;
+
+        r = malloc(sizeof(*r) + p->name_len + 1 + p->meta_len);
+        if (!r)
+                return -ENOMEM;
+        memset(r, 0, sizeof(*r));
+        memcpy(r->name, p->name, p->name_len);
+        r->name[p->name_len] = '\0';
+        r->name_len = (uint16_t)p->name_len;
+        if (p->meta_len > 0) {
+                memcpy(r->name + p->name_len + 1, p->meta, p->meta_len);
+                r->meta = (const uint8_t *)r->name + p->name_len + 1;
+                r->meta_len = (uint32_t)p->meta_len;
+        }
+        r->kind = (uint8_t)p->kind;
+        r->size = p->size;
+        r->offset = p->offset;
+        r->created_ms = p->created_ms;
+        r->ephemeral = p->ephemeral;
+        r->fd = p->fd;
+        r->id = R->next_id;
+
+        h = hmap_hash_str(r->name, r->name_len);
+        k = hmap_insert(&R->names, &r->by_name, h);
+        if (k < 0)
+                goto fail;
+        k = hmap_insert(&R->ids, &r->by_id, hmap_hash_u64(r->id));
+        if (k < 0) {
+                hmap_remove(&R->names, &r->by_name);
+                goto fail;
+        }
+        R->next_id++;
+        r->live = true;
+        r->prev = R->tail;
+        if (R->tail)
+                R->tail->next = r;
+        else
+                R->head = r;
+        R->tail = r;
+        if (owner) {
+                r->owner = owner;
+                r->pid = owner->pid;
+                r->uid = owner->uid;
+                r->gid = owner->gid;
+                r->own_next = owner->owned;
+                if (owner->owned)
+                        owner->owned->own_prev = r;
+                owner->owned = r;
+                owner->n_live++;
+        }
+        R->cnt.registrations++;
+        R->cnt.live++;
+        R->cnt.bytes[r->kind] += r->size;
+        *ret = r;
+        return 0;
+fail:
+        free(r);
+        return k;
+}
+
+struct reg *registry_find_name(const struct registry *R, const char *name, size_t len)
+{
+        uint64_t h = hmap_hash_str(name, len);
+
+        for (struct hmap_node *n = hmap_bucket(&R->names, h); n; n = n->next) {
+                struct reg *r = container_of(n, struct reg, by_name);
+                if (n->hash == h && r->name_len == len && memcmp(r->name, name, len) == 0)
+                        return r;
+        }
+        return NULL;
+}
+
+static struct reg *find_id_any(const struct registry *R, uint64_t id)
+{
+        uint64_t h = hmap_hash_u64(id);
+
+        for (struct hmap_node *n = hmap_bucket(&R->ids, h); n; n = n->next) {
+                struct reg *r = container_of(n, struct reg, by_id);
+                if (r->id == id)
+                        return r;
+        }
+        return NULL;
+}
+
+struct reg *registry_find_id(const struct registry *R, uint64_t id)
+{
+        struct reg *r = find_id_any(R, id);
+
+        /* One kept only by a pin is on its way out. */
+        return r && (r->live || r->leases > 0) ? r : NULL;
+}
+
+int registry_unregister(struct registry *R, struct reg *r)
+{
+        if (!r->live)
+                return -ENOENT;
+        hmap_remove(&R->names, &r->by_name);
+        r->live = false;
+        R->cnt.live--;
+        if (r->owner)
+                r->owner->n_live--;
+        reg_maybe_free(R, r);
+        return 0;
+}
+
+int registry_lease(struct registry *R, struct reg *r, struct reg_party *holder,
+                   struct lease **ret)
+{
+        struct lease *l = calloc(1, sizeof(*l));
+        int k;
+
+        if (!l)
+                return -ENOMEM;
+        l->id = R->next_lease;
+        l->reg = r;
+        l->holder = holder;
+        k = hmap_insert(&R->leases, &l->by_id, hmap_hash_u64(l->id));
+        if (k < 0) {
+                free(l);
+                return k;
+        }
+        R->next_lease++;
+        l->next = holder->leases;
+        if (holder->leases)
+                holder->leases->prev = l;
+        holder->leases = l;
+        holder->n_leases++;
+        r->leases++;
+        R->cnt.leases++;
+        *ret = l;
+        return 0;
+}
+
+struct lease *registry_find_lease(const struct registry *R, uint64_t lease_id)
+{
+        uint64_t h = hmap_hash_u64(lease_id);
+
+        for (struct hmap_node *n = hmap_bucket(&R->leases, h); n; n = n->next) {
+                struct lease *l = container_of(n, struct lease, by_id);
+                if (l->id == lease_id)
+                        return l;
+        }
+        return NULL;
+}
+
+int registry_release(struct registry *R, struct reg_party *holder, uint64_t lease_id)
+{
+        struct lease *l = registry_find_lease(R, lease_id);
+
+        if (!l || l->holder != holder)
+                return -ENOENT;
+        lease_destroy(R, l);
+        return 0;
+}
+
+void registry_party_gone(struct registry *R, struct reg_party *p)
+{
+        /* Detach the owned registrations first, so that dropping p's own
+         * leases below sends no released event back to p. */
+        while (p->owned) {
+                struct reg *r = p->owned;
+                p->owned = r->own_next;
+                r->own_prev = r->own_next = NULL;
+                r->owner = NULL;
+                if (r->live) {
+                        p->n_live--;
+                        if (r->ephemeral)
+                                registry_unregister(R, r);
+                }
+        }
+        while (p->leases)
+                lease_destroy(R, p->leases);
+}
+
+void registry_pin(struct reg *r)
+{
+        r->pins++;
+}
+
+void registry_unpin(struct registry *R, struct reg *r)
+{
+        assert(r->pins > 0);
+        r->pins--;
+        reg_maybe_free(R, r);
+}
+
+struct reg *registry_iter(const struct registry *R, const struct reg *prev, uint64_t after,
+                          const char *prefix, size_t prefix_len)
+{
+        struct reg *r;
+
+        if (prev) {
+                r = prev->next;
+        } else {
+                r = find_id_any(R, after);
+                if (r) {
+                        r = r->next;
+                } else if (R->tail && R->tail->id <= after) {
+                        r = NULL;
+                } else {
+                        /* The cursor's registration is gone: walk to the
+                         * first larger id. */
+                        for (r = R->head; r && r->id <= after; r = r->next)
+                                ;
+                }
+        }
+        for (; r; r = r->next)
+                if (r->live && proto_name_in(r->name, r->name_len, prefix, prefix_len))
+                        return r;
+        return NULL;
+}

@@ -1,0 +1,68 @@
+/* ctl.h: gpuipcctl's subcommands and the helpers they share.
+ *
+ * Each subcommand is `int X_main(int argc, char **argv)` with argv[0] the
+ * subcommand's name, returning the process exit code below.  gpuipcctl uses
+ * only the public API of libgpuipc.
+ */
+#ifndef GPUIPCCTL_H
+#define GPUIPCCTL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gpuipc.h"
+
+enum {
+        EXIT_OK = 0,
+        EXIT_ERROR = 1,         /* the daemon said no, or I/O failed */
+        EXIT_USAGE = 2,
+        EXIT_UNREACHABLE = 3,   /* connecting to the daemon failed */
+};
+
+int ping_main(int argc, char **argv);
+int list_main(int argc, char **argv);
+int show_main(int argc, char **argv);
+int stats_main(int argc, char **argv);
+int put_main(int argc, char **argv);
+int get_main(int argc, char **argv);
+int rm_main(int argc, char **argv);
+
+/* The socket chosen by --socket, or NULL for the library's default
+ * ($GPUIPC_SOCKET, else the compiled-in path). */
+extern const char *ctl_socket;
+
+/* Connects; on failure reports it and returns EXIT_UNREACHABLE. */
+int ctl_connect(const char *cmd, gpuipc_client **ret_client);
+/* Reports a failed call on c (err is its result) and returns EXIT_ERROR. */
+int ctl_fail(const char *cmd, const gpuipc_client *c, int err);
+/* Reports an error message and returns EXIT_ERROR. */
+int ctl_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Flushes stdout; reports a failed write (a full disk, a closed pipe) and
+ * returns EXIT_ERROR, else EXIT_OK. */
+int ctl_flush(const char *cmd);
+/* Reports a usage mistake and returns EXIT_USAGE. */
+int ctl_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Options every subcommand accepts: --socket PATH and -h/--help.  Parses
+ * argv with the extra getopt options given; for each of those it calls
+ * opt(ch, optarg, data), which returns 0 or an exit code.  Returns -1 when
+ * parsing went through (positional arguments start at *ret_index), or the
+ * exit code to end with (0 after --help). */
+struct option;
+int ctl_parse(int argc, char **argv, const char *usage, const char *shortopts,
+              const struct option *longopts,
+              int (*opt)(int ch, const char *arg, void *data), void *data, int *ret_index);
+
+/* "4.0 KiB"-style sizes and "5m"-style ages, into buf. */
+const char *ctl_size(uint64_t bytes, char *buf, size_t len);
+const char *ctl_age(uint64_t created_ms, char *buf, size_t len);
+uint64_t ctl_now_ms(void);
+
+/* json.c */
+const char *ctl_kind(gpuipc_kind k);
+void json_str(FILE *f, const char *s);
+/* One registration as a JSON object with every gpuipc_info field. */
+void json_info(FILE *f, const gpuipc_info *info, const char *indent);
+
+#endif

@@ -1,0 +1,225 @@
+/* gpuipcctl.c: the operator's command line for gpuipcd. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctl.h"
+
+#define OPT_SOCKET 0x100
+
+const char *ctl_socket;
+
+static const struct {
+        const char *name;
+        int (*fn)(int argc, char **argv);
+        const char *description;
+} subcommands[] = {
+        { "ping",  ping_main,  "check that the daemon answers, and how fast" },
+        { "list",  list_main,  "list registrations, optionally under a namespace prefix" },
+        { "show",  show_main,  "show every field of one registration" },
+        { "stats", stats_main, "show the daemon's counters" },
+        { "put",   put_main,   "register the contents of a file (or stdin) under a name" },
+        { "get",   get_main,   "write a registered buffer to stdout (or a file)" },
+        { "rm",    rm_main,    "unregister a name" },
+};
+
+static void usage(FILE *f)
+{
+        fprintf(f, "Usage: gpuipcctl [--socket PATH] <subcommand> [<args>]\n"
+                   "       gpuipcctl --help | --version\n\n"
+                   "Subcommands:\n");
+        for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+                fprintf(f, "  %-6s %s\n", subcommands[i].name, subcommands[i].description);
+        fprintf(f, "\n'gpuipcctl <subcommand> --help' describes each one.\n\n"
+                   "Options:\n"
+                   "  --socket PATH  the daemon's socket (default: $GPUIPC_SOCKET, else %s)\n"
+                   "  -h, --help     show this help\n"
+                   "  --version      show the version\n\n"
+                   "Exit status:\n"
+                   "  0  success\n"
+                   "  1  error (the daemon refused the request, or I/O failed)\n"
+                   "  2  usage error\n"
+                   "  3  the daemon is unreachable (connecting failed)\n",
+                GPUIPC_DEFAULT_SOCKET);
+}
+
+int main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "socket",  required_argument, NULL, OPT_SOCKET },
+                { "help",    no_argument,       NULL, 'h' },
+                { "version", no_argument,       NULL, 'V' },
+                {},
+        };
+        int c;
+
+        /* '+' stops at the subcommand: its options are its own. */
+        while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+                switch (c) {
+                case OPT_SOCKET:
+                        ctl_socket = optarg;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return EXIT_OK;
+                case 'V':
+                        printf("gpuipcctl %s\n", gpuipc_version());
+                        return EXIT_OK;
+                default:
+                        fprintf(stderr, "Try 'gpuipcctl --help'.\n");
+                        return EXIT_USAGE;
+                }
+        }
+        if (optind >= argc) {
+                usage(stderr);
+                return EXIT_USAGE;
+        }
+        for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+                if (strcmp(argv[optind], subcommands[i].name) == 0)
+                        return subcommands[i].fn(argc - optind, argv + optind);
+        fprintf(stderr, "gpuipcctl: unknown subcommand '%s'\nTry 'gpuipcctl --help'.\n",
+                argv[optind]);
+        return EXIT_USAGE;
+}
+
+/* ---- helpers shared by the subcommands ---------------------------------- */
+
+int ctl_connect(const char *cmd, gpuipc_client **ret_client)
+{
+        const char *path = ctl_socket ? ctl_socket : gpuipc_default_socket();
+        int r = gpuipc_connect(path, ret_client);
+
+        if (r == 0)
+                return EXIT_OK;
+        if (r == -ENOENT)
+                fprintf(stderr, "gpuipcctl: %s: cannot connect to %s: no such socket (is gpuipcd running?)\n",
+                        cmd, path);
+        else
+                fprintf(stderr, "gpuipcctl: %s: cannot connect to %s: %s\n", cmd, path,
+                        gpuipc_strerror(r));
+        return EXIT_UNREACHABLE;
+}
+
+int ctl_fail(const char *cmd, const gpuipc_client *c, int err)
+{
+        fprintf(stderr, "gpuipcctl: %s: %s\n", cmd, c ? gpuipc_errmsg(c) : gpuipc_strerror(err));
+        return EXIT_ERROR;
+}
+
+int ctl_error(const char *cmd, const char *fmt, ...)
+{
+        va_list ap;
+
+        fprintf(stderr, "gpuipcctl: %s: ", cmd);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        return EXIT_ERROR;
+}
+
+int ctl_flush(const char *cmd)
+{
+        if (fflush(stdout) != 0 || ferror(stdout))
+                return ctl_error(cmd, "writing stdout: %s", strerror(errno));
+        return EXIT_OK;
+}
+
+int ctl_usage(const char *cmd, const char *fmt, ...)
+{
+        va_list ap;
+
+        fprintf(stderr, "gpuipcctl: %s: ", cmd);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "\nTry 'gpuipcctl %s --help'.\n", cmd);
+        return EXIT_USAGE;
+}
+
+int ctl_parse(int argc, char **argv, const char *usage_text, const char *shortopts,
+              const struct option *longopts,
+              int (*opt)(int ch, const char *arg, void *data), void *data, int *ret_index)
+{
+        struct option all[16] = {
+                { "socket", required_argument, NULL, OPT_SOCKET },
+                { "help",   no_argument,       NULL, 'h' },
+        };
+        char shorts[32];
+        size_t n = 2;
+        int c, r;
+
+        for (size_t i = 0; longopts && longopts[i].name; i++) {
+                if (n + 1 >= sizeof(all) / sizeof(all[0]))
+                        break;
+                all[n++] = longopts[i];
+        }
+        snprintf(shorts, sizeof(shorts), "h%s", shortopts ? shortopts : "");
+        optind = 0;     /* glibc: start afresh on the subcommand's argv */
+        opterr = 0;     /* we report bad options in our own format */
+        while ((c = getopt_long(argc, argv, shorts, all, NULL)) != -1) {
+                switch (c) {
+                case OPT_SOCKET:
+                        ctl_socket = optarg;
+                        break;
+                case 'h':
+                        printf("%s", usage_text);
+                        return EXIT_OK;
+                case '?':
+                        return ctl_usage(argv[0], "bad option or missing argument: '%s'",
+                                         argv[optind - 1]);
+                default:
+                        r = opt ? opt(c, optarg, data) : EXIT_USAGE;
+                        if (r != 0)
+                                return r;
+                }
+        }
+        *ret_index = optind;
+        return -1;
+}
+
+uint64_t ctl_now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+const char *ctl_size(uint64_t bytes, char *buf, size_t len)
+{
+        static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+        double v = (double)bytes;
+        size_t u = 0;
+
+        if (bytes < 1024) {
+                snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+                return buf;
+        }
+        v /= 1024;
+        while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+                v /= 1024;
+                u++;
+        }
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+        return buf;
+}
+
+const char *ctl_age(uint64_t created_ms, char *buf, size_t len)
+{
+        uint64_t now = ctl_now_ms(), s;
+
+        s = now > created_ms ? (now - created_ms) / 1000 : 0;
+        if (s < 60)
+                snprintf(buf, len, "%llus", (unsigned long long)s);
+        else if (s < 3600)
+                snprintf(buf, len, "%llum", (unsigned long long)(s / 60));
+        else if (s < 86400)
+                snprintf(buf, len, "%lluh", (unsigned long long)(s / 3600));
+        else
+                snprintf(buf, len, "%llud", (unsigned long long)(s / 86400));
+        return buf;
+}

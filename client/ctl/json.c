@@ -1,0 +1,86 @@
+/* json.c: JSON output for --json. */
+#include <inttypes.h>
+
+#include "ctl.h"
+
+void json_str(FILE *f, const char *s)
+{
+        fputc('"', f);
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+                switch (*p) {
+                case '"':  fputs("\\\"", f); break;
+                case '\\': fputs("\\\\", f); break;
+                case '\b': fputs("\\b", f); break;
+                case '\f': fputs("\\f", f); break;
+                case '\n': fputs("\\n", f); break;
+                case '\r': fputs("\\r", f); break;
+                case '\t': fputs("\\t", f); break;
+                default:
+                        /* Bytes >= 0x80 pass through: names and meta are
+                         * UTF-8 by the protocol's rules. */
+                        if (*p < 0x20 || *p == 0x7f)
+                                fprintf(f, "\\u%04x", *p);
+                        else
+                                fputc(*p, f);
+                }
+        }
+        fputc('"', f);
+}
+
+static void json_i64_array(FILE *f, const int64_t *v, uint32_t n)
+{
+        if (!v) {
+                fputs("null", f);
+                return;
+        }
+        fputc('[', f);
+        for (uint32_t i = 0; i < n; i++)
+                fprintf(f, "%s%" PRId64, i ? ", " : "", v[i]);
+        fputc(']', f);
+}
+
+const char *ctl_kind(gpuipc_kind k)
+{
+        switch (k) {
+        case GPUIPC_KIND_HOST:     return "host";
+        case GPUIPC_KIND_CUDA_IPC: return "cuda-ipc";
+        case GPUIPC_KIND_CUDA_VMM: return "cuda-vmm";
+        }
+        return "unknown";
+}
+
+void json_info(FILE *f, const gpuipc_info *in, const char *ind)
+{
+        fprintf(f, "{\n%s  \"id\": %" PRIu64 ",\n%s  \"name\": ", ind, in->id, ind);
+        json_str(f, in->name);
+        fprintf(f, ",\n%s  \"kind\": \"%s\",\n", ind, ctl_kind(in->kind));
+        fprintf(f, "%s  \"size\": %" PRIu64 ",\n%s  \"offset\": %" PRIu64 ",\n", ind, in->size,
+                ind, in->offset);
+        fprintf(f, "%s  \"device\": ", ind);
+        json_str(f, in->device);
+        fprintf(f, ",\n%s  \"dtype\": ", ind);
+        json_str(f, in->dtype);
+        fprintf(f, ",\n%s  \"shape\": ", ind);
+        if (in->ndim == 0)
+                fputs("[]", f);
+        else
+                json_i64_array(f, in->shape, in->ndim);
+        fprintf(f, ",\n%s  \"strides\": ", ind);
+        json_i64_array(f, in->strides, in->ndim);
+        fprintf(f, ",\n%s  \"user\": {", ind);
+        for (uint32_t i = 0; i < in->n_user; i++) {
+                fputs(i ? ", " : "", f);
+                json_str(f, in->user_keys[i]);
+                fputs(": ", f);
+                json_str(f, in->user_values[i]);
+        }
+        fprintf(f, "},\n%s  \"owner\": {\"pid\": %" PRIu32 ", \"uid\": %" PRIu32
+                   ", \"gid\": %" PRIu32 ", \"connected\": %s},\n",
+                ind, in->owner_pid, in->owner_uid, in->owner_gid,
+                in->flags & GPUIPC_INFO_OWNER_GONE ? "false" : "true");
+        fprintf(f, "%s  \"leases\": %" PRIu32 ",\n%s  \"ephemeral\": %s,\n", ind, in->leases, ind,
+                in->flags & GPUIPC_INFO_EPHEMERAL ? "true" : "false");
+        fprintf(f, "%s  \"state\": \"%s\",\n%s  \"created_ms\": %" PRIu64 "\n%s}", ind,
+                in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live", ind,
+                in->created_ms, ind);
+}

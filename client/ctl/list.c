@@ -1,0 +1,86 @@
+/* list.c: gpuipcctl list: registrations as a table or as JSON. */
+#include <getopt.h>
+#include <inttypes.h>
+
+#include "ctl.h"
+
+static const char usage[] =
+        "Usage: gpuipcctl list [--socket PATH] [PREFIX] [--json]\n\n"
+        "Lists the live registrations, all of them or those in namespace PREFIX,\n"
+        "ordered by id.  OWNER is pid/uid, marked '-' when the registering\n"
+        "connection has ended.  --json prints an array of objects instead.\n";
+
+static int opt(int ch, const char *arg, void *data)
+{
+        *(bool *)data = true;   /* --json is the only option */
+        return 0;
+}
+
+static void print_table(const gpuipc_list *l)
+{
+        char size[32], age[32], owner[48];
+
+        printf("%-6s %-32s %-8s %10s %6s %-14s %5s %s\n", "ID", "NAME", "KIND", "SIZE", "LEASES",
+               "OWNER", "AGE", "STATE");
+        for (size_t i = 0; i < gpuipc_list_count(l); i++) {
+                const gpuipc_info *in = gpuipc_list_get(l, i);
+
+                snprintf(owner, sizeof(owner), "%" PRIu32 "/%" PRIu32 "%s", in->owner_pid,
+                         in->owner_uid, in->flags & GPUIPC_INFO_OWNER_GONE ? "-" : "");
+                printf("%-6" PRIu64 " %-32s %-8s %10s %6" PRIu32 " %-14s %5s %s%s\n", in->id,
+                       in->name, ctl_kind(in->kind), ctl_size(in->size, size, sizeof(size)),
+                       in->leases, owner, ctl_age(in->created_ms, age, sizeof(age)),
+                       in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live",
+                       in->flags & GPUIPC_INFO_EPHEMERAL ? ",ephemeral" : "");
+        }
+}
+
+static void print_json(const gpuipc_list *l)
+{
+        size_t n = gpuipc_list_count(l);
+
+        fputs(n ? "[\n  " : "[", stdout);
+        for (size_t i = 0; i < n; i++) {
+                if (i)
+                        fputs(",\n  ", stdout);
+                json_info(stdout, gpuipc_list_get(l, i), "  ");
+        }
+        fputs(n ? "\n]\n" : "]\n", stdout);
+}
+
+int list_main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "json", no_argument, NULL, 'j' },
+                {},
+        };
+        gpuipc_list *l;
+        gpuipc_client *c;
+        const char *prefix = NULL;
+        bool json = false;
+        int idx, r;
+
+        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        if (r >= 0)
+                return r;
+        if (argc - idx > 1)
+                return ctl_usage(argv[0], "expected at most one PREFIX");
+        if (idx < argc)
+                prefix = argv[idx];
+        r = ctl_connect(argv[0], &c);
+        if (r != EXIT_OK)
+                return r;
+        r = gpuipc_list_fetch(c, prefix, &l);
+        if (r < 0) {
+                r = ctl_fail(argv[0], c, r);
+                gpuipc_client_free(c);
+                return r;
+        }
+        if (json)
+                print_json(l);
+        else
+                print_table(l);
+        gpuipc_list_free(l);
+        gpuipc_client_free(c);
+        return ctl_flush(argv[0]);
+}

@@ -1,0 +1,96 @@
+/* show.c: gpuipcctl show: every field of one registration. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <time.h>
+
+#include "ctl.h"
+
+static const char usage[] =
+        "Usage: gpuipcctl show [--socket PATH] NAME [--json]\n\n"
+        "Prints every field of registration NAME as 'key: value' lines, or as\n"
+        "a JSON object with --json.\n";
+
+static int opt(int ch, const char *arg, void *data)
+{
+        *(bool *)data = true;   /* --json is the only option */
+        return 0;
+}
+
+static void print_dims(const char *key, const int64_t *v, uint32_t n)
+{
+        printf("%-10s ", key);
+        if (!v) {
+                printf("-\n");
+                return;
+        }
+        for (uint32_t i = 0; i < n; i++)
+                printf("%s%" PRId64, i ? "," : "", v[i]);
+        printf("\n");
+}
+
+static void print_text(const gpuipc_info *in)
+{
+        char size[32], age[32], when[64];
+        time_t t = (time_t)(in->created_ms / 1000);
+        struct tm tm;
+
+        if (gmtime_r(&t, &tm))
+                strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+        else
+                when[0] = '\0';
+        printf("id:        %" PRIu64 "\n", in->id);
+        printf("name:      %s\n", in->name);
+        printf("kind:      %s\n", ctl_kind(in->kind));
+        printf("size:      %" PRIu64 " (%s)\n", in->size, ctl_size(in->size, size, sizeof(size)));
+        printf("offset:    %" PRIu64 "\n", in->offset);
+        printf("device:    %s\n", in->device[0] ? in->device : "-");
+        printf("state:     %s\n", in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live");
+        printf("ephemeral: %s\n", in->flags & GPUIPC_INFO_EPHEMERAL ? "yes" : "no");
+        printf("leases:    %" PRIu32 "\n", in->leases);
+        printf("owner:     pid %" PRIu32 ", uid %" PRIu32 ", gid %" PRIu32 " (%s)\n",
+               in->owner_pid, in->owner_uid, in->owner_gid,
+               in->flags & GPUIPC_INFO_OWNER_GONE ? "disconnected" : "connected");
+        printf("created:   %s.%03" PRIu64 "Z (%s ago)\n", when, in->created_ms % 1000,
+               ctl_age(in->created_ms, age, sizeof(age)));
+        printf("dtype:     %s\n", in->dtype[0] ? in->dtype : "-");
+        print_dims("shape:", in->ndim ? in->shape : NULL, in->ndim);
+        print_dims("strides:", in->strides, in->ndim);
+        for (uint32_t i = 0; i < in->n_user; i++)
+                printf("user.%s: %s\n", in->user_keys[i], in->user_values[i]);
+}
+
+int show_main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "json", no_argument, NULL, 'j' },
+                {},
+        };
+        gpuipc_list *l;
+        gpuipc_client *c;
+        bool json = false;
+        int idx, r;
+
+        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        if (r >= 0)
+                return r;
+        if (argc - idx != 1)
+                return ctl_usage(argv[0], "expected exactly one NAME");
+        r = ctl_connect(argv[0], &c);
+        if (r != EXIT_OK)
+                return r;
+        r = gpuipc_stat(c, argv[idx], &l);
+        if (r < 0) {
+                r = ctl_fail(argv[0], c, r);
+                gpuipc_client_free(c);
+                return r;
+        }
+        if (json) {
+                json_info(stdout, gpuipc_list_get(l, 0), "");
+                fputc('\n', stdout);
+        } else {
+                print_text(gpuipc_list_get(l, 0));
+        }
+        gpuipc_list_free(l);
+        gpuipc_client_free(c);
+        return ctl_flush(argv[0]);
+}

@@ -1,0 +1,81 @@
+/* stats.c: gpuipcctl stats: the daemon's counters. */
+#include <getopt.h>
+#include <inttypes.h>
+
+#include "ctl.h"
+
+static const char usage[] =
+        "Usage: gpuipcctl stats [--socket PATH] [--json]\n\n"
+        "Prints the daemon's counters, one per line, or as a JSON object.\n";
+
+static int opt(int ch, const char *arg, void *data)
+{
+        *(bool *)data = true;   /* --json is the only option */
+        return 0;
+}
+
+static void print_json(const gpuipc_stats *s)
+{
+        printf("{\n  \"server\": ");
+        json_str(stdout, s->server);
+        printf(",\n  \"pid\": %" PRIu32 ",\n  \"protocol\": %" PRIu32 ",\n"
+               "  \"uptime_ms\": %" PRIu64 ",\n  \"connections\": %" PRIu64 ",\n"
+               "  \"registrations\": %" PRIu64 ",\n  \"leases\": %" PRIu64 ",\n"
+               "  \"bytes_host\": %" PRIu64 ",\n  \"requests\": %" PRIu64 ",\n"
+               "  \"errors\": %" PRIu64 "\n}\n",
+               s->pid, s->protocol, s->uptime_ms, s->connections, s->registrations, s->leases,
+               s->bytes_host, s->requests, s->errors);
+}
+
+static void print_text(const gpuipc_stats *s)
+{
+        uint64_t up = s->uptime_ms / 1000;
+        char size[32];
+
+        printf("server:        %s\n", s->server);
+        printf("pid:           %" PRIu32 "\n", s->pid);
+        printf("protocol:      %" PRIu32 "\n", s->protocol);
+        printf("uptime:        %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 "\n",
+               up / 86400, up / 3600 % 24, up / 60 % 60, up % 60);
+        printf("connections:   %" PRIu64 "\n", s->connections);
+        printf("registrations: %" PRIu64 "\n", s->registrations);
+        printf("leases:        %" PRIu64 "\n", s->leases);
+        printf("host bytes:    %" PRIu64 " (%s)\n", s->bytes_host,
+               ctl_size(s->bytes_host, size, sizeof(size)));
+        printf("requests:      %" PRIu64 "\n", s->requests);
+        printf("errors:        %" PRIu64 "\n", s->errors);
+}
+
+int stats_main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "json", no_argument, NULL, 'j' },
+                {},
+        };
+        gpuipc_client *c;
+        gpuipc_stats *s;
+        bool json = false;
+        int idx, r;
+
+        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        if (r >= 0)
+                return r;
+        if (idx < argc)
+                return ctl_usage(argv[0], "unexpected argument '%s'", argv[idx]);
+        r = ctl_connect(argv[0], &c);
+        if (r != EXIT_OK)
+                return r;
+        r = gpuipc_stats_get(c, &s);
+        if (r < 0) {
+                r = ctl_fail(argv[0], c, r);
+                gpuipc_client_free(c);
+                return r;
+        }
+        if (json)
+                print_json(s);
+        else
+                print_text(s);
+        gpuipc_stats_free(s);
+        gpuipc_client_free(c);
+        return ctl_flush(argv[0]);
+}

@@ -1,0 +1,246 @@
+/* client.c: the connection to gpuipcd: connect, hello, errors, lifetime.
+ * The request and frame machinery is in io.c. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- errors ------------------------------------------------------------ */
+
+int gpuipc__begin(gpuipc_client *c)
+{
+        c->errmsg[0] = '\0';
+        c->last_err = 0;
+        if (c->dead)
+                return gpuipc__fail(c, -ENOTCONN, "the connection to gpuipcd is closed (%s)",
+                                    gpuipc_strerror(c->dead));
+        return 0;
+}
+
+int gpuipc__end(gpuipc_client *c, int err)
+{
+        if (err < 0 && c->last_err == 0)
+                c->last_err = err;
+        return err;
+}
+
+int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+        va_end(ap);
+        c->last_err = err;
+        return err;
+}
+
+const char *gpuipc_errmsg(const gpuipc_client *c)
+{
+        if (!c)
+                return gpuipc_strerror(-EINVAL);
+        if (c->errmsg[0])
+                return c->errmsg;
+        if (c->last_err)
+                return gpuipc_strerror(c->last_err);
+        return "success";
+}
+
+int gpuipc__client_kill(gpuipc_client *c, int err)
+{
+        if (!c->dead)
+                c->dead = err;
+        if (c->fd >= 0) {
+                close(c->fd);
+                c->fd = -1;
+        }
+        proto_fdq_clear(&c->fdq);
+        return err;
+}
+
+bool gpuipc__client_usable(const gpuipc_client *c)
+{
+        return c->fd >= 0 && !c->dead;
+}
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+gpuipc_client *gpuipc__client_ref(gpuipc_client *c)
+{
+        __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+        return c;
+}
+
+void gpuipc__client_unref(gpuipc_client *c)
+{
+        if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
+                return;
+        if (c->fd >= 0)
+                close(c->fd);
+        proto_fdq_clear(&c->fdq);
+        proto_reader_free(&c->rd);
+        free(c);
+}
+
+void gpuipc_client_free(gpuipc_client *c)
+{
+        if (!c)
+                return;
+        /* Closing now makes the daemon drop this connection's leases and
+         * ephemeral registrations, as documented; views that remain only
+         * hold their mapping and a reference to this struct. */
+        gpuipc__client_kill(c, -ENOTCONN);
+        c->freed = true;
+        gpuipc__client_unref(c);
+}
+
+/* ---- connect ----------------------------------------------------------- */
+
+static int client_hello(gpuipc_client *c)
+{
+        struct gpuipc__reply rp;
+        struct proto_out o;
+        uint64_t seq, version, max_frame;
+        int r;
+
+        seq = gpuipc__request(c, &o, "hello", 2);
+        proto_pack_ku64(&o.pk, "version", PROTO_VERSION);
+        proto_pack_kstr(&o.pk, "client", "libgpuipc " GPUIPC_VERSION);
+        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        if (r < 0)
+                return r;
+        if (proto_get_u64(rp.msg.root, "version", &version) < 0 || version != PROTO_VERSION) {
+                r = gpuipc__fail(c, -EPROTONOSUPPORT, "gpuipcd answered hello with an unsupported protocol version");
+                goto out;
+        }
+        if (proto_get_u64(rp.msg.root, "max_frame", &max_frame) < 0 || max_frame < 64) {
+                r = gpuipc__fail(c, -EBADMSG, "gpuipcd's hello reply has no usable max_frame");
+                goto out;
+        }
+        if (max_frame > PROTO_MAX_FRAME_LIMIT)
+                max_frame = PROTO_MAX_FRAME_LIMIT;
+        c->max_frame = (uint32_t)max_frame;
+        c->rd.max_frame = (uint32_t)max_frame;
+out:
+        gpuipc__reply_free(&rp);
+        return r;
+}
+
+int gpuipc_connect(const char *path, gpuipc_client **ret_client)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        gpuipc_client *c;
+        size_t len;
+        int r;
+
+        if (!ret_client)
+                return -EINVAL;
+        if (!path)
+                path = gpuipc_default_socket();
+        len = strlen(path);
+        if (len == 0)
+                return -EINVAL;
+        if (len >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        memcpy(sa.sun_path, path, len + 1);
+
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        c->refs = 1;
+        c->fd = -1;
+        c->max_frame = PROTO_MAX_FRAME;
+        proto_fdq_init(&c->fdq);
+        r = proto_reader_init(&c->rd, PROTO_MAX_FRAME);
+        if (r < 0)
+                goto fail;
+        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c->fd < 0) {
+                r = -errno;
+                goto fail;
+        }
+        do
+                r = connect(c->fd, (const struct sockaddr *)&sa, sizeof(sa));
+        while (r < 0 && errno == EINTR);
+        if (r < 0) {
+                r = -errno;
+                goto fail;
+        }
+        r = client_hello(c);
+        if (r < 0)
+                goto fail;
+        *ret_client = c;
+        return 0;
+
+fail:
+        gpuipc__client_unref(c);
+        return r;
+}
+
+/* ---- simple calls ------------------------------------------------------ */
+
+int gpuipc_ping(gpuipc_client *c)
+{
+        struct gpuipc__reply rp;
+        struct proto_out o;
+        uint64_t seq;
+        int r;
+
+        if (!c)
+                return -EINVAL;
+        r = gpuipc__begin(c);
+        if (r < 0)
+                return r;
+        seq = gpuipc__request(c, &o, "ping", 0);
+        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        if (r == 0)
+                gpuipc__reply_free(&rp);
+        return gpuipc__end(c, r);
+}
+
+static int64_t now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)
+{
+        int64_t deadline;
+        int r;
+
+        if (!c)
+                return -EINVAL;
+        r = gpuipc__begin(c);
+        if (r < 0)
+                return r;
+        if (timeout_ms < 0)
+                timeout_ms = PROTO_WAIT_MAX_MS;
+        deadline = now_ms() + timeout_ms;
+        for (;;) {
+                int64_t left = deadline - now_ms();
+
+                if (gpuipc__released_take(c, id))
+                        return 0;
+                if (left < 0)
+                        left = 0;
+                r = gpuipc__pump(c, (int)left);
+                if (r < 0)
+                        return gpuipc__end(c, r);
+                if (gpuipc__released_take(c, id))
+                        return 0;
+                if (left == 0)
+                        break;
+        }
+        return gpuipc__fail(c, -ETIMEDOUT, "registration %llu was not released within %d ms",
+                            (unsigned long long)id, timeout_ms);
+}

@@ -1,0 +1,160 @@
+/* hostbuf.c: producer-side host buffers (memfds) and their registration. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct gpuipc_hostbuf {
+        int fd;
+        void *data;
+        size_t size;
+};
+
+int gpuipc_hostbuf_new(size_t size, gpuipc_hostbuf **ret_buf)
+{
+        gpuipc_hostbuf *b;
+        int r;
+
+        if (!ret_buf || size == 0 || size > (size_t)INT64_MAX)
+                return -EINVAL;
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return -ENOMEM;
+        b->data = MAP_FAILED;
+        b->size = size;
+        b->fd = memfd_create("gpuipc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (b->fd < 0) {
+                r = -errno;
+                goto fail;
+        }
+        if (ftruncate(b->fd, (off_t)size) < 0 ||
+            fcntl(b->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+                r = -errno;
+                goto fail;
+        }
+        b->data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+        if (b->data == MAP_FAILED) {
+                r = -errno;
+                goto fail;
+        }
+        *ret_buf = b;
+        return 0;
+
+fail:
+        gpuipc_hostbuf_free(b);
+        return r;
+}
+
+void *gpuipc_hostbuf_data(const gpuipc_hostbuf *b)
+{
+        return b ? b->data : NULL;
+}
+
+size_t gpuipc_hostbuf_size(const gpuipc_hostbuf *b)
+{
+        return b ? b->size : 0;
+}
+
+int gpuipc_hostbuf_fd(const gpuipc_hostbuf *b)
+{
+        return b ? b->fd : -EINVAL;
+}
+
+void gpuipc_hostbuf_free(gpuipc_hostbuf *b)
+{
+        if (!b)
+                return;
+        if (b->data != MAP_FAILED && b->data)
+                munmap(b->data, b->size);
+        if (b->fd >= 0)
+                close(b->fd);
+        free(b);
+}
+
+/* Makes sure fd is a memfd that cannot shrink below offset + size. */
+static int check_memfd(gpuipc_client *c, int fd, uint64_t offset, uint64_t size)
+{
+        struct stat st;
+        int seals;
+
+        seals = fcntl(fd, F_GET_SEALS);
+        if (seals < 0)
+                return gpuipc__fail(c, -EBADF, "fd %d is not a memfd (sealing unsupported)", fd);
+        if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+                if (errno == EPERM)
+                        return gpuipc__fail(c, -EPERM, "the memfd can shrink and takes no new seals "
+                                            "(F_SEAL_SEAL set, or created without MFD_ALLOW_SEALING)");
+                return gpuipc__fail(c, -errno, "cannot seal the memfd against shrinking");
+        }
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if ((uint64_t)st.st_size < offset + size)
+                return gpuipc__fail(c, -EINVAL, "offset + size (%llu) exceeds the memfd's size (%llu)",
+                                    (unsigned long long)(offset + size),
+                                    (unsigned long long)st.st_size);
+        return 0;
+}
+
+int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offset, uint64_t size,
+                       const gpuipc_meta *meta, unsigned flags, uint64_t *ret_id)
+{
+        struct gpuipc__reply rp;
+        struct proto_out o;
+        const char *why;
+        uint64_t seq, id;
+        uint32_t nmeta;
+        bool ephemeral = flags & GPUIPC_REGISTER_EPHEMERAL;
+        int r;
+
+        if (!c)
+                return -EINVAL;
+        r = gpuipc__begin(c);
+        if (r < 0)
+                return r;
+        if (!name || proto_name_check(name, strlen(name), &why) < 0)
+                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
+        if (fd < 0 || size == 0 || offset > UINT64_MAX - size || (flags & ~GPUIPC_REGISTER_EPHEMERAL))
+                return gpuipc__fail(c, -EINVAL, "invalid fd, size, offset or flags");
+        if (gpuipc__meta_check(meta, &why) < 0)
+                return gpuipc__fail(c, -EINVAL, "invalid metadata: %s", why);
+        r = check_memfd(c, fd, offset, size);
+        if (r < 0)
+                return gpuipc__end(c, r);
+
+        nmeta = gpuipc__meta_keys(meta);
+        seq = gpuipc__request(c, &o, "register", 5 + ephemeral + (nmeta > 0));
+        proto_pack_kstr(&o.pk, "name", name);
+        proto_pack_kstr(&o.pk, "kind", "host");
+        proto_pack_ku64(&o.pk, "size", size);
+        proto_pack_ku64(&o.pk, "offset", offset);
+        proto_pack_ku64(&o.pk, "fds", 1);
+        if (ephemeral)
+                proto_pack_kbool(&o.pk, "ephemeral", true);
+        if (nmeta > 0) {
+                proto_pack_str(&o.pk, "meta");
+                gpuipc__meta_pack(&o.pk, meta);
+        }
+        r = gpuipc__call(c, &o, seq, &fd, 1, &rp);
+        if (r < 0)
+                return gpuipc__end(c, r);
+        r = proto_get_u64(rp.msg.root, "id", &id);
+        gpuipc__reply_free(&rp);
+        if (r < 0)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's register reply has no id");
+        if (ret_id)
+                *ret_id = id;
+        return 0;
+}
+
+int gpuipc_register_host(gpuipc_client *c, const char *name, const gpuipc_hostbuf *b,
+                         const gpuipc_meta *meta, unsigned flags, uint64_t *ret_id)
+{
+        if (!c || !b)
+                return -EINVAL;
+        return gpuipc_register_fd(c, name, b->fd, 0, b->size, meta, flags, ret_id);
+}

@@ -1,0 +1,284 @@
+/* info.c: buffer metadata out to the wire, registration records back in.
+ *
+ * A decoded record lives in one heap block: the gpuipc_info first, then its
+ * arrays, then its strings.  One free() releases it, and no pointer inside
+ * can outlive the others.
+ */
+#include <errno.h>
+#include <stdalign.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- meta -> wire ------------------------------------------------------ */
+
+int gpuipc__meta_check(const gpuipc_meta *m, const char **ret_why)
+{
+        const char *why = NULL;
+
+        if (!m)
+                return 0;
+        if (m->dtype && strlen(m->dtype) > PROTO_DTYPE_MAX)
+                why = "dtype is longer than 32 bytes";
+        else if (m->ndim > PROTO_NDIM_MAX)
+                why = "more than 32 dimensions";
+        else if (m->ndim > 0 && !m->shape)
+                why = "ndim is set but shape is NULL";
+        else if (m->n_user > PROTO_USER_MAX_ENTRIES)
+                why = "more than 32 user metadata entries";
+        else if (m->n_user > 0 && (!m->user_keys || !m->user_values))
+                why = "n_user is set but user_keys or user_values is NULL";
+        for (uint32_t i = 0; !why && i < m->ndim; i++)
+                if (m->shape[i] < 0)
+                        why = "a shape entry is negative";
+        for (uint32_t i = 0; !why && i < m->n_user; i++) {
+                if (!m->user_keys[i] || !m->user_values[i])
+                        why = "a user metadata key or value is NULL";
+                else if (strlen(m->user_keys[i]) > PROTO_USER_KEY_MAX)
+                        why = "a user metadata key is longer than 64 bytes";
+                else if (strlen(m->user_values[i]) > PROTO_USER_VALUE_MAX)
+                        why = "a user metadata value is longer than 1024 bytes";
+        }
+        if (why) {
+                *ret_why = why;
+                return -EINVAL;
+        }
+        return 0;
+}
+
+uint32_t gpuipc__meta_keys(const gpuipc_meta *m)
+{
+        if (!m)
+                return 0;
+        return (m->dtype && m->dtype[0]) + (m->ndim > 0) + (m->ndim > 0 && m->strides) +
+               (m->n_user > 0);
+}
+
+static void pack_i64_array(msgpack_packer *pk, const char *key, const int64_t *v, uint32_t n)
+{
+        proto_pack_str(pk, key);
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++)
+                msgpack_pack_int64(pk, v[i]);
+}
+
+void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m)
+{
+        msgpack_pack_map(pk, gpuipc__meta_keys(m));
+        if (m->dtype && m->dtype[0])
+                proto_pack_kstr(pk, "dtype", m->dtype);
+        if (m->ndim > 0)
+                pack_i64_array(pk, "shape", m->shape, m->ndim);
+        if (m->ndim > 0 && m->strides)
+                pack_i64_array(pk, "strides", m->strides, m->ndim);
+        if (m->n_user > 0) {
+                proto_pack_str(pk, "user");
+                msgpack_pack_map(pk, m->n_user);
+                for (uint32_t i = 0; i < m->n_user; i++)
+                        proto_pack_kstr(pk, m->user_keys[i], m->user_values[i]);
+        }
+}
+
+/* ---- wire -> gpuipc_info ----------------------------------------------- */
+
+/* The fields of a record, checked, before they are copied out. */
+struct rec {
+        gpuipc_info info;               /* the scalar fields */
+        const msgpack_object *name, *device, *dtype, *shape, *strides, *user;
+        size_t bytes;                   /* size of the block to allocate */
+};
+
+static size_t str_bytes(const msgpack_object *o)
+{
+        return o ? o->via.str.size + 1 : 1;
+}
+
+/* Optional str: absent is fine, anything but a str is not. */
+static int opt_str(const msgpack_object *map, const char *key, const msgpack_object **ret)
+{
+        const msgpack_object *o = proto_get(map, key);
+
+        if (!o || o->type == MSGPACK_OBJECT_NIL) {
+                *ret = NULL;
+                return 0;
+        }
+        if (o->type != MSGPACK_OBJECT_STR)
+                return -EBADMSG;
+        *ret = o;
+        return 0;
+}
+
+static int opt_u32(const msgpack_object *map, const char *key, uint32_t *ret)
+{
+        uint64_t v = 0;
+        int r = proto_get_u64(map, key, &v);
+
+        if (r == -EINVAL || v > UINT32_MAX)
+                return -EBADMSG;
+        *ret = (uint32_t)v;
+        return 0;
+}
+
+static int opt_u64(const msgpack_object *map, const char *key, uint64_t *ret)
+{
+        uint64_t v = 0;
+
+        if (proto_get_u64(map, key, &v) == -EINVAL)
+                return -EBADMSG;
+        *ret = v;
+        return 0;
+}
+
+static int parse_meta(const msgpack_object *meta, struct rec *r)
+{
+        const msgpack_object *o;
+
+        if (opt_str(meta, "dtype", &r->dtype) < 0)
+                return -EBADMSG;
+        if (r->dtype && r->dtype->via.str.size > PROTO_DTYPE_MAX)
+                return -EBADMSG;
+        if (proto_get_array(meta, "shape", &o) == 0) {
+                if (o->via.array.size > PROTO_NDIM_MAX)
+                        return -EBADMSG;
+                r->shape = o;
+                r->info.ndim = o->via.array.size;
+        }
+        if (proto_get_array(meta, "strides", &o) == 0) {
+                if (o->via.array.size != r->info.ndim)
+                        return -EBADMSG;
+                r->strides = r->info.ndim > 0 ? o : NULL;
+        }
+        for (uint32_t i = 0; i < r->info.ndim; i++) {
+                int64_t v;
+                if (proto_obj_i64(&r->shape->via.array.ptr[i], &v) < 0 || v < 0)
+                        return -EBADMSG;
+                if (r->strides && proto_obj_i64(&r->strides->via.array.ptr[i], &v) < 0)
+                        return -EBADMSG;
+        }
+        r->bytes += 2 * (size_t)r->info.ndim * sizeof(int64_t);
+        if (proto_get_map(meta, "user", &o) == 0) {
+                if (o->via.map.size > PROTO_USER_MAX_ENTRIES)
+                        return -EBADMSG;
+                for (uint32_t i = 0; i < o->via.map.size; i++) {
+                        const msgpack_object_kv *kv = &o->via.map.ptr[i];
+                        if (kv->key.type != MSGPACK_OBJECT_STR || kv->val.type != MSGPACK_OBJECT_STR)
+                                return -EBADMSG;
+                        r->bytes += str_bytes(&kv->key) + str_bytes(&kv->val);
+                }
+                r->user = o;
+                r->info.n_user = o->via.map.size;
+                r->bytes += 2 * (size_t)r->info.n_user * sizeof(char *);
+        }
+        return 0;
+}
+
+static int parse_owner(const msgpack_object *owner, struct rec *r)
+{
+        bool connected = true;
+
+        if (opt_u32(owner, "pid", &r->info.owner_pid) < 0 ||
+            opt_u32(owner, "uid", &r->info.owner_uid) < 0 ||
+            opt_u32(owner, "gid", &r->info.owner_gid) < 0 ||
+            proto_get_bool(owner, "connected", &connected) == -EINVAL)
+                return -EBADMSG;
+        if (!connected)
+                r->info.flags |= GPUIPC_INFO_OWNER_GONE;
+        return 0;
+}
+
+static int parse_rec(const msgpack_object *reg, struct rec *r)
+{
+        const msgpack_object *kind, *meta, *owner;
+        bool ephemeral = false;
+        int k;
+
+        memset(r, 0, sizeof(*r));
+        r->bytes = sizeof(gpuipc_info);
+        if (!reg || reg->type != MSGPACK_OBJECT_MAP)
+                return -EBADMSG;
+        if (proto_get_u64(reg, "id", &r->info.id) < 0 ||
+            proto_get_u64(reg, "size", &r->info.size) < 0 ||
+            opt_str(reg, "name", &r->name) < 0 || !r->name ||
+            memchr(r->name->via.str.ptr, '\0', r->name->via.str.size) ||
+            opt_str(reg, "kind", &kind) < 0 || !kind)
+                return -EBADMSG;
+        k = proto_kind_from_name(kind->via.str.ptr, kind->via.str.size);
+        if (k < 0)
+                return -EBADMSG;
+        r->info.kind = (gpuipc_kind)k;
+        if (opt_u64(reg, "offset", &r->info.offset) < 0 ||
+            opt_u64(reg, "created_ms", &r->info.created_ms) < 0 ||
+            opt_u32(reg, "leases", &r->info.leases) < 0 ||
+            opt_str(reg, "device", &r->device) < 0 ||
+            proto_get_bool(reg, "ephemeral", &ephemeral) == -EINVAL)
+                return -EBADMSG;
+        if (ephemeral)
+                r->info.flags |= GPUIPC_INFO_EPHEMERAL;
+        if (proto_obj_str_eq(proto_get(reg, "state"), "unregistered"))
+                r->info.flags |= GPUIPC_INFO_UNREGISTERED;
+        if (proto_get_map(reg, "owner", &owner) == 0 && parse_owner(owner, r) < 0)
+                return -EBADMSG;
+        if (proto_get_map(reg, "meta", &meta) == 0 && parse_meta(meta, r) < 0)
+                return -EBADMSG;
+        r->bytes += str_bytes(r->name) + str_bytes(r->device) + str_bytes(r->dtype);
+        return 0;
+}
+
+/* Copies a str object (or "" for NULL) to *pos; an embedded NUL simply
+ * ends the C string early, which is all a C caller could see anyway. */
+static const char *put_str(char **pos, const msgpack_object *o)
+{
+        char *s = *pos;
+        size_t n = o ? o->via.str.size : 0;
+
+        if (n)
+                memcpy(s, o->via.str.ptr, n);
+        s[n] = '\0';
+        *pos += n + 1;
+        return s;
+}
+
+int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
+{
+        struct rec r;
+        gpuipc_info *info;
+        int64_t *shape, *strides;
+        const char **keys, **values;
+        char *pos;
+        int ret;
+
+        ret = parse_rec(reg, &r);
+        if (ret < 0)
+                return ret;
+        _Static_assert(alignof(gpuipc_info) >= alignof(int64_t), "layout");
+        _Static_assert(sizeof(gpuipc_info) % alignof(int64_t) == 0, "layout");
+        info = malloc(r.bytes);
+        if (!info)
+                return -ENOMEM;
+        *info = r.info;
+        shape = (int64_t *)(info + 1);
+        strides = shape + r.info.ndim;
+        keys = (const char **)(strides + r.info.ndim);
+        values = keys + r.info.n_user;
+        pos = (char *)(values + r.info.n_user);
+
+        for (uint32_t i = 0; i < r.info.ndim; i++) {
+                (void)proto_obj_i64(&r.shape->via.array.ptr[i], &shape[i]);
+                if (r.strides)
+                        (void)proto_obj_i64(&r.strides->via.array.ptr[i], &strides[i]);
+        }
+        info->shape = r.info.ndim ? shape : NULL;
+        info->strides = r.strides ? strides : NULL;
+        for (uint32_t i = 0; i < r.info.n_user; i++) {
+                keys[i] = put_str(&pos, &r.user->via.map.ptr[i].key);
+                values[i] = put_str(&pos, &r.user->via.map.ptr[i].val);
+        }
+        info->user_keys = r.info.n_user ? keys : NULL;
+        info->user_values = r.info.n_user ? values : NULL;
+        info->name = put_str(&pos, r.name);
+        info->device = put_str(&pos, r.device);
+        info->dtype = put_str(&pos, r.dtype);
+        *ret_info = info;
+        return 0;
+}

@@ -1,0 +1,112 @@
+/* internal.h: private interfaces of libgpuipc.
+ *
+ * Nothing declared here is exported: the build uses -fvisibility=hidden and
+ * client/libgpuipc.sym, and internal names carry the gpuipc__ prefix so that
+ * they never collide with the public gpuipc_ ones in a static link.
+ */
+#ifndef GPUIPC_INTERNAL_H
+#define GPUIPC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gpuipc.h"
+#include "proto.h"
+
+#define GPUIPC__ERRMSG_MAX   512u
+#define GPUIPC__RELEASED_MAX 1024u     /* remembered `released` events */
+#define GPUIPC__LIST_MAX     (16u << 20) /* records one gpuipc_list may hold */
+
+struct gpuipc_client {
+        unsigned refs;                  /* the caller's, plus one per view */
+        int fd;                         /* -1 once closed */
+        int dead;                       /* 0, or why the connection is unusable */
+        bool freed;                     /* gpuipc_client_free() was called */
+        uint64_t seq;                   /* last seq sent */
+        uint32_t max_frame;             /* from the hello reply */
+        struct proto_reader rd;
+        struct proto_fdq fdq;
+        /* Ids from `released` events not yet claimed by wait_released, oldest
+         * first; the oldest is forgotten when the ring is full. */
+        uint64_t released[GPUIPC__RELEASED_MAX];
+        unsigned released_start, released_n;
+        int last_err;
+        char errmsg[GPUIPC__ERRMSG_MAX];
+};
+
+/* A reply to one request.  The body is a private copy, so the decoded
+ * objects stay valid while the client reads further frames. */
+struct gpuipc__reply {
+        uint8_t *body;
+        struct proto_msg msg;
+        int fds[PROTO_MAX_FDS];
+        unsigned nfds;
+};
+
+/* ---- client.c, io.c ---------------------------------------------------- */
+
+/* Starts a public call on c: clears the error text, and fails with
+ * -ENOTCONN when the connection is already unusable. */
+int gpuipc__begin(gpuipc_client *c);
+/* Records err as the outcome of the current call (for gpuipc_errmsg()) and
+ * returns it, so that calls can end with `return gpuipc__end(c, r);`. */
+int gpuipc__end(gpuipc_client *c, int err);
+/* Sets the error text of the current call and returns err. */
+int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+/* Starts a request frame: a map of 2 + nfields entries whose op and seq are
+ * already packed.  Returns the seq. */
+uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, uint32_t nfields);
+/* Sends the frame in o (with nfds fds attached; they stay the caller's) and
+ * waits for the reply with seq.  A reply carrying `error` fails with its
+ * errno and keeps the daemon's message.  On success the caller owns
+ * *ret_reply and frees it with gpuipc__reply_free().  o is freed either way. */
+int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int *fds,
+                 unsigned nfds, struct gpuipc__reply *ret_reply);
+void gpuipc__reply_free(struct gpuipc__reply *r);
+/* Takes the reply's only fd (closing any others); -EBADMSG when it has none. */
+int gpuipc__reply_take_fd(struct gpuipc__reply *r, int *ret_fd);
+
+gpuipc_client *gpuipc__client_ref(gpuipc_client *c);
+void gpuipc__client_unref(gpuipc_client *c);
+/* Closes the socket and makes the client unusable: later calls fail with
+ * -ENOTCONN.  Returns err. */
+int gpuipc__client_kill(gpuipc_client *c, int err);
+/* True while requests can still be sent. */
+bool gpuipc__client_usable(const gpuipc_client *c);
+
+/* Returns true and forgets id if a `released` event for it has arrived. */
+bool gpuipc__released_take(gpuipc_client *c, uint64_t id);
+/* Reads and handles frames for up to timeout_ms (< 0: without limit); returns
+ * 0 when the time passed or something arrived, negative errno on failure. */
+int gpuipc__pump(gpuipc_client *c, int timeout_ms);
+
+/* ---- info.c ------------------------------------------------------------ */
+
+/* Checks meta against the protocol's limits; -EINVAL with a reason. */
+int gpuipc__meta_check(const gpuipc_meta *m, const char **ret_why);
+/* Number of keys gpuipc__meta_pack() writes: 0 means omit `meta`. */
+uint32_t gpuipc__meta_keys(const gpuipc_meta *m);
+/* Packs the value of the `meta` key (a map).  m must have passed the check
+ * and have at least one key. */
+void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m);
+/* Decodes a `reg` record into one heap block holding the gpuipc_info and
+ * everything it points to; free() it.  -EBADMSG on a malformed record. */
+int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info);
+
+/* ---- map.c ------------------------------------------------------------- */
+
+struct gpuipc__map;
+
+/* Maps the whole of fd (the caller keeps and closes fd), or shares an
+ * existing mapping of the same file with the same protection that covers at
+ * least `need` bytes.  *ret_base is the start of the mapping. */
+int gpuipc__map_get(int fd, bool writable, uint64_t need, struct gpuipc__map **ret_map,
+                    uint8_t **ret_base);
+/* Drops a reference; the last one unmaps.  NULL is allowed. */
+void gpuipc__map_put(struct gpuipc__map *m);
+
+#endif

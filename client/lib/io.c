@@ -1,0 +1,331 @@
+/* io.c: requests out, frames in.
+ *
+ * Calls are synchronous: a request is sent, then frames are read until the
+ * reply with its seq arrives.  Events that arrive meanwhile are handled on
+ * the way (a `released` id is remembered for gpuipc_wait_released()), and
+ * frames after the reply stay buffered in the reader for the next call.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- released events --------------------------------------------------- */
+
+static void released_push(gpuipc_client *c, uint64_t id)
+{
+        if (c->released_n == GPUIPC__RELEASED_MAX) {
+                c->released_start = (c->released_start + 1) % GPUIPC__RELEASED_MAX;
+                c->released_n--;
+        }
+        c->released[(c->released_start + c->released_n) % GPUIPC__RELEASED_MAX] = id;
+        c->released_n++;
+}
+
+bool gpuipc__released_take(gpuipc_client *c, uint64_t id)
+{
+        for (unsigned i = 0; i < c->released_n; i++) {
+                unsigned k = (c->released_start + i) % GPUIPC__RELEASED_MAX;
+                if (c->released[k] != id)
+                        continue;
+                /* Close the gap by moving the later entries down by one. */
+                for (unsigned j = i; j + 1 < c->released_n; j++)
+                        c->released[(c->released_start + j) % GPUIPC__RELEASED_MAX] =
+                                c->released[(c->released_start + j + 1) % GPUIPC__RELEASED_MAX];
+                c->released_n--;
+                return true;
+        }
+        return false;
+}
+
+/* ---- frames ------------------------------------------------------------ */
+
+void gpuipc__reply_free(struct gpuipc__reply *r)
+{
+        if (!r)
+                return;
+        proto_msg_free(&r->msg);
+        free(r->body);
+        r->body = NULL;
+        for (unsigned i = 0; i < r->nfds; i++)
+                close(r->fds[i]);
+        r->nfds = 0;
+}
+
+int gpuipc__reply_take_fd(struct gpuipc__reply *r, int *ret_fd)
+{
+        if (r->nfds == 0)
+                return -EBADMSG;
+        *ret_fd = r->fds[0];
+        for (unsigned i = 1; i < r->nfds; i++)
+                close(r->fds[i]);
+        r->nfds = 0;
+        return 0;
+}
+
+/* Moves a reply: the decoded root points into the struct itself. */
+static void reply_move(struct gpuipc__reply *to, struct gpuipc__reply *from)
+{
+        *to = *from;
+        to->msg.root = &to->msg.up.data;
+        memset(from, 0, sizeof(*from));
+}
+
+/* Copies a daemon message into the error text. */
+static void set_errmsg(gpuipc_client *c, const msgpack_object *map)
+{
+        const char *s;
+        size_t n;
+
+        if (proto_get_str(map, "message", &s, &n) < 0 || n == 0)
+                return;
+        if (n >= sizeof(c->errmsg))
+                n = sizeof(c->errmsg) - 1;
+        memcpy(c->errmsg, s, n);
+        c->errmsg[n] = '\0';
+}
+
+/* The errno of an error map's code (-EIO for an unusable map). */
+static int error_code(const msgpack_object *err)
+{
+        const char *code;
+        size_t n;
+
+        if (proto_get_str(err, "code", &code, &n) < 0)
+                return -EIO;
+        return proto_errno_from_code(code, n);
+}
+
+/* Handles an event.  Returns a negative errno when it answers the request
+ * in flight (an `error` event), else 0. */
+static int handle_event(gpuipc_client *c, const msgpack_object *root, bool in_call)
+{
+        const msgpack_object *ev = proto_get(root, "event");
+        uint64_t id;
+        bool fatal = false;
+        int err;
+
+        if (proto_obj_str_eq(ev, "released")) {
+                if (proto_get_u64(root, "id", &id) == 0)
+                        released_push(c, id);
+                return 0;
+        }
+        if (!proto_obj_str_eq(ev, "error"))
+                return 0;       /* unknown or reserved events are ignored */
+        err = error_code(root);
+        set_errmsg(c, root);
+        (void)proto_get_bool(root, "fatal", &fatal);
+        if (fatal)
+                return gpuipc__client_kill(c, err);
+        /* A frame the daemon could not pair with a seq can only be the one
+         * request we have in flight: failing the call beats waiting forever. */
+        return in_call ? err : 0;
+}
+
+/* Handles one frame.  Returns 1 when it is the reply with seq `want` (moved
+ * into *reply), 0 when it was handled otherwise, or a negative errno. */
+static int handle_frame(gpuipc_client *c, const uint8_t *body, uint32_t len, uint64_t off,
+                        bool in_call, uint64_t want, struct gpuipc__reply *reply)
+{
+        struct gpuipc__reply rp = {};
+        uint64_t seq, nfds = 0;
+        int r;
+
+        rp.body = malloc(len);
+        if (!rp.body)
+                return -ENOMEM;
+        memcpy(rp.body, body, len);
+        r = proto_decode(rp.body, len, &rp.msg, NULL);
+        if (r < 0)
+                goto fatal;
+        r = proto_get_u64(rp.msg.root, "seq", &seq);
+        if (r == -ENOENT) {
+                proto_fdq_drop_stale(&c->fdq, off);
+                r = handle_event(c, rp.msg.root, in_call);
+                gpuipc__reply_free(&rp);
+                return r;
+        }
+        if (r < 0)
+                goto fatal;
+        r = proto_get_u64(rp.msg.root, "fds", &nfds);
+        if ((r < 0 && r != -ENOENT) || nfds > PROTO_MAX_FDS) {
+                r = -EBADMSG;
+                goto fatal;
+        }
+        if (!in_call || seq != want) {
+                /* A reply to nothing we wait for: drop it, and its fds. */
+                if (proto_fdq_take(&c->fdq, off, (unsigned)nfds, rp.fds) == 0)
+                        rp.nfds = (unsigned)nfds;
+                gpuipc__reply_free(&rp);
+                return 0;
+        }
+        r = proto_fdq_take(&c->fdq, off, (unsigned)nfds, rp.fds);
+        if (r < 0) {
+                gpuipc__reply_free(&rp);
+                return -EBADMSG;        /* declared fds did not arrive */
+        }
+        rp.nfds = (unsigned)nfds;
+        reply_move(reply, &rp);
+        return 1;
+
+fatal:
+        /* The daemon sent something we cannot understand; nothing later on
+         * the stream can be trusted to pair with our requests. */
+        gpuipc__reply_free(&rp);
+        return gpuipc__client_kill(c, r == -ENOMEM ? r : -EBADMSG);
+}
+
+/* Receives once (waiting up to timeout_ms, < 0 without limit).  Returns 1
+ * when bytes arrived, 0 on timeout. */
+static int client_recv(gpuipc_client *c, int timeout_ms)
+{
+        struct pollfd p = { .fd = c->fd, .events = POLLIN };
+        int fds[PROTO_MAX_PENDING_FDS];
+        unsigned nfds = 0;
+        uint8_t *space;
+        size_t room;
+        ssize_t n;
+        int r;
+
+        r = poll(&p, 1, timeout_ms);
+        if (r < 0)
+                return errno == EINTR ? 1 : -errno;
+        if (r == 0)
+                return 0;
+        r = proto_reader_space(&c->rd, &space, &room);
+        if (r < 0)
+                return r;
+        n = proto_recv(c->fd, space, room, fds, PROTO_MAX_PENDING_FDS, &nfds);
+        if (n == -EAGAIN)
+                return 1;
+        if (n == 0 || n == -ECONNRESET || n == -EPIPE)
+                return gpuipc__client_kill(c, -ECONNRESET);
+        if (n < 0)
+                return gpuipc__client_kill(c, (int)n);
+        proto_reader_commit(&c->rd, (size_t)n);
+        for (unsigned i = 0; i < nfds; i++)
+                if (proto_fdq_push(&c->fdq, fds[i], proto_reader_received(&c->rd)) < 0)
+                        return gpuipc__client_kill(c, -EMFILE);
+        return 1;
+}
+
+/* Handles the buffered frames; stops at the wanted reply (returning 1). */
+static int client_dispatch(gpuipc_client *c, bool in_call, uint64_t want,
+                           struct gpuipc__reply *reply)
+{
+        for (;;) {
+                const uint8_t *body;
+                uint32_t len;
+                uint64_t off;
+                int r;
+
+                r = proto_reader_next(&c->rd, &body, &len, &off);
+                if (r == -EMSGSIZE)
+                        return gpuipc__client_kill(c, -EMSGSIZE);
+                if (r <= 0)
+                        return r;
+                r = handle_frame(c, body, len, off, in_call, want, reply);
+                if (r != 0)
+                        return r;
+        }
+}
+
+int gpuipc__pump(gpuipc_client *c, int timeout_ms)
+{
+        int r;
+
+        if (!gpuipc__client_usable(c))
+                return -ENOTCONN;
+        r = client_dispatch(c, false, 0, NULL);
+        if (r < 0)
+                return r;
+        r = client_recv(c, timeout_ms);
+        if (r < 0)
+                return r;
+        return client_dispatch(c, false, 0, NULL);
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, uint32_t nfields)
+{
+        proto_out_init(o);
+        msgpack_pack_map(&o->pk, 2 + nfields);
+        proto_pack_kstr(&o->pk, "op", op);
+        proto_pack_ku64(&o->pk, "seq", ++c->seq);
+        return c->seq;
+}
+
+static int client_send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
+                       unsigned nfds)
+{
+        size_t done = 0;
+
+        /* The fds ride on the first sendmsg(), which carries the first byte. */
+        while (done < len) {
+                struct iovec iov = { .iov_base = (void *)(buf + done), .iov_len = len - done };
+                ssize_t n = proto_send(c->fd, &iov, 1, done == 0 ? fds : NULL,
+                                       done == 0 ? nfds : 0);
+                if (n == -EPIPE || n == -ECONNRESET)
+                        return gpuipc__client_kill(c, -ECONNRESET);
+                if (n < 0)
+                        return gpuipc__client_kill(c, (int)n);
+                done += (size_t)n;
+        }
+        return 0;
+}
+
+int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int *fds,
+                 unsigned nfds, struct gpuipc__reply *ret_reply)
+{
+        struct gpuipc__reply rp = {};
+        const msgpack_object *err;
+        uint8_t *buf = NULL;
+        size_t len;
+        int r;
+
+        r = proto_out_finish(o, c->max_frame);
+        if (r == -EMSGSIZE) {
+                proto_out_free(o);
+                return gpuipc__fail(c, r, "request is larger than the daemon's frame limit (%u bytes)",
+                                    c->max_frame);
+        }
+        if (r < 0) {
+                proto_out_free(o);
+                return r;
+        }
+        buf = proto_out_release(o, &len);
+        proto_out_free(o);
+        if (!buf)
+                return -ENOMEM;
+        if (!gpuipc__client_usable(c))
+                r = -ENOTCONN;
+        else
+                r = client_send(c, buf, len, fds, nfds);
+        free(buf);
+        if (r < 0)
+                return r;
+
+        for (;;) {
+                r = client_dispatch(c, true, seq, &rp);
+                if (r != 0)
+                        break;
+                r = client_recv(c, -1);
+                if (r < 0)
+                        break;
+        }
+        if (r < 0)
+                return r;
+
+        if (proto_get_map(rp.msg.root, "error", &err) == 0) {
+                r = error_code(err);
+                set_errmsg(c, err);
+                gpuipc__reply_free(&rp);
+                return r;
+        }
+        reply_move(ret_reply, &rp);
+        return 0;
+}

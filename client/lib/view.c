@@ -1,0 +1,156 @@
+/* view.c: consumer-side lookups, leases and views. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct gpuipc_view {
+        gpuipc_client *c;               /* a reference: views may outlive the client */
+        uint64_t lease;
+        gpuipc_info *info;
+        struct gpuipc__map *map;
+        uint8_t *data;
+};
+
+static int send_release(gpuipc_client *c, uint64_t lease)
+{
+        struct gpuipc__reply rp;
+        struct proto_out o;
+        uint64_t seq;
+        int r;
+
+        seq = gpuipc__request(c, &o, "release", 1);
+        proto_pack_ku64(&o.pk, "lease", lease);
+        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        if (r == 0)
+                gpuipc__reply_free(&rp);
+        return r;
+}
+
+/* Builds the view from a lookup reply: record, fd, mapping. */
+static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned flags,
+                           gpuipc_view *v)
+{
+        const msgpack_object *reg;
+        uint8_t *base;
+        int fd, r;
+
+        if (proto_get_map(rp->msg.root, "reg", &reg) < 0 ||
+            gpuipc__info_decode(reg, &v->info) < 0)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply has no usable record");
+        if (v->info->kind != GPUIPC_KIND_HOST)
+                return gpuipc__fail(c, -ENOTSUP, "buffer kind is not supported by this library");
+        if (v->info->offset > UINT64_MAX - v->info->size)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has an impossible range");
+        r = gpuipc__reply_take_fd(rp, &fd);
+        if (r < 0)
+                return gpuipc__fail(c, r, "gpuipcd's lookup reply carries no fd");
+        r = gpuipc__map_get(fd, flags & GPUIPC_LOOKUP_WRITABLE,
+                            v->info->offset + v->info->size, &v->map, &base);
+        close(fd);
+        if (r == -EBADMSG)
+                return gpuipc__fail(c, r, "the buffer's fd is smaller than its record says");
+        if (r < 0)
+                return gpuipc__fail(c, r, "cannot map the buffer: %s", gpuipc_strerror(r));
+        v->data = base + v->info->offset;
+        return 0;
+}
+
+int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned flags,
+                  gpuipc_view **ret_view)
+{
+        struct gpuipc__reply rp;
+        struct proto_out o;
+        gpuipc_view *v;
+        const char *why;
+        uint64_t seq, wait_ms;
+        int r;
+
+        if (!c || !ret_view)
+                return -EINVAL;
+        r = gpuipc__begin(c);
+        if (r < 0)
+                return r;
+        if (!name || proto_name_check(name, strlen(name), &why) < 0)
+                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
+        if (flags & ~GPUIPC_LOOKUP_WRITABLE)
+                return gpuipc__fail(c, -EINVAL, "unknown lookup flags");
+        if (timeout_ms < 0 || (uint64_t)timeout_ms > PROTO_WAIT_MAX_MS)
+                wait_ms = PROTO_WAIT_MAX_MS;
+        else
+                wait_ms = (uint64_t)timeout_ms;
+
+        v = calloc(1, sizeof(*v));
+        if (!v)
+                return gpuipc__end(c, -ENOMEM);
+        seq = gpuipc__request(c, &o, "lookup", 1 + (wait_ms > 0));
+        proto_pack_kstr(&o.pk, "name", name);
+        if (wait_ms > 0)
+                proto_pack_ku64(&o.pk, "wait_ms", wait_ms);
+        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        if (r < 0) {
+                free(v);
+                return gpuipc__end(c, r);
+        }
+        if (proto_get_u64(rp.msg.root, "lease", &v->lease) < 0) {
+                gpuipc__reply_free(&rp);
+                free(v);
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply has no lease");
+        }
+        r = view_from_reply(c, &rp, flags, v);
+        gpuipc__reply_free(&rp);
+        if (r < 0) {
+                /* We hold a lease we cannot use: give it back, keeping the
+                 * error text that explains the failure. */
+                char saved[GPUIPC__ERRMSG_MAX];
+                memcpy(saved, c->errmsg, sizeof(saved));
+                if (gpuipc__client_usable(c))
+                        (void)send_release(c, v->lease);
+                memcpy(c->errmsg, saved, sizeof(saved));
+                free(v->info);
+                free(v);
+                return gpuipc__end(c, r);
+        }
+        v->c = gpuipc__client_ref(c);
+        *ret_view = v;
+        return 0;
+}
+
+void *gpuipc_view_data(const gpuipc_view *v)
+{
+        return v ? v->data : NULL;
+}
+
+size_t gpuipc_view_size(const gpuipc_view *v)
+{
+        return v ? (size_t)v->info->size : 0;
+}
+
+const gpuipc_info *gpuipc_view_info(const gpuipc_view *v)
+{
+        return v ? v->info : NULL;
+}
+
+int gpuipc_view_release(gpuipc_view *v)
+{
+        gpuipc_client *c;
+        int r = 0;
+
+        if (!v)
+                return 0;
+        c = v->c;
+        /* After gpuipc_client_free() the daemon has dropped the lease with
+         * the connection; only the mapping is left to undo. */
+        if (!c->freed) {
+                r = gpuipc__begin(c);
+                if (r == 0)
+                        r = gpuipc__end(c, send_release(c, v->lease));
+        }
+        gpuipc__map_put(v->map);
+        free(v->info);
+        free(v);
+        gpuipc__client_unref(c);
+        return r;
+}

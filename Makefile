@@ -37,7 +37,7 @@ CUDA_HOME  ?= /usr/local/cuda
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP \
             -fvisibility=hidden -fPIC $(SANFLAGS)
-CPPFLAGS += -D_GNU_SOURCE -DGPUIPC_VERSION=\"$(VERSION)\" -Iproto -Iclient \
+CPPFLAGS += -D_GNU_SOURCE -DGPUIPC_VERSION=\"$(VERSION)\" -Iproto -Iclient -I$(CUDA_HOME)/include \
             $(shell $(PKG_CONFIG) --cflags $(DEPS_PC) 2>/dev/null)
 LDFLAGS  += $(SANFLAGS)
 UV_LIBS      := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null || echo -luv)
@@ -121,16 +121,36 @@ $(BUILDDIR)/tests/helper-%: $(BUILDDIR)/obj/tests/integration/helper-%.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) -ldl
 
-TEST_BINS := $(UNIT_BIN) $(filter $(BUILDDIR)/tests/integ_%,$(INTEG_BIN)) $(INTEG_HELPER_BIN)
+# The CUDA driver double: a libcuda.so.1 whose device memory is shared
+# memory, loaded through GPUIPC_LIBCUDA where no GPU is.  Built without
+# sanitizers or hidden visibility: it must export the cu* entry points.
+CUDA_DOUBLE_SRC := $(filter-out tests/cuda/test_double.c,$(wildcard tests/cuda/*.c))
+CUDA_DOUBLE := $(BUILDDIR)/tests/cuda/libcuda.so.1
+DOUBLE_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -fPIC -I$(CUDA_HOME)/include
+
+$(CUDA_DOUBLE): $(CUDA_DOUBLE_SRC) tests/cuda/double.h tests/cuda/exports.map
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(DOUBLE_CFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
+		-Wl,--version-script=tests/cuda/exports.map -o $@ $(CUDA_DOUBLE_SRC) -lpthread
+
+$(BUILDDIR)/tests/cuda/test_double: tests/cuda/test_double.c $(CUDA_DOUBLE)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(DOUBLE_CFLAGS) $(SANFLAGS) -o $@ $< -ldl -lpthread
+
+TEST_BINS := $(UNIT_BIN) $(filter $(BUILDDIR)/tests/integ_%,$(INTEG_BIN)) $(INTEG_HELPER_BIN) \
+             $(CUDA_DOUBLE) $(BUILDDIR)/tests/cuda/test_double
 
 tests: all $(TEST_BINS)
 
 # Runs every test binary; the integration tests find the binaries under
 # test through GPUIPC_BUILDDIR.
 check-run: tests
-	$(Q)set -e; for t in $(filter-out %/helper-%,$(TEST_BINS)); do \
+	$(Q)set -e; for t in $(filter $(BUILDDIR)/tests/test_% $(BUILDDIR)/tests/integ_%,$(TEST_BINS)); do \
 		echo "== $$t"; GPUIPC_BUILDDIR=$(abspath $(BUILDDIR)) $$t --jobs 2; \
 	done
+	@echo "== $(BUILDDIR)/tests/cuda/test_double"
+	$(Q)$(BUILDDIR)/tests/cuda/test_double $(CUDA_DOUBLE)
 
 ensure-deps:
 	$(Q)$(PKG_CONFIG) --exists $(DEPS_PC) criterion 2>/dev/null || $(MAKE) deps

@@ -1,0 +1,1202 @@
+/*
+ * Standalone test of the CUDA driver double: test_double /path/to/libcuda.so.1
+ *
+ * The parent process never touches CUDA (fork after cuInit is undefined on
+ * real hardware, and the double refuses it); every scenario runs in forked
+ * children that call cuInit themselves and talk over socketpairs.  Results
+ * are summed in a shared page; exit status 0 when nothing failed.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#define MiB (1UL << 20)
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* Resolved like our loader does: the macro of cuda.h names the versioned symbol. */
+#define CU_FUNCS(X)                                                                   \
+        X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)         \
+        X(cuGetProcAddress) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName)     \
+        X(cuDeviceGetUuid) X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId)             \
+        X(cuDeviceTotalMem) X(cuDeviceCanAccessPeer) X(cuDevicePrimaryCtxRetain)      \
+        X(cuDevicePrimaryCtxRelease) X(cuCtxCreate) X(cuCtxDestroy) X(cuCtxSetCurrent) \
+        X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxPushCurrent) X(cuCtxPopCurrent)   \
+        X(cuCtxSynchronize) X(cuCtxEnablePeerAccess) X(cuCtxDisablePeerAccess)        \
+        X(cuMemAlloc) X(cuMemFree) X(cuMemGetAddressRange) X(cuPointerGetAttribute)   \
+        X(cuPointerGetAttributes) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD)     \
+        X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD8) X(cuMemsetD8Async)     \
+        X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)             \
+        X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle) X(cuEventCreate)               \
+        X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy)      \
+        X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                   \
+        X(cuStreamWaitEvent) X(cuMemGetAllocationGranularity) X(cuMemCreate)          \
+        X(cuMemRelease) X(cuMemExportToShareableHandle)                               \
+        X(cuMemImportFromShareableHandle) X(cuMemGetAllocationPropertiesFromHandle)   \
+        X(cuMemRetainAllocationHandle) X(cuMemAddressReserve) X(cuMemAddressFree)     \
+        X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
+
+#define DECL(name) static __typeof__(name) *p_##name;
+CU_FUNCS(DECL)
+static long (*p_count)(const char *name);
+static void *lib;
+
+static struct shared {
+        atomic_int pass;
+        atomic_int fail;
+} *sh;
+static const char *role = "parent";
+static char shm_dir[256];
+
+static void check_(bool ok, const char *what, int line)
+{
+        if (ok) {
+                atomic_fetch_add(&sh->pass, 1);
+        } else {
+                atomic_fetch_add(&sh->fail, 1);
+                fprintf(stderr, "FAIL [%s pid %d] line %d: %s\n", role, (int)getpid(), line, what);
+        }
+}
+
+#define CHECK(c) check_((c), #c, __LINE__)
+
+static const char *errname(CUresult rc)
+{
+        const char *s = NULL;
+        if (p_cuGetErrorName(rc, &s) != CUDA_SUCCESS || s == NULL)
+                return "(unnamed)";
+        return s;
+}
+
+#define CHECK_RC(call, want)                                                          \
+        do {                                                                          \
+                CUresult r_ = (call);                                                 \
+                check_(r_ == (want), #call, __LINE__);                                \
+                if (r_ != (want))                                                     \
+                        fprintf(stderr, "  got %s, want %s\n", errname(r_), #want);   \
+        } while (0)
+
+#define OK(call) CHECK_RC(call, CUDA_SUCCESS)
+
+static void load(const char *path)
+{
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (lib == NULL) {
+                fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+                exit(1);
+        }
+#define LOAD(name)                                                                    \
+        p_##name = (__typeof__(p_##name))dlsym(lib, STR(name));                       \
+        if (p_##name == NULL) {                                                       \
+                fprintf(stderr, "missing symbol %s\n", STR(name));                    \
+                exit(1);                                                              \
+        }
+        CU_FUNCS(LOAD)
+        p_count = (long (*)(const char *))dlsym(lib, "gpuipc_cuda_double_count");
+        if (p_count == NULL) {
+                fprintf(stderr, "missing gpuipc_cuda_double_count\n");
+                exit(1);
+        }
+}
+
+/* ---- process and socket helpers ---- */
+
+typedef void (*role_fn)(int sock);
+
+static pid_t spawn(const char *name, role_fn fn, int sock, const char *const *env)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+                perror("fork");
+                exit(1);
+        }
+        if (pid == 0) {
+                role = name;
+                for (; env != NULL && *env != NULL; env++)
+                        putenv((char *)*env);
+                fn(sock);
+                exit(0);        /* atexit: stats file and name cleanup */
+        }
+        return pid;
+}
+
+static void reap(pid_t pid, const char *what)
+{
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                ;
+        bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (!ok)
+                fprintf(stderr, "  child %s: status 0x%x\n", what, st);
+        check_(ok, what, __LINE__);
+}
+
+static void pair(int sv[2])
+{
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+                perror("socketpair");
+                exit(1);
+        }
+}
+
+static void send_all(int s, const void *buf, size_t n)
+{
+        const char *p = buf;
+        while (n > 0) {
+                ssize_t k = send(s, p, n, MSG_NOSIGNAL);
+                if (k <= 0) {
+                        CHECK(!"send");
+                        return;
+                }
+                p += k;
+                n -= (size_t)k;
+        }
+}
+
+static bool recv_all(int s, void *buf, size_t n)
+{
+        char *p = buf;
+        while (n > 0) {
+                ssize_t k = recv(s, p, n, 0);
+                if (k <= 0) {
+                        CHECK(!"recv");
+                        return false;
+                }
+                p += k;
+                n -= (size_t)k;
+        }
+        return true;
+}
+
+static void send_word(int s, uint64_t w)
+{
+        send_all(s, &w, sizeof(w));
+}
+
+static uint64_t recv_word(int s)
+{
+        uint64_t w = 0;
+        recv_all(s, &w, sizeof(w));
+        return w;
+}
+
+static void send_fd(int s, int fd)
+{
+        char byte = 'F';
+        struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        memset(&u, 0, sizeof(u));
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+                              .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        CHECK(sendmsg(s, &msg, MSG_NOSIGNAL) == 1);
+}
+
+static int recv_fd(int s)
+{
+        char byte;
+        struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+                              .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+        if (recvmsg(s, &msg, MSG_CMSG_CLOEXEC) != 1)
+                return -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        if (c == NULL || c->cmsg_type != SCM_RIGHTS)
+                return -1;
+        int fd;
+        memcpy(&fd, CMSG_DATA(c), sizeof(int));
+        return fd;
+}
+
+static double now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Names in the shm directory that belong to pid. */
+static int names_of(pid_t pid)
+{
+        char prefix[64];
+        snprintf(prefix, sizeof(prefix), "gpuipc-double-%d-", (int)pid);
+        DIR *d = opendir(shm_dir);
+        int n = 0;
+        struct dirent *de;
+        while (d != NULL && (de = readdir(d)) != NULL)
+                n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+        if (d != NULL)
+                closedir(d);
+        return n;
+}
+
+static int names_total(void)
+{
+        DIR *d = opendir(shm_dir);
+        int n = 0;
+        struct dirent *de;
+        while (d != NULL && (de = readdir(d)) != NULL)
+                n += de->d_name[0] != '.';
+        if (d != NULL)
+                closedir(d);
+        return n;
+}
+
+/* Permissions ("rw-s", "---s", ...) of the mapping holding addr, from /proc/self/maps. */
+static void perms_of(uintptr_t addr, char out[5])
+{
+        strcpy(out, "?");
+        FILE *f = fopen("/proc/self/maps", "r");
+        char line[512];
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+                unsigned long lo, hi;
+                char perms[5];
+                if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && addr >= lo &&
+                    addr < hi) {
+                        memcpy(out, perms, 5);
+                        break;
+                }
+        }
+        if (f != NULL)
+                fclose(f);
+}
+
+/* cuInit, primary context of ordinal dev, made current. */
+static CUcontext setup(int dev)
+{
+        CUcontext ctx = NULL;
+        OK(p_cuInit(0));
+        OK(p_cuDevicePrimaryCtxRetain(&ctx, dev));
+        OK(p_cuCtxSetCurrent(ctx));
+        return ctx;
+}
+
+static void teardown(int dev)
+{
+        OK(p_cuDevicePrimaryCtxRelease(dev));
+}
+
+static unsigned char pattern(size_t i)
+{
+        return (unsigned char)((i * 131u) ^ (i >> 9) ^ 0x5c);
+}
+
+/* ---- 1. one process: devices, contexts, memory, handles, proc address ---- */
+
+static void *thread_no_ctx(void *arg)
+{
+        CUcontext ctx = arg, cur = (CUcontext)1;
+        CUdeviceptr p;
+        OK(p_cuCtxGetCurrent(&cur));
+        CHECK(cur == NULL);
+        CHECK_RC(p_cuMemAlloc(&p, MiB), CUDA_ERROR_INVALID_CONTEXT);
+        OK(p_cuCtxPushCurrent(ctx));
+        OK(p_cuMemAlloc(&p, MiB));
+        OK(p_cuMemFree(p));
+        OK(p_cuCtxPopCurrent(&cur));
+        CHECK(cur == ctx);
+        CHECK_RC(p_cuCtxPopCurrent(&cur), CUDA_ERROR_INVALID_CONTEXT);
+        return NULL;
+}
+
+static void role_basics(int sock)
+{
+        (void)sock;
+        int n = -1, v = 0;
+        CHECK_RC(p_cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+        OK(p_cuDriverGetVersion(&v));
+        CHECK(v == 13000);
+        CHECK_RC(p_cuInit(1), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuInit(0));
+        OK(p_cuDeviceGetCount(&n));
+        CHECK(n == 1);
+        CUdevice dev = -1;
+        OK(p_cuDeviceGet(&dev, 0));
+        CHECK(dev == 0);
+        CHECK_RC(p_cuDeviceGet(&dev, 1), CUDA_ERROR_INVALID_DEVICE);
+
+        char name[64];
+        OK(p_cuDeviceGetName(name, sizeof(name), 0));
+        CHECK(strcmp(name, "gpuipc CUDA double") == 0);
+        CUuuid u;
+        OK(p_cuDeviceGetUuid(&u, 0));
+        CHECK(memcmp(u.bytes, "gpuipc-double-0", 16) == 0);
+        int a = -1;
+        OK(p_cuDeviceGetAttribute(&a, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+        CHECK(a == 9);
+        OK(p_cuDeviceGetAttribute(&a, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0));
+        CHECK(a == 0);
+        OK(p_cuDeviceGetAttribute(&a, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+        CHECK(a == 1);
+        OK(p_cuDeviceGetAttribute(&a, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                  0));
+        CHECK(a == 1);
+        OK(p_cuDeviceGetAttribute(&a, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 0));
+        CHECK(a == 1);
+        char bus[32];
+        OK(p_cuDeviceGetPCIBusId(bus, sizeof(bus), 0));
+        CHECK(strncmp(bus, "0000:", 5) == 0);
+        size_t total = 0;
+        OK(p_cuDeviceTotalMem(&total, 0));
+        CHECK(total > 64 * MiB);
+
+        CUdeviceptr base = 0, p2 = 0;
+        CHECK_RC(p_cuMemAlloc(&base, MiB), CUDA_ERROR_INVALID_CONTEXT);
+        CUcontext ctx = setup(0), cur = NULL;
+        OK(p_cuCtxGetCurrent(&cur));
+        CHECK(cur == ctx);
+        OK(p_cuCtxGetDevice(&dev));
+        CHECK(dev == 0);
+
+        /* Handles name the allocation: base and base + 4 MiB give the same bytes. */
+        OK(p_cuMemAlloc(&base, 64 * MiB));
+        CUipcMemHandle h1, h2;
+        OK(p_cuIpcGetMemHandle(&h1, base));
+        OK(p_cuIpcGetMemHandle(&h2, base + 4 * MiB));
+        CHECK(memcmp(&h1, &h2, sizeof(h1)) == 0);
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        OK(p_cuMemGetAddressRange(&rb, &rs, base + 4 * MiB));
+        CHECK(rb == base && rs == 64 * MiB);
+        int local = 0;
+        CHECK_RC(p_cuMemGetAddressRange(&rb, &rs, (CUdeviceptr)(uintptr_t)&local),
+                 CUDA_ERROR_NOT_FOUND);
+        CHECK_RC(p_cuIpcGetMemHandle(&h2, (CUdeviceptr)(uintptr_t)&local),
+                 CUDA_ERROR_INVALID_VALUE);
+
+        unsigned long long id1 = 0, id2 = 0;
+        unsigned int mt = 0;
+        int ord = -1, legacy = -1;
+        CUcontext pc = NULL;
+        CUdeviceptr start = 0;
+        size_t rsize = 0;
+        OK(p_cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, base + 5));
+        OK(p_cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, base));
+        CHECK(mt == CU_MEMORYTYPE_DEVICE);
+        OK(p_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, base));
+        CHECK(ord == 0);
+        OK(p_cuPointerGetAttribute(&pc, CU_POINTER_ATTRIBUTE_CONTEXT, base));
+        CHECK(pc == ctx);
+        OK(p_cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, base));
+        CHECK(legacy == 1);
+        CUpointer_attribute attrs[] = { CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                        CU_POINTER_ATTRIBUTE_RANGE_SIZE };
+        void *data[] = { &start, &rsize };
+        OK(p_cuPointerGetAttributes(2, attrs, data, base + 7 * MiB));
+        CHECK(start == base && rsize == 64 * MiB);
+        CUpointer_attribute mta = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+        void *mtd[] = { &mt };
+        OK(p_cuPointerGetAttributes(1, &mta, mtd, (CUdeviceptr)(uintptr_t)&local));
+        CHECK(mt == 0);
+        CHECK_RC(p_cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                         (CUdeviceptr)(uintptr_t)&local),
+                 CUDA_ERROR_INVALID_VALUE);
+
+        /* Measured: the exporter cannot open its own handle. */
+        CHECK_RC(p_cuIpcOpenMemHandle(&p2, h1, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                 CUDA_ERROR_INVALID_CONTEXT);
+
+        /* Copies; device pointers are host addresses in the double. */
+        unsigned char host[4096], back[4096];
+        for (size_t i = 0; i < sizeof(host); i++)
+                host[i] = pattern(i);
+        OK(p_cuMemcpyHtoD(base + MiB, host, sizeof(host)));
+        CHECK(memcmp((void *)(uintptr_t)(base + MiB), host, sizeof(host)) == 0);
+        OK(p_cuMemcpyDtoD(base + 2 * MiB, base + MiB, sizeof(host)));
+        OK(p_cuMemcpyDtoH(back, base + 2 * MiB, sizeof(back)));
+        CHECK(memcmp(back, host, sizeof(host)) == 0);
+        OK(p_cuMemsetD8(base, 0x77, 16));
+        CHECK(((unsigned char *)(uintptr_t)base)[15] == 0x77);
+        CHECK_RC(p_cuMemcpyHtoD(base + 64 * MiB - 8, host, 16), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemcpyDtoH(back, (CUdeviceptr)(uintptr_t)host, 16), CUDA_ERROR_INVALID_VALUE);
+
+        /* Buffer ids are never reused; freed memory is gone. */
+        OK(p_cuMemFree(base));
+        CHECK_RC(p_cuMemGetAddressRange(&rb, &rs, base), CUDA_ERROR_NOT_FOUND);
+        CHECK_RC(p_cuMemcpyHtoD(base, host, 16), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemFree(base), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemAlloc(&p2, 64 * MiB));
+        OK(p_cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, p2));
+        CHECK(id2 > id1);
+        OK(p_cuMemFree(p2));
+
+        /* Contexts are per thread. */
+        pthread_t t;
+        pthread_create(&t, NULL, thread_no_ctx, ctx);
+        pthread_join(t, NULL);
+        CUcontext mine = NULL;
+        OK(p_cuCtxCreate(&mine, NULL, 0, 0));
+        OK(p_cuCtxGetCurrent(&cur));
+        CHECK(cur == mine);
+        OK(p_cuCtxDestroy(mine));
+        CHECK_RC(p_cuCtxDestroy(mine), CUDA_ERROR_INVALID_CONTEXT);
+        OK(p_cuCtxGetCurrent(&cur));
+        CHECK(cur == ctx);
+
+        /* A plain event without a delay completes at once. */
+        CUevent ev;
+        OK(p_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+        OK(p_cuEventRecord(ev, NULL));
+        OK(p_cuEventQuery(ev));
+        CUipcEventHandle eh;
+        CHECK_RC(p_cuIpcGetEventHandle(&eh, ev), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuEventDestroy(ev));
+        OK(p_cuCtxSynchronize());
+
+        /* cuGetProcAddress picks the versioned symbol. */
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult qr;
+        OK(p_cuGetProcAddress("cuMemAlloc", &fn, 13000, 0, &qr));
+        CHECK(fn == dlsym(lib, "cuMemAlloc_v2") && qr == CU_GET_PROC_ADDRESS_SUCCESS);
+        OK(p_cuGetProcAddress("cuIpcOpenMemHandle", &fn, 12000, 0, &qr));
+        CHECK(fn == (void *)p_cuIpcOpenMemHandle);
+        OK(p_cuGetProcAddress("cuCtxCreate", &fn, 12000, 0, &qr));
+        CHECK(fn == dlsym(lib, "cuCtxCreate_v2"));
+        CHECK_RC(p_cuGetProcAddress("cuIpcOpenMemHandle", &fn, 10000, 0, &qr),
+                 CUDA_ERROR_NOT_FOUND);
+        CHECK(qr == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT && fn == NULL);
+        CHECK_RC(p_cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0, &qr), CUDA_ERROR_NOT_FOUND);
+        CHECK(qr == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+
+        const char *s = NULL;
+        OK(p_cuGetErrorName(CUDA_ERROR_ALREADY_MAPPED, &s));
+        CHECK(s != NULL && strcmp(s, "CUDA_ERROR_ALREADY_MAPPED") == 0);
+        OK(p_cuGetErrorString(CUDA_ERROR_INVALID_CONTEXT, &s));
+        CHECK(s != NULL && strcmp(s, "invalid device context") == 0);
+        CHECK_RC(p_cuGetErrorName((CUresult)12345, &s), CUDA_ERROR_INVALID_VALUE);
+
+        CHECK(p_count("cuMemAlloc_v2") == 5);
+        CHECK(p_count("cuIpcOpenMemHandle_v2") == 1);
+        CHECK(p_count("cuInit") == 3);
+        CHECK(p_count("cuNoSuchThing") == -1);
+        teardown(0);
+        CHECK_RC(p_cuMemAlloc(&p2, MiB), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+/* ---- 2. legacy IPC across processes ---- */
+
+static void role_ipc_producer(int sock)
+{
+        setup(0);
+        CUdeviceptr base;
+        OK(p_cuMemAlloc(&base, 64 * MiB));
+        OK(p_cuMemsetD8(base, 0x11, 64 * MiB));
+        static unsigned char host[MiB];
+        for (size_t i = 0; i < sizeof(host); i++)
+                host[i] = pattern(i);
+        OK(p_cuMemcpyHtoD(base + 4 * MiB, host, sizeof(host)));
+        CUipcMemHandle h;
+        OK(p_cuIpcGetMemHandle(&h, base + 4 * MiB));    /* a pool sub-allocation */
+        send_all(sock, &h, sizeof(h));
+        send_word(sock, 4 * MiB);
+
+        CHECK(recv_word(sock) == 1);                    /* consumer wrote */
+        CHECK(((unsigned char *)(uintptr_t)base)[8 * MiB] == 0x5a);
+        CHECK(recv_word(sock) == 2);                    /* consumer closed */
+        CHECK(names_of(getpid()) == 1);
+        OK(p_cuMemFree(base));
+        CHECK(names_of(getpid()) == 0);
+        send_word(sock, 3);
+        CHECK(recv_word(sock) == 4);
+        teardown(0);
+}
+
+static void role_ipc_consumer(int sock)
+{
+        setup(0);
+        CUipcMemHandle h;
+        recv_all(sock, &h, sizeof(h));
+        size_t off = recv_word(sock);
+        CUdeviceptr p = 0, q = 0;
+        OK(p_cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        OK(p_cuMemGetAddressRange(&rb, &rs, p + off));
+        CHECK(rb == p && rs == 64 * MiB);
+        static unsigned char back[MiB];
+        OK(p_cuMemcpyDtoH(back, p + off, sizeof(back)));
+        bool same = true;
+        for (size_t i = 0; i < sizeof(back); i++)
+                same &= back[i] == pattern(i);
+        CHECK(same);
+        CHECK(((unsigned char *)(uintptr_t)p)[0] == 0x11);
+        int legacy = -1;
+        OK(p_cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p));
+        CHECK(legacy == 0);
+        OK(p_cuMemsetD8(p + 8 * MiB, 0x5a, 4096));
+        send_word(sock, 1);
+
+        /* Driver 580: a second open gives the same pointer, refcounted. */
+        OK(p_cuIpcOpenMemHandle(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        CHECK(q == p);
+        OK(p_cuIpcCloseMemHandle(p));
+        OK(p_cuMemcpyDtoH(back, p + off, 64));
+        CHECK(back[1] == pattern(1));
+        OK(p_cuIpcCloseMemHandle(p));
+        CHECK_RC(p_cuIpcCloseMemHandle(p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemcpyDtoH(back, p, 64), CUDA_ERROR_INVALID_VALUE);
+
+        long before = p_count("cuIpcOpenMemHandle_v2");
+        bool all_same = true;
+        for (int i = 0; i < 200; i++) {
+                OK(p_cuIpcOpenMemHandle(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+                all_same &= i == 0 || q == p;
+                p = q;
+        }
+        CHECK(all_same);
+        CHECK(p_count("cuIpcOpenMemHandle_v2") == before + 200);
+        for (int i = 0; i < 200; i++)
+                OK(p_cuIpcCloseMemHandle(q));
+        CHECK_RC(p_cuIpcCloseMemHandle(q), CUDA_ERROR_INVALID_VALUE);
+        send_word(sock, 2);
+
+        CHECK(recv_word(sock) == 3);                    /* producer freed */
+        CHECK_RC(p_cuIpcOpenMemHandle(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                 CUDA_ERROR_INVALID_VALUE);
+        send_word(sock, 4);
+        teardown(0);
+}
+
+/* ---- 3. older drivers: CUDA_ERROR_ALREADY_MAPPED on a second open ---- */
+
+static void role_simple_producer(int sock)
+{
+        setup(0);
+        CUdeviceptr base;
+        OK(p_cuMemAlloc(&base, 4 * MiB));
+        OK(p_cuMemsetD8(base, 0x42, 4 * MiB));
+        CUipcMemHandle h;
+        OK(p_cuIpcGetMemHandle(&h, base));
+        send_all(sock, &h, sizeof(h));
+        CHECK(recv_word(sock) == 1);
+        OK(p_cuMemFree(base));
+        teardown(0);
+}
+
+static void role_already_mapped_consumer(int sock)
+{
+        setup(0);
+        CUipcMemHandle h;
+        recv_all(sock, &h, sizeof(h));
+        CUdeviceptr p = 0, q = 0;
+        OK(p_cuIpcOpenMemHandle(&p, h, 0));
+        CHECK(((unsigned char *)(uintptr_t)p)[100] == 0x42);
+        CHECK_RC(p_cuIpcOpenMemHandle(&q, h, 0), CUDA_ERROR_ALREADY_MAPPED);
+        OK(p_cuIpcCloseMemHandle(p));
+        OK(p_cuIpcOpenMemHandle(&q, h, 0));
+        OK(p_cuIpcCloseMemHandle(q));
+        send_word(sock, 1);
+        teardown(0);
+}
+
+/* ---- 4. VMM: fd over SCM_RIGHTS, alive after the exporter exited ---- */
+
+static CUmemAllocationProp vmm_prop(int dev)
+{
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof(prop));
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        return prop;
+}
+
+static CUmemAccessDesc rw_access(int dev)
+{
+        CUmemAccessDesc d;
+        memset(&d, 0, sizeof(d));
+        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        d.location.id = dev;
+        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        return d;
+}
+
+static void role_vmm_exporter(int sock)
+{
+        setup(0);
+        CUmemAllocationProp prop = vmm_prop(0);
+        size_t gran = 0;
+        OK(p_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        CHECK(gran == 2 * MiB);
+        CUmemGenericAllocationHandle h;
+        CHECK_RC(p_cuMemCreate(&h, 3 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemCreate(&h, 4 * MiB, &prop, 0));
+        CUdeviceptr va = 0;
+        OK(p_cuMemAddressReserve(&va, 4 * MiB, 0, 0, 0));
+        CHECK(va % (2 * MiB) == 0);
+        OK(p_cuMemMap(va, 4 * MiB, 0, h, 0));
+        char perms[5];
+        perms_of(va, perms);
+        CHECK(strncmp(perms, "---", 3) == 0);           /* faults before cuMemSetAccess */
+        unsigned char host[4096];
+        for (size_t i = 0; i < sizeof(host); i++)
+                host[i] = pattern(i + 7);
+        CHECK_RC(p_cuMemcpyHtoD(va, host, sizeof(host)), CUDA_ERROR_INVALID_VALUE);
+        CUmemAccessDesc acc = rw_access(0);
+        OK(p_cuMemSetAccess(va, 4 * MiB, &acc, 1));
+        perms_of(va, perms);
+        CHECK(strncmp(perms, "rw", 2) == 0);
+        OK(p_cuMemcpyHtoD(va + 2 * MiB, host, sizeof(host)));
+        ((unsigned char *)(uintptr_t)va)[0] = 0xee;
+
+        int fd = -1, other = 0;
+        CHECK_RC(p_cuMemExportToShareableHandle(&other, h, CU_MEM_HANDLE_TYPE_FABRIC, 0),
+                 CUDA_ERROR_NOT_SUPPORTED);
+        OK(p_cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        CHECK(fd >= 0);
+        send_fd(sock, fd);
+        close(fd);
+        /* Release everything, then exit: the holder's fd keeps the memory. */
+        OK(p_cuMemUnmap(va, 4 * MiB));
+        OK(p_cuMemAddressFree(va, 4 * MiB));
+        OK(p_cuMemRelease(h));
+        CHECK_RC(p_cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+        teardown(0);
+}
+
+static void role_vmm_importer(int sock)
+{
+        setup(0);
+        int fd = recv_fd(sock);
+        CHECK(fd >= 0);
+        CUmemGenericAllocationHandle h1 = 0, h2 = 0, h3 = 0;
+        OK(p_cuMemImportFromShareableHandle(&h1, (void *)(intptr_t)fd,
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        OK(p_cuMemImportFromShareableHandle(&h2, (void *)(intptr_t)fd,
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        int devnull = open("/dev/null", O_RDONLY);
+        CHECK_RC(p_cuMemImportFromShareableHandle(&h3, (void *)(intptr_t)devnull,
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                 CUDA_ERROR_INVALID_VALUE);
+        close(devnull);
+        close(fd);              /* the imported handles keep the memory */
+        CUmemAllocationProp prop;
+        OK(p_cuMemGetAllocationPropertiesFromHandle(&prop, h1));
+        CHECK(prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop.location.id == 0);
+        CHECK(prop.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+
+        CUdeviceptr va = 0;
+        OK(p_cuMemAddressReserve(&va, 8 * MiB, 0, 0, 0));
+        OK(p_cuMemMap(va, 4 * MiB, 0, h1, 0));
+        CHECK_RC(p_cuMemMap(va + 2 * MiB, 2 * MiB, 0, h2, 0), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemMap(va + 4 * MiB, 2 * MiB, 2 * MiB, h2, 0));
+        CUmemAccessDesc acc = rw_access(0);
+        OK(p_cuMemSetAccess(va, 6 * MiB, &acc, 1));
+        unsigned char back[4096];
+        OK(p_cuMemcpyDtoH(back, va + 2 * MiB, sizeof(back)));
+        bool same = true;
+        for (size_t i = 0; i < sizeof(back); i++)
+                same &= back[i] == pattern(i + 7);
+        CHECK(same);
+        CHECK(((unsigned char *)(uintptr_t)va)[0] == 0xee);
+        /* Two mappings of one allocation alias the same memory. */
+        CHECK(((unsigned char *)(uintptr_t)va)[4 * MiB + 1] == pattern(1 + 7));
+        /* A copy may span adjacent mappings. */
+        OK(p_cuMemcpyDtoH(back, va + 4 * MiB - 2048, sizeof(back)));
+
+        int legacy = -1;
+        size_t rsize = 0;
+        OK(p_cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, va));
+        CHECK(legacy == 0);
+        OK(p_cuPointerGetAttribute(&rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va));
+        CHECK(rsize == 8 * MiB);
+        CUipcMemHandle ih;
+        CHECK_RC(p_cuIpcGetMemHandle(&ih, va), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemRetainAllocationHandle(&h3, (void *)(uintptr_t)(va + 4096)));
+        CHECK(h3 == h1);
+        OK(p_cuMemRelease(h3));
+
+        CHECK_RC(p_cuMemUnmap(va, 2 * MiB), CUDA_ERROR_INVALID_VALUE);  /* half a mapping */
+        CHECK_RC(p_cuMemAddressFree(va, 8 * MiB), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemUnmap(va, 6 * MiB));
+        OK(p_cuMemAddressFree(va, 8 * MiB));
+        OK(p_cuMemRelease(h1));
+        OK(p_cuMemRelease(h2));
+        teardown(0);
+}
+
+/* ---- 5. IPC events: the consumer must wait for the producer's record ---- */
+
+static void role_event_producer(int sock)
+{
+        setup(0);
+        CUdeviceptr buf;
+        OK(p_cuMemAlloc(&buf, MiB));
+        OK(p_cuMemsetD8(buf, 0, MiB));
+        CUstream s;
+        OK(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CUevent ev;
+        CHECK_RC(p_cuEventCreate(&ev, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+        static unsigned char host[MiB];
+        memset(host, 0xab, sizeof(host));
+        OK(p_cuMemcpyHtoDAsync(buf, host, sizeof(host), s));
+        memset(host, 0, sizeof(host));          /* the pageable source was staged */
+        OK(p_cuEventRecord(ev, s));
+        CHECK_RC(p_cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+        CUipcMemHandle mh;
+        CUipcEventHandle eh;
+        OK(p_cuIpcGetMemHandle(&mh, buf));
+        OK(p_cuIpcGetEventHandle(&eh, ev));
+        CUevent self;
+        CHECK_RC(p_cuIpcOpenEventHandle(&self, eh), CUDA_ERROR_INVALID_CONTEXT);
+        send_all(sock, &mh, sizeof(mh));
+        send_all(sock, &eh, sizeof(eh));
+
+        CHECK(recv_word(sock) == 1);
+        OK(p_cuMemsetD8Async(buf, 0xcd, MiB, s)); /* second round */
+        OK(p_cuEventRecord(ev, s));
+        send_word(sock, 2);
+        CHECK(recv_word(sock) == 3);
+        OK(p_cuStreamSynchronize(s));
+        OK(p_cuStreamDestroy(s));
+        OK(p_cuEventDestroy(ev));
+        OK(p_cuMemFree(buf));
+        teardown(0);
+}
+
+static void role_event_consumer(int sock)
+{
+        setup(0);
+        CUipcMemHandle mh;
+        CUipcEventHandle eh;
+        recv_all(sock, &mh, sizeof(mh));
+        recv_all(sock, &eh, sizeof(eh));
+        CUdeviceptr p;
+        CUevent ev;
+        OK(p_cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        OK(p_cuIpcOpenEventHandle(&ev, eh));
+        double t0 = now_ms();
+        /* Not waiting is observable: the producer's copy has not landed yet. */
+        CHECK(((volatile unsigned char *)(uintptr_t)p)[0] == 0);
+        CHECK_RC(p_cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+        CUstream s;
+        OK(p_cuStreamCreate(&s, 0));
+        OK(p_cuStreamWaitEvent(s, ev, 0));
+        static unsigned char back[MiB];
+        OK(p_cuMemcpyDtoHAsync(back, p, sizeof(back), s));
+        OK(p_cuStreamSynchronize(s));
+        double waited = now_ms() - t0;
+        bool all = true;
+        for (size_t i = 0; i < sizeof(back); i++)
+                all &= back[i] == 0xab;
+        CHECK(all);
+        CHECK(waited >= 150.0);
+        OK(p_cuEventQuery(ev));
+        send_word(sock, 1);
+
+        CHECK(recv_word(sock) == 2);                    /* recorded again */
+        CHECK_RC(p_cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+        OK(p_cuEventSynchronize(ev));
+        CHECK(((volatile unsigned char *)(uintptr_t)p)[MiB - 1] == 0xcd);
+        OK(p_cuEventDestroy(ev));
+        OK(p_cuStreamDestroy(s));
+        OK(p_cuIpcCloseMemHandle(p));
+        send_word(sock, 3);
+        teardown(0);
+}
+
+/* ---- 6. CUDA_VISIBLE_DEVICES and peer access ---- */
+
+static void uuid_of(int phys, unsigned char out[16])
+{
+        char s[17];
+        memset(s, 0, sizeof(s));
+        snprintf(s, sizeof(s), "gpuipc-double-%d", phys);
+        memcpy(out, s, 16);
+}
+
+static bool ordinal_is(int ordinal, int phys)
+{
+        CUuuid u;
+        unsigned char want[16];
+        uuid_of(phys, want);
+        return p_cuDeviceGetUuid(&u, ordinal) == CUDA_SUCCESS &&
+               memcmp(u.bytes, want, 16) == 0;
+}
+
+static int count_devices(void)
+{
+        int n = -1;
+        if (p_cuInit(0) != CUDA_SUCCESS || p_cuDeviceGetCount(&n) != CUDA_SUCCESS)
+                return -1;
+        return n;
+}
+
+static void role_visible_all(int sock)
+{
+        (void)sock;
+        CHECK(count_devices() == 3);
+        CHECK(ordinal_is(0, 0) && ordinal_is(1, 1) && ordinal_is(2, 2));
+}
+
+static void role_visible_reordered(int sock)
+{
+        (void)sock;
+        CHECK(count_devices() == 2);
+        CHECK(ordinal_is(0, 2) && ordinal_is(1, 0));
+        char a[32], b[32];
+        OK(p_cuDeviceGetPCIBusId(a, sizeof(a), 0));
+        OK(p_cuDeviceGetPCIBusId(b, sizeof(b), 1));
+        CHECK(strcmp(a, b) != 0);
+}
+
+static void role_visible_uuid(int sock)
+{
+        (void)sock;
+        CHECK(count_devices() == 1);
+        CHECK(ordinal_is(0, 1));
+}
+
+static void role_visible_invalid(int sock)
+{
+        (void)sock;
+        CHECK(count_devices() == 1);    /* parsing stops at the bad entry */
+        CHECK(ordinal_is(0, 1));
+}
+
+static void role_visible_none(int sock)
+{
+        (void)sock;
+        CHECK_RC(p_cuInit(0), CUDA_ERROR_NO_DEVICE);
+}
+
+/* CUDA_VISIBLE_DEVICES=2,0: allocates on ordinal 0, which is physical device 2. */
+static void role_dev2_producer(int sock)
+{
+        setup(0);
+        CUdeviceptr base;
+        OK(p_cuMemAlloc(&base, 2 * MiB));
+        CUipcMemHandle h;
+        OK(p_cuIpcGetMemHandle(&h, base));
+        for (int i = 0; i < 3; i++)
+                send_all(sock, &h, sizeof(h));
+        for (int i = 0; i < 3; i++)
+                CHECK(recv_word(sock) == 1);
+        OK(p_cuMemFree(base));
+        teardown(0);
+}
+
+/* CUDA_VISIBLE_DEVICES=1,2 and no peer access between 1 and 2. */
+static void role_dev2_consumer(int sock)
+{
+        CHECK(count_devices() == 2);
+        CUipcMemHandle h;
+        CUdeviceptr p;
+        int ord = -1;
+
+        setup(1);       /* physical 2 is ordinal 1 here */
+        recv_all(sock, &h, sizeof(h));
+        OK(p_cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        OK(p_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p));
+        CHECK(ord == 1);
+        OK(p_cuIpcCloseMemHandle(p));
+        send_word(sock, 1);
+
+        setup(0);       /* physical 1: no peer access to physical 2 */
+        recv_all(sock, &h, sizeof(h));
+        CHECK_RC(p_cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                 CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+        send_word(sock, 1);
+        int can = -1;
+        OK(p_cuDeviceCanAccessPeer(&can, 0, 1));
+        CHECK(can == 0);
+        CUcontext other = NULL;
+        OK(p_cuDevicePrimaryCtxRetain(&other, 1));
+        CHECK_RC(p_cuCtxEnablePeerAccess(other, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+        teardown(0);
+        teardown(1);
+        teardown(1);
+        recv_all(sock, &h, sizeof(h));
+        send_word(sock, 1);
+}
+
+/* CUDA_VISIBLE_DEVICES=0,1: the producer's device is hidden. */
+static void role_hidden_consumer(int sock)
+{
+        setup(0);
+        CUipcMemHandle h;
+        CUdeviceptr p;
+        for (int i = 0; i < 3; i++) {
+                recv_all(sock, &h, sizeof(h));
+                if (i == 0)
+                        CHECK_RC(p_cuIpcOpenMemHandle(&p, h, 0), CUDA_ERROR_INVALID_DEVICE);
+                send_word(sock, 1);
+        }
+        int can = -1;
+        OK(p_cuDeviceCanAccessPeer(&can, 0, 1));
+        CHECK(can == 1);
+        CUcontext c0 = NULL, c1 = NULL;
+        OK(p_cuCtxGetCurrent(&c0));
+        OK(p_cuDevicePrimaryCtxRetain(&c1, 1));
+        OK(p_cuCtxEnablePeerAccess(c1, 0));
+        CHECK_RC(p_cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+        CHECK_RC(p_cuCtxEnablePeerAccess(c0, 0), CUDA_ERROR_INVALID_DEVICE);
+        OK(p_cuCtxDisablePeerAccess(c1));
+        CHECK_RC(p_cuCtxDisablePeerAccess(c1), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+        teardown(1);
+        teardown(0);
+}
+
+/* ---- 7. stats file ---- */
+
+static void role_stats(int sock)
+{
+        (void)sock;
+        setup(0);
+        for (int i = 0; i < 3; i++) {
+                CUdeviceptr p;
+                OK(p_cuMemAlloc(&p, MiB));
+                OK(p_cuMemFree(p));
+        }
+        teardown(0);
+}
+
+/* ---- 8. fork after cuInit; cleanup at exit; sweep after SIGKILL ---- */
+
+static void role_fork_after_init(int sock)
+{
+        (void)sock;
+        setup(0);
+        CUdeviceptr p;
+        OK(p_cuMemAlloc(&p, MiB));
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+                role = "forked-after-cuInit";
+                int n;
+                CHECK_RC(p_cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+                CHECK_RC(p_cuInit(0), CUDA_ERROR_NOT_INITIALIZED);
+                exit(0);        /* must not remove the parent's names */
+        }
+        reap(pid, "forked child");
+        CHECK(names_of(getpid()) == 1);
+        OK(p_cuMemFree(p));
+        teardown(0);
+}
+
+static void role_exit_without_free(int sock)
+{
+        (void)sock;
+        setup(0);
+        CUdeviceptr p;
+        CUevent ev;
+        OK(p_cuMemAlloc(&p, MiB));
+        OK(p_cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+        CHECK(names_of(getpid()) == 2);
+}
+
+static CUipcMemHandle *killed_handle;   /* shared page: the killed exporter's handle */
+
+static void role_killed(int sock)
+{
+        setup(0);
+        CUdeviceptr p;
+        CUevent ev;
+        OK(p_cuMemAlloc(&p, MiB));
+        OK(p_cuIpcGetMemHandle(killed_handle, p));
+        OK(p_cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+        send_word(sock, 1);
+        for (;;)
+                pause();
+}
+
+/* The exporter died by SIGKILL: its name is still there, but opening fails. */
+static void role_open_dead(int sock)
+{
+        (void)sock;
+        setup(0);
+        CUdeviceptr p;
+        CHECK_RC(p_cuIpcOpenMemHandle(&p, *killed_handle, 0), CUDA_ERROR_INVALID_VALUE);
+        teardown(0);
+}
+
+static void role_sweeper(int sock)
+{
+        (void)sock;
+        OK(p_cuInit(0));
+}
+
+/* ---- driver ---- */
+
+static void run_pair(const char *what, role_fn a, const char *const *env_a, role_fn b,
+                     const char *const *env_b)
+{
+        int sv[2];
+        pair(sv);
+        pid_t pa = spawn(what, a, sv[0], env_a);
+        pid_t pb = spawn(what, b, sv[1], env_b);
+        close(sv[0]);
+        close(sv[1]);
+        reap(pa, what);
+        reap(pb, what);
+}
+
+static void run_one(const char *what, role_fn a, const char *const *env)
+{
+        pid_t p = spawn(what, a, -1, env);
+        reap(p, what);
+}
+
+static void test_vmm(void)
+{
+        int sv[2];
+        pair(sv);
+        pid_t pe = spawn("vmm exporter", role_vmm_exporter, sv[1], NULL);
+        close(sv[1]);
+        int fd = recv_fd(sv[0]);        /* the parent holds the fd, with no CUDA at all */
+        close(sv[0]);
+        CHECK(fd >= 0);
+        reap(pe, "vmm exporter");       /* gone, having released everything */
+        pair(sv);
+        pid_t pi = spawn("vmm importer", role_vmm_importer, sv[1], NULL);
+        close(sv[1]);
+        send_fd(sv[0], fd);
+        close(fd);
+        reap(pi, "vmm importer");
+        close(sv[0]);
+}
+
+static void test_stats(void)
+{
+        char tmpl[300];
+        snprintf(tmpl, sizeof(tmpl), "GPUIPC_CUDA_DOUBLE_STATS=%s/stats-%%p.txt", shm_dir);
+        const char *env[] = { tmpl, NULL };
+        pid_t pid = spawn("stats", role_stats, -1, env);
+        reap(pid, "stats");
+        char path[300], line[128];
+        snprintf(path, sizeof(path), "%s/stats-%d.txt", shm_dir, (int)pid);
+        FILE *f = fopen(path, "r");
+        CHECK(f != NULL);
+        int found = 0;
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+                found += strcmp(line, "cuMemAlloc_v2 3\n") == 0;
+                found += strcmp(line, "cuMemFree_v2 3\n") == 0;
+                found += strcmp(line, "cuInit 1\n") == 0;
+                found += strcmp(line, "cuIpcOpenMemHandle_v2 0\n") == 0;
+        }
+        if (f != NULL)
+                fclose(f);
+        CHECK(found == 4);
+        unlink(path);
+}
+
+static void test_cleanup(void)
+{
+        pid_t pid = spawn("exit without free", role_exit_without_free, -1, NULL);
+        reap(pid, "exit without free");
+        CHECK(names_of(pid) == 0);              /* atexit removed them */
+
+        run_one("fork after cuInit", role_fork_after_init, NULL);
+
+        int sv[2];
+        pair(sv);
+        pid = spawn("killed", role_killed, sv[1], NULL);
+        close(sv[1]);
+        CHECK(recv_word(sv[0]) == 1);
+        close(sv[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        CHECK(names_of(pid) == 2);              /* SIGKILL leaves names behind */
+        run_one("open after SIGKILL", role_open_dead, NULL);
+        run_one("sweeper", role_sweeper, NULL);
+        CHECK(names_of(pid) == 0);              /* cuInit swept them */
+}
+
+int main(int argc, char **argv)
+{
+        if (argc != 2) {
+                fprintf(stderr, "usage: %s /path/to/libcuda.so.1\n", argv[0]);
+                return 2;
+        }
+        sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (sh == MAP_FAILED)
+                return 1;
+        killed_handle = (CUipcMemHandle *)((char *)sh + 1024);
+        const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+        snprintf(shm_dir, sizeof(shm_dir), "%s/gpuipc-dtest-XXXXXX", base);
+        if (mkdtemp(shm_dir) == NULL) {
+                perror("mkdtemp");
+                return 1;
+        }
+        setenv("GPUIPC_CUDA_DOUBLE_SHM_DIR", shm_dir, 1);
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        unsetenv("GPUIPC_CUDA_DOUBLE_DEVICES");
+        unsetenv("GPUIPC_CUDA_DOUBLE_EVENT_DELAY_MS");
+        unsetenv("GPUIPC_CUDA_DOUBLE_ALREADY_MAPPED");
+        unsetenv("GPUIPC_CUDA_DOUBLE_NO_PEER");
+        unsetenv("GPUIPC_CUDA_DOUBLE_STATS");
+        load(argv[1]);
+
+        run_one("basics", role_basics, NULL);
+        run_pair("legacy ipc", role_ipc_producer, NULL, role_ipc_consumer, NULL);
+        static const char *const already[] = { "GPUIPC_CUDA_DOUBLE_ALREADY_MAPPED=1", NULL };
+        run_pair("already mapped", role_simple_producer, NULL, role_already_mapped_consumer,
+                 already);
+        test_vmm();
+        static const char *const delay[] = { "GPUIPC_CUDA_DOUBLE_EVENT_DELAY_MS=300", NULL };
+        run_pair("ipc event", role_event_producer, delay, role_event_consumer, NULL);
+
+        static const char *const d3[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3", NULL };
+        static const char *const d3r[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3",
+                                           "CUDA_VISIBLE_DEVICES=2,0", NULL };
+        static const char *const d3u[] = {
+                "GPUIPC_CUDA_DOUBLE_DEVICES=3",
+                "CUDA_VISIBLE_DEVICES=GPU-67707569-7063-2d64-6f75-626c652d3100", NULL };
+        static const char *const d3bad[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3",
+                                             "CUDA_VISIBLE_DEVICES=1,x,0", NULL };
+        static const char *const none[] = { "CUDA_VISIBLE_DEVICES=", NULL };
+        static const char *const d3c[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3",
+                                           "CUDA_VISIBLE_DEVICES=1,2",
+                                           "GPUIPC_CUDA_DOUBLE_NO_PEER=1-2", NULL };
+        static const char *const d3h[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3",
+                                           "CUDA_VISIBLE_DEVICES=0,1", NULL };
+        run_one("visible all", role_visible_all, d3);
+        run_one("visible reordered", role_visible_reordered, d3r);
+        run_one("visible by uuid", role_visible_uuid, d3u);
+        run_one("visible invalid entry", role_visible_invalid, d3bad);
+        run_one("visible none", role_visible_none, none);
+        run_pair("ordinals differ", role_dev2_producer, d3r, role_dev2_consumer, d3c);
+        run_pair("device hidden", role_dev2_producer, d3r, role_hidden_consumer, d3h);
+
+        test_stats();
+        test_cleanup();
+        CHECK(names_total() == 0);              /* nothing left behind */
+
+        rmdir(shm_dir);
+        int pass = atomic_load(&sh->pass), fail = atomic_load(&sh->fail);
+        printf("%d passed, %d failed\n", pass, fail);
+        dlclose(lib);
+        return fail == 0 ? 0 : 1;
+}

@@ -46,8 +46,11 @@ void proto_msg_free(struct proto_msg *m)
 bool proto_obj_str_eq(const msgpack_object *o, const char *s)
 {
         size_t n = strlen(s);
+
+        /* msgpack-c leaves ptr NULL for some empty strings: never pass it to
+         * memcmp() with a zero length. */
         return o && o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-               memcmp(o->via.str.ptr, s, n) == 0;
+               (n == 0 || memcmp(o->via.str.ptr, s, n) == 0);
 }
 
 const msgpack_object *proto_get(const msgpack_object *map, const char *key)
@@ -167,12 +170,13 @@ int proto_obj_strdup(const msgpack_object *o, char **ret)
 
         if (!o || o->type != MSGPACK_OBJECT_STR)
                 return -EINVAL;
-        if (memchr(o->via.str.ptr, '\0', o->via.str.size))
+        if (o->via.str.size > 0 && memchr(o->via.str.ptr, '\0', o->via.str.size))
                 return -EINVAL;
         s = malloc(o->via.str.size + 1);
         if (!s)
                 return -ENOMEM;
-        memcpy(s, o->via.str.ptr, o->via.str.size);
+        if (o->via.str.size > 0)
+                memcpy(s, o->via.str.ptr, o->via.str.size);
         s[o->via.str.size] = '\0';
         *ret = s;
         return 0;

@@ -45,7 +45,11 @@ void proto_out_free(struct proto_out *o)
 
 void proto_pack_strn(msgpack_packer *pk, const char *s, size_t n)
 {
-        msgpack_pack_str_with_body(pk, s, n);
+        /* An empty body may come with a NULL pointer (from msgpack-c). */
+        if (n == 0)
+                msgpack_pack_str(pk, 0);
+        else
+                msgpack_pack_str_with_body(pk, s, n);
 }
 
 void proto_pack_str(msgpack_packer *pk, const char *s)

@@ -40,10 +40,14 @@ ssize_t proto_recv(int sock, void *buf, size_t len, int *fds, unsigned max_fds, 
                 for (size_t i = 0; i < k; i++) {
                         int fd;
                         memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                        if (nfds < max_fds && !truncated)
+                        /* CMSG_SPACE() rounds up, so more than max_fds can
+                         * fit without MSG_CTRUNC: that is truncation too. */
+                        if (nfds < max_fds && !truncated) {
                                 fds[nfds++] = fd;
-                        else
+                        } else {
                                 close(fd);
+                                truncated = true;
+                        }
                 }
         }
         if (truncated) {

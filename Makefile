@@ -6,6 +6,8 @@
 #                     (GPUIPC_SOCKET=PATH or ARGS="--socket PATH ..." to change)
 #   make install      PREFIX=/usr/local DESTDIR= (staged installs)
 #   make deps         install the Debian build dependencies (as root)
+#   make check-gpu    the real-GPU suite (tests/gpu; needs an NVIDIA GPU)
+#   make fuzz         the frame decoder under libFuzzer (clang), FUZZ_SECONDS
 #
 # V=1 shows the full commands.  SANITIZE=1 builds with ASan+UBSan into
 # build/sanitize.  CC=clang works as well as gcc.
@@ -40,8 +42,15 @@ CFLAGS   += -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP \
 CPPFLAGS += -D_GNU_SOURCE -DGPUIPC_VERSION=\"$(VERSION)\" -Iproto -Iclient -I$(CUDA_HOME)/include \
             $(shell $(PKG_CONFIG) --cflags $(DEPS_PC) 2>/dev/null)
 LDFLAGS  += $(SANFLAGS)
+ifeq ($(STATIC_DEPS),1)
+# Binaries that run where libuv and msgpack-c are not installed (the GPU
+# machine): Debian's static archives, glibc stays dynamic.
+UV_LIBS      := -Wl,-Bstatic -luv_a -Wl,-Bdynamic -lpthread -ldl -lrt
+MSGPACK_LIBS := -Wl,-Bstatic -lmsgpackc -Wl,-Bdynamic
+else
 UV_LIBS      := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null || echo -luv)
 MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs $(MSGPACK_PC) 2>/dev/null || echo -lmsgpackc)
+endif
 CRITERION_LIBS := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || echo -lcriterion)
 
 ifeq ($(V),1)
@@ -139,7 +148,7 @@ $(BUILDDIR)/tests/cuda/test_double: tests/cuda/test_double.c $(CUDA_DOUBLE)
 	$(Q)$(CC) $(DOUBLE_CFLAGS) $(SANFLAGS) -o $@ $< -ldl -lpthread
 
 TEST_BINS := $(UNIT_BIN) $(filter $(BUILDDIR)/tests/integ_%,$(INTEG_BIN)) $(INTEG_HELPER_BIN) \
-             $(CUDA_DOUBLE) $(BUILDDIR)/tests/cuda/test_double
+             $(CUDA_DOUBLE) $(BUILDDIR)/tests/cuda/test_double $(BUILDDIR)/tests/fuzz-replay
 
 tests: all $(TEST_BINS)
 
@@ -151,6 +160,48 @@ check-run: tests
 	done
 	@echo "== $(BUILDDIR)/tests/cuda/test_double"
 	$(Q)$(BUILDDIR)/tests/cuda/test_double $(CUDA_DOUBLE)
+	@echo "== $(BUILDDIR)/tests/fuzz-replay tests/fuzz/corpus"
+	$(Q)$(BUILDDIR)/tests/fuzz-replay tests/fuzz/corpus
+
+# The frame decoder under libFuzzer (clang): `make fuzz` runs it for
+# FUZZ_SECONDS; check-run replays tests/fuzz/corpus through the same entry
+# point with any compiler, so every kept input is a regression test.
+CODEC_SRC := $(filter-out proto/cuda_drv.c,$(PROTO_SRC))
+FUZZ_SECONDS ?= 60
+
+$(BUILDDIR)/fuzz/fuzz-frame: $(CODEC_SRC) tests/fuzz/fuzz-frame.c
+	@mkdir -p $(dir $@)
+	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined -D_GNU_SOURCE -Iproto -o $@ $^ $(MSGPACK_LIBS)
+
+$(BUILDDIR)/tests/fuzz-replay: $(CODEC_SRC) tests/fuzz/fuzz-frame.c tests/fuzz/replay.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -std=gnu11 -g -O1 -Wall -Wextra -D_GNU_SOURCE -Iproto $(SANFLAGS) -o $@ $^ \
+		$(MSGPACK_LIBS)
+
+fuzz: $(BUILDDIR)/fuzz/fuzz-frame
+	@mkdir -p $(BUILDDIR)/fuzz/corpus
+	$< -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/corpus tests/fuzz/corpus
+
+# The real-GPU suite (tests/gpu): needs an NVIDIA GPU and driver to run,
+# only the toolkit's headers and libcuda stub to build.
+GPU_BIN := $(BUILDDIR)/gpu/gpu_test $(BUILDDIR)/gpu/libcountcuda.so
+CUDA_STUBS := -L$(CUDA_HOME)/lib64/stubs -lcuda
+
+$(BUILDDIR)/gpu/gpu_test: $(call obj,tests/gpu/gpu_test.c tests/gpu/gpu_util.c) $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) $(CUDA_STUBS) -ldl -lpthread
+
+$(BUILDDIR)/gpu/libcountcuda.so: tests/gpu/countcuda.c
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(DOUBLE_CFLAGS) -shared -o $@ $< -Wl,--no-as-needed $(CUDA_STUBS) -ldl
+
+gpu-tests: all $(GPU_BIN)
+
+check-gpu: gpu-tests
+	tests/gpu/run.sh $(BUILDDIR)
 
 ensure-deps:
 	$(Q)$(PKG_CONFIG) --exists $(DEPS_PC) criterion 2>/dev/null || $(MAKE) deps
@@ -195,7 +246,7 @@ install: all $(BUILDDIR)/gpuipc.pc
 clean:
 	rm -rf build
 
-.PHONY: all tests check check-run ensure-deps run deps install clean
+.PHONY: all tests check check-run check-gpu fuzz gpu-tests ensure-deps run deps install clean
 .SECONDARY:
 
 -include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

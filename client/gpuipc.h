@@ -42,8 +42,8 @@ typedef struct gpuipc_list gpuipc_list;
 
 typedef enum gpuipc_kind {
         GPUIPC_KIND_HOST = 0,       /* memfd shared memory */
-        GPUIPC_KIND_CUDA_IPC = 1,   /* legacy CUDA IPC handle (reserved) */
-        GPUIPC_KIND_CUDA_VMM = 2,   /* CUDA VMM POSIX fd (reserved) */
+        GPUIPC_KIND_CUDA_IPC = 1,   /* legacy CUDA IPC handle, producer-bound */
+        GPUIPC_KIND_CUDA_VMM = 2,   /* CUDA VMM memory shared as a POSIX fd */
 } gpuipc_kind;
 
 /* What a buffer holds.  Every pointer is borrowed for the duration of the
@@ -61,8 +61,13 @@ typedef struct gpuipc_meta {
 /* Flags of gpuipc_register_*(). */
 #define GPUIPC_REGISTER_EPHEMERAL 0x1u  /* unregister when this connection ends */
 
+/* Flags of gpuipc_register_cuda(). */
+#define GPUIPC_REGISTER_CUDA_IPC  0x2u  /* use a legacy IPC handle even for VMM memory */
+
 /* Flags of gpuipc_lookup(). */
 #define GPUIPC_LOOKUP_WRITABLE 0x1u     /* map read-write (default read-only) */
+#define GPUIPC_LOOKUP_NO_SYNC  0x2u     /* do not wait for the producer's event;
+                                         * use gpuipc_view_wait_stream() */
 
 /* Flags of gpuipc_info.flags. */
 #define GPUIPC_INFO_EPHEMERAL    0x1u
@@ -91,6 +96,12 @@ typedef struct gpuipc_info {
         uint32_t leases;                /* leases currently held, all clients */
         uint32_t flags;                 /* GPUIPC_INFO_* */
         uint64_t created_ms;            /* Unix time of registration, ms */
+        /* CUDA kinds only (0 otherwise): */
+        uint64_t alloc_id;              /* the daemon's allocation entry */
+        uint64_t alloc_size;            /* bytes of the whole allocation */
+        uint32_t alloc_regs;            /* registrations sharing it */
+        uint64_t buffer_id;             /* cuda-ipc: the driver's buffer id */
+        int has_event;                  /* the producer attached an IPC event */
 } gpuipc_info;
 
 /* Daemon-wide counters, from gpuipc_stats_get(). */
@@ -105,6 +116,11 @@ typedef struct gpuipc_stats {
         uint64_t bytes_host;            /* bytes of host buffers held */
         uint64_t requests;              /* requests served since start */
         uint64_t errors;                /* of which answered with an error */
+        int cuda_available;             /* the daemon can use a CUDA driver */
+        const char *cuda_reason;        /* why not, or "" */
+        uint32_t cuda_driver_version;   /* e.g. 13000; 0 when unavailable */
+        uint64_t bytes_cuda_ipc;        /* bytes registered, by kind */
+        uint64_t bytes_cuda_vmm;
 } gpuipc_stats;
 
 /* ---- errors and versions ----------------------------------------------- */
@@ -176,8 +192,9 @@ GPUIPC_EXPORT int gpuipc_unregister(gpuipc_client *c, const char *name);
 
 /* Waits until registration id (registered on this connection) has had a
  * lease and its last lease was released: the consumers are done with it.
- * -ETIMEDOUT after timeout_ms.  A release that happened before this call
- * counts. */
+ * For CUDA buffers it also waits for the events that the consumers released
+ * with (gpuipc_view_release_after).  -ETIMEDOUT after timeout_ms.  A
+ * release that happened before this call counts. */
 GPUIPC_EXPORT int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms);
 
 /* ---- consuming ---------------------------------------------------------- */
@@ -197,6 +214,61 @@ GPUIPC_EXPORT const gpuipc_info *gpuipc_view_info(const gpuipc_view *v);
 /* Releases the lease and frees v; the mapping goes with the last view that
  * uses it.  Returns the release's result (the view is freed either way). */
 GPUIPC_EXPORT int gpuipc_view_release(gpuipc_view *v);
+
+/* ---- CUDA buffers -------------------------------------------------------
+ *
+ * The CUDA driver is loaded at run time (dlopen of libcuda.so.1, or of
+ * $GPUIPC_LIBCUDA); without one these calls return -ENOTSUP and
+ * gpuipc_errmsg() says why.  Device pointers are CUdeviceptr values passed
+ * as uint64_t; a stream or event is a CUstream or CUevent passed as void *.
+ * Devices travel by UUID: a consumer maps them to its own ordinals, whatever
+ * CUDA_VISIBLE_DEVICES says in either process.  The library works in each
+ * device's primary context (the one the CUDA runtime, CuPy and PyTorch use).
+ */
+
+typedef struct gpuipc_cudabuf gpuipc_cudabuf;
+
+/* Allocates at least size bytes of VMM memory on device ordinal `device`
+ * (rounded up to the allocation granularity), exportable as a POSIX fd and
+ * mapped read-write for that device.  Registered with gpuipc_register_cuda()
+ * it becomes a cuda-vmm buffer that outlives this process.  The caller frees
+ * *ret_buf with gpuipc_cudabuf_free(). */
+GPUIPC_EXPORT int gpuipc_cudabuf_new(int device, size_t size, gpuipc_cudabuf **ret_buf);
+GPUIPC_EXPORT uint64_t gpuipc_cudabuf_ptr(const gpuipc_cudabuf *b);
+GPUIPC_EXPORT size_t gpuipc_cudabuf_size(const gpuipc_cudabuf *b);
+/* Unmaps the producer's mapping.  A registered buffer lives on in the
+ * daemon (and its consumers) until unregistered and released. */
+GPUIPC_EXPORT void gpuipc_cudabuf_free(gpuipc_cudabuf *b);
+
+/* Registers size bytes of device memory at dptr, which may lie inside a
+ * larger allocation (a memory pool's block): the library finds the
+ * allocation and sends its base handle with the offset.  Memory from
+ * gpuipc_cudabuf_new() or any VMM allocation exportable as a POSIX fd is
+ * registered as cuda-vmm (durable); other device memory as cuda-ipc, which
+ * stays the caller's: keep it allocated and this connection open until
+ * gpuipc_wait_released() says the consumers are done (or gpuipc_adopt()).
+ * event, if not NULL, is a CUevent created with CU_EVENT_INTERPROCESS and
+ * recorded after the writes; consumers wait on it before reading. */
+GPUIPC_EXPORT int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr,
+                                       uint64_t size, const gpuipc_meta *meta, void *event,
+                                       unsigned flags, uint64_t *ret_id);
+
+/* Hands a cuda-ipc registration of this connection to the daemon, which
+ * copies it into memory of its own; the name then refers to that durable
+ * copy.  On success the caller may free its memory once the *ret_leases
+ * leases (may be NULL) that still map it are released (gpuipc_wait_released
+ * tells when; at once when 0). */
+GPUIPC_EXPORT int gpuipc_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases);
+
+/* For a device view: the device ordinal in this process (or -1 for host
+ * memory), and making stream wait for the producer's event (a no-op when
+ * there is none).  gpuipc_view_data() is then the CUdeviceptr. */
+GPUIPC_EXPORT int gpuipc_view_device(const gpuipc_view *v);
+GPUIPC_EXPORT int gpuipc_view_wait_stream(const gpuipc_view *v, void *stream);
+/* Like gpuipc_view_release(), handing the producer event (a CUevent with
+ * CU_EVENT_INTERPROCESS, recorded after this consumer's last use) to wait on
+ * before it reuses the memory. */
+GPUIPC_EXPORT int gpuipc_view_release_after(gpuipc_view *v, void *event);
 
 /* ---- inspecting --------------------------------------------------------- */
 

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "cuda_ctx.h"
+#include "cuda_reg.h"
 #include "daemon.h"
 #include "log.h"
 
@@ -21,25 +23,61 @@ uint64_t now_unix_ms(void)
 static void on_released(struct reg *r, void *userdata)
 {
         struct conn *c = conn_from_party(r->owner);
+        bool events = r->cuda && r->cuda->rel_n > 0;
+        struct proto_out o;
+        uint32_t dropped;
+
+        if (c->closed)
+                return;
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, 3 + events);
+        proto_pack_kstr(&o.pk, "event", "released");
+        proto_pack_ku64(&o.pk, "id", r->id);
+        proto_pack_str(&o.pk, "name");
+        proto_pack_strn(&o.pk, r->name, r->name_len);
+        if (events) {
+                dropped = reg_cuda_pack_events(&o.pk, r->cuda);
+                if (dropped > 0)
+                        log_info("registration %" PRIu64 " (%s): %u release events over the "
+                                 "cap of %u dropped; the owner gets the newest", r->id, r->name,
+                                 dropped, REG_CUDA_EVENTS_MAX);
+        }
+        (void)conn_send(c, &o, NULL);
+        proto_out_free(&o);
+}
+
+/* The owner of a cuda-ipc registration is gone, and with it perhaps the
+ * memory: tell the holder of lease l to stop using its view. */
+static void on_revoked(struct reg *r, struct lease *l, void *userdata)
+{
+        struct conn *c = conn_from_party(l->holder);
         struct proto_out o;
 
         if (c->closed)
                 return;
         proto_out_init(&o);
-        msgpack_pack_map(&o.pk, 3);
-        proto_pack_kstr(&o.pk, "event", "released");
+        msgpack_pack_map(&o.pk, 4);
+        proto_pack_kstr(&o.pk, "event", "revoked");
         proto_pack_ku64(&o.pk, "id", r->id);
         proto_pack_str(&o.pk, "name");
         proto_pack_strn(&o.pk, r->name, r->name_len);
+        proto_pack_kstr(&o.pk, "reason", "the owner's connection ended; the memory may be gone");
         (void)conn_send(c, &o, NULL);
         proto_out_free(&o);
 }
 
 static void on_freed(struct reg *r, void *userdata)
 {
+        struct daemon *d = userdata;
+
         log_debug("freeing registration %" PRIu64 " (%s)", r->id, r->name);
-        if (r->fd >= 0)
+        if (r->cuda) {
+                /* A cuda-vmm fd is the allocation entry's, shared. */
+                reg_cuda_free(&d->allocs, r->cuda);
+                r->cuda = NULL;
+        } else if (r->fd >= 0) {
                 close(r->fd);
+        }
         r->fd = -1;
 }
 
@@ -48,11 +86,20 @@ int daemon_init(struct daemon *d)
         static const struct registry_callbacks cb = {
                 .released = on_released,
                 .freed = on_freed,
+                .revoked = on_revoked,
         };
+        int r;
 
         hmap_init(&d->waits);
+        alloc_table_init(&d->allocs);
         d->start_ms = uv_now(d->loop);
-        return registry_new(&cb, d, &d->reg);
+        r = gpu_new(&d->gpu);
+        if (r < 0)
+                return r;
+        r = registry_new(&cb, d, &d->reg);
+        if (r < 0)
+                d->gpu = gpu_free(d->gpu);
+        return r;
 }
 
 void daemon_close_connections(struct daemon *d)
@@ -63,6 +110,9 @@ void daemon_close_connections(struct daemon *d)
 
 void daemon_done(struct daemon *d)
 {
+        /* Registrations hold allocation references: free them first. */
         d->reg = registry_free(d->reg);
+        alloc_table_done(&d->allocs);
+        d->gpu = gpu_free(d->gpu);
         hmap_free(&d->waits);
 }

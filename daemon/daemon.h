@@ -9,10 +9,12 @@
 
 #include <uv.h>
 
+#include "alloc.h"
 #include "hmap.h"
 #include "registry.h"
 
 struct conn;
+struct gpu;
 
 struct config {
         const char *socket_path;
@@ -29,6 +31,8 @@ struct daemon {
         uv_loop_t *loop;
         struct config cfg;
         struct registry *reg;
+        struct alloc_table allocs;      /* CUDA allocations behind registrations */
+        struct gpu *gpu;                /* the CUDA driver, as far as it is usable */
         struct conn *conns;             /* open connections */
         uint32_t n_conns;
         uint64_t next_conn_id;

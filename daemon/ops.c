@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda_ctx.h"
+#include "cuda_reg.h"
 #include "log.h"
 #include "ops.h"
 
@@ -25,6 +27,7 @@ static const struct op {
         { "list",       op_list,       true },
         { "stat",       op_stat,       true },
         { "stats",      op_stats,      true },
+        { "adopt",      op_adopt,      true },
 };
 
 int req_fail(struct req *q, int err, const char *fmt, ...)
@@ -71,7 +74,12 @@ int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pi
 
 void pack_record(msgpack_packer *pk, const struct reg *r)
 {
-        msgpack_pack_map(pk, r->meta ? 11 : 10);
+        pack_record_ex(pk, r, false);
+}
+
+void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle)
+{
+        msgpack_pack_map(pk, (r->meta ? 11 : 10) + reg_cuda_record_fields(r, with_handle));
         proto_pack_ku64(pk, "id", r->id);
         proto_pack_str(pk, "name");
         proto_pack_strn(pk, r->name, r->name_len);
@@ -93,6 +101,7 @@ void pack_record(msgpack_packer *pk, const struct reg *r)
         proto_pack_ku64(pk, "leases", r->leases);
         proto_pack_kbool(pk, "ephemeral", r->ephemeral);
         proto_pack_kstr(pk, "state", r->live ? "live" : "unregistered");
+        reg_cuda_pack_record(pk, r, with_handle);
 }
 
 int req_target(struct req *q, struct target *ret)
@@ -174,10 +183,14 @@ int op_stats(struct req *q)
         const struct registry_counters *k = registry_counters(d->reg);
         uint32_t nkinds = 1;
         struct proto_out o;
+        const char *reason;
+        int driver;
+        bool cuda;
 
         for (unsigned i = 1; i < _PROTO_KIND_MAX; i++)
                 nkinds += k->bytes[i] > 0;
-        reply_start(&o, q->seq, 10);
+        cuda = gpu_available(d->gpu, &reason, &driver);
+        reply_start(&o, q->seq, 11);
         proto_pack_kstr(&o.pk, "server", SERVER_NAME);
         proto_pack_ku64(&o.pk, "version", PROTO_VERSION);
         proto_pack_ku64(&o.pk, "pid", (uint64_t)getpid());
@@ -192,6 +205,13 @@ int op_stats(struct req *q)
                         proto_pack_ku64(&o.pk, proto_kind_name(i), k->bytes[i]);
         proto_pack_ku64(&o.pk, "requests", d->requests);
         proto_pack_ku64(&o.pk, "errors", d->errors);
+        proto_pack_str(&o.pk, "cuda");
+        msgpack_pack_map(&o.pk, 1 + (!cuda && reason) + (cuda && driver > 0));
+        proto_pack_kbool(&o.pk, "available", cuda);
+        if (!cuda && reason)
+                proto_pack_kstr(&o.pk, "reason", reason);
+        if (cuda && driver > 0)
+                proto_pack_ku64(&o.pk, "driver_version", (uint64_t)driver);
         (void)reply_send(q->c, q->seq, &o, NULL);
         proto_out_free(&o);
         return 0;

@@ -36,7 +36,9 @@ void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields);
 int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin);
 void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message);
 
-/* Packs the registration record of r. */
+/* Packs the registration record of r; with_handle adds a cuda-ipc handle
+ * (lookup replies only). */
+void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle);
 void pack_record(msgpack_packer *pk, const struct reg *r);
 /* Answers a lookup of r for c: a lease, the record and r's fd. */
 void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r);
@@ -57,6 +59,11 @@ int req_target(struct req *q, struct target *ret);
 int op_hello(struct req *q);
 int op_ping(struct req *q);
 int op_register(struct req *q);
+/* The CUDA part of register (ops_register_cuda.c): checks the kind's fields
+ * and takes the allocation reference, filling p->cuda, p->fd and
+ * p->ephemeral.  On failure nothing is left to undo. */
+int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_given);
+int op_adopt(struct req *q);
 int op_lookup(struct req *q);
 int op_release(struct req *q);
 int op_unregister(struct req *q);

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "cuda_reg.h"
 #include "ops.h"
 #include "waits.h"
 
@@ -10,6 +11,7 @@ void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r)
 {
         struct registry *R = c->d->reg;
         struct proto_out o;
+        bool has_fd = r->kind != PROTO_KIND_CUDA_IPC;
         struct lease *l;
         char msg[128];
         int k;
@@ -25,14 +27,16 @@ void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r)
                 ops_reply_error(c, seq, k, "cannot take a lease: out of memory");
                 return;
         }
-        reply_start(&o, seq, 3);
+        reply_start(&o, seq, 2 + has_fd);
         proto_pack_ku64(&o.pk, "lease", l->id);
         proto_pack_str(&o.pk, "reg");
-        pack_record(&o.pk, r);
-        proto_pack_ku64(&o.pk, "fds", 1);
+        pack_record_ex(&o.pk, r, true);
+        if (has_fd)
+                proto_pack_ku64(&o.pk, "fds", 1);
         /* The queued frame pins r, so the fd outlives a release or an
-         * unregister that comes before the kernel has taken it. */
-        k = reply_send(c, seq, &o, r);
+         * unregister that comes before the kernel has taken it.  A
+         * cuda-ipc record carries a handle instead of an fd. */
+        k = reply_send(c, seq, &o, has_fd ? r : NULL);
         proto_out_free(&o);
         if (k < 0)
                 registry_lease_undo(R, l);
@@ -81,7 +85,11 @@ int op_lookup(struct req *q)
 
 int op_release(struct req *q)
 {
+        struct registry *R = q->c->d->reg;
+        const uint8_t *ev = NULL;
         struct proto_out o;
+        struct lease *l;
+        size_t ev_len = 0;
         uint64_t id;
         int k;
 
@@ -89,7 +97,17 @@ int op_release(struct req *q)
         if (k < 0)
                 return req_fail(q, -EINVAL, k == -ENOENT ? "lease is required"
                                                          : "lease must be a uint");
-        k = registry_release(q->c->d->reg, &q->c->party, id);
+        k = proto_get_bin(q->m, "event", &ev, &ev_len);
+        if (k == -EINVAL || (k == 0 && ev_len != ALLOC_HANDLE_LEN))
+                return req_fail(q, -EINVAL, "event must be a bin of %u bytes",
+                                ALLOC_HANDLE_LEN);
+        l = registry_find_lease(R, id);
+        if (!l || l->holder != &q->c->party)
+                return req_fail(q, -ENOENT, "no lease %" PRIu64 " held by this connection", id);
+        /* Host buffers have no use for an event: it is ignored. */
+        if (ev && l->reg->cuda && reg_cuda_push_event(l->reg->cuda, ev) < 0)
+                return req_fail(q, -ENOMEM, "out of memory keeping the release event");
+        k = registry_release(R, &q->c->party, id);
         if (k < 0)
                 return req_fail(q, k, "no lease %" PRIu64 " held by this connection", id);
         reply_start(&o, q->seq, 0);

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "cuda_reg.h"
 #include "host.h"
 #include "log.h"
 #include "ops.h"
@@ -112,7 +113,8 @@ int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb)
 }
 
 /* Field checks of register, in the order the protocol lists them. */
-static int register_params(struct req *q, struct reg_params *p, const msgpack_object **ret_meta)
+static int register_params(struct req *q, struct reg_params *p, const msgpack_object **ret_meta,
+                           bool *ret_ephemeral_given)
 {
         const char *s, *why;
         size_t len;
@@ -131,9 +133,6 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         kind = proto_kind_from_name(s, len);
         if (kind < 0)
                 return req_fail(q, -EINVAL, "unknown kind '%.*s'", (int)(len > 32 ? 32 : len), s);
-        if (kind != PROTO_KIND_HOST)
-                return req_fail(q, -ENOTSUP, "kind %s is not served by this daemon (host only)",
-                                proto_kind_name(kind));
         p->kind = (unsigned)kind;
         r = proto_get_u64(q->m, "size", &p->size);
         if (r < 0 || p->size == 0)
@@ -146,6 +145,7 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         r = proto_get_bool(q->m, "ephemeral", &p->ephemeral);
         if (r == -EINVAL)
                 return req_fail(q, -EINVAL, "ephemeral must be a bool");
+        *ret_ephemeral_given = r == 0;
         r = proto_get_map(q->m, "meta", ret_meta);
         if (r == -EINVAL)
                 return req_fail(q, -EINVAL, "meta must be a map");
@@ -158,6 +158,7 @@ int op_register(struct req *q)
         struct daemon *d = c->d;
         struct reg_params p = { .fd = -1 };
         const msgpack_object *meta = NULL;
+        bool ephemeral_given = false;
         msgpack_sbuffer sb;
         struct proto_out o;
         struct reg *existing, *r;
@@ -165,7 +166,7 @@ int op_register(struct req *q)
         int k;
 
         msgpack_sbuffer_init(&sb);
-        k = register_params(q, &p, &meta);
+        k = register_params(q, &p, &meta, &ephemeral_given);
         if (k < 0)
                 goto out;
         if (meta) {
@@ -173,7 +174,7 @@ int op_register(struct req *q)
                 if (k < 0)
                         goto out;
         }
-        if (q->nfds != 1) {
+        if (p.kind == PROTO_KIND_HOST && q->nfds != 1) {
                 k = req_fail(q, -EBADF, "a host registration carries exactly one fd (fds: 1)");
                 goto out;
         }
@@ -188,21 +189,30 @@ int op_register(struct req *q)
                              (int)p.name_len, p.name, existing->id);
                 goto out;
         }
-        k = host_check_fd(q->fds[0], p.offset, p.size, &why);
-        if (k < 0) {
-                k = req_fail(q, k, "%s", why);
-                goto out;
+        if (p.kind == PROTO_KIND_HOST) {
+                k = host_check_fd(q->fds[0], p.offset, p.size, &why);
+                if (k < 0) {
+                        k = req_fail(q, k, "%s", why);
+                        goto out;
+                }
+                p.fd = q->fds[0];
+        } else {
+                /* Takes the allocation reference (and a cuda-vmm fd). */
+                k = register_cuda_params(q, &p, ephemeral_given);
+                if (k < 0)
+                        goto out;
         }
-        p.fd = q->fds[0];
         p.meta = (const uint8_t *)sb.data;
         p.meta_len = sb.size;
         p.created_ms = now_unix_ms();
         k = registry_add(d->reg, &c->party, &p, &r);
         if (k < 0) {
+                reg_cuda_free(&d->allocs, p.cuda);
                 k = req_fail(q, k, "cannot add the registration: %s", strerror(-k));
                 goto out;
         }
-        q->fds[0] = -1;         /* the registration owns it now */
+        if (p.kind == PROTO_KIND_HOST)
+                q->fds[0] = -1;         /* the registration owns it now */
 
         reply_start(&o, q->seq, 2);
         proto_pack_ku64(&o.pk, "id", r->id);

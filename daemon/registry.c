@@ -86,6 +86,7 @@ static void lease_destroy_ex(struct registry *R, struct lease *l, bool quiet)
 {
         struct reg *r = l->reg;
         struct reg_party *h = l->holder;
+        bool marks_done = false;
 
         hmap_remove(&R->leases, &l->by_id);
         if (l->prev)
@@ -94,6 +95,14 @@ static void lease_destroy_ex(struct registry *R, struct lease *l, bool quiet)
                 h->leases = l->next;
         if (l->next)
                 l->next->prev = l->prev;
+        if (l->rprev)
+                l->rprev->rnext = l->rnext;
+        else
+                r->held = l->rnext;
+        if (l->rnext)
+                l->rnext->rprev = l->rprev;
+        if (r->marked > 0 && l->id < r->lease_mark)
+                marks_done = --r->marked == 0;
         h->n_leases--;
         R->cnt.leases--;
         free(l);
@@ -103,6 +112,8 @@ static void lease_destroy_ex(struct registry *R, struct lease *l, bool quiet)
                 if (r->owner && R->cb.released && !quiet)
                         R->cb.released(r, R->userdata);
                 reg_maybe_free(R, r);
+        } else if (marks_done && r->owner && R->cb.released && !quiet) {
+                R->cb.released(r, R->userdata);
         }
 }
 
@@ -173,6 +184,8 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         r->offset = p->offset;
         r->created_ms = p->created_ms;
         r->ephemeral = p->ephemeral;
+        r->revocable = p->revocable;
+        r->cuda = p->cuda;
         r->fd = p->fd;
         r->id = R->next_id;
 
@@ -280,6 +293,10 @@ int registry_lease(struct registry *R, struct reg *r, struct reg_party *holder,
         if (holder->leases)
                 holder->leases->prev = l;
         holder->leases = l;
+        l->rnext = r->held;
+        if (r->held)
+                r->held->rprev = l;
+        r->held = l;
         holder->n_leases++;
         r->leases++;
         R->cnt.leases++;
@@ -318,6 +335,11 @@ void registry_party_gone(struct registry *R, struct reg_party *p)
                 p->owned = r->own_next;
                 r->own_prev = r->own_next = NULL;
                 r->owner = NULL;
+                /* Also when already unregistered: its leases still map
+                 * the owner's memory. */
+                if (r->revocable && R->cb.revoked)
+                        for (struct lease *l = r->held; l; l = l->rnext)
+                                R->cb.revoked(r, l, R->userdata);
                 if (r->live) {
                         p->n_live--;
                         if (r->ephemeral)
@@ -326,6 +348,21 @@ void registry_party_gone(struct registry *R, struct reg_party *p)
         }
         while (p->leases)
                 lease_destroy(R, p->leases);
+}
+
+void registry_set_kind(struct registry *R, struct reg *r, unsigned kind)
+{
+        assert(kind < REGISTRY_KINDS);
+        R->cnt.bytes[r->kind] -= r->size;
+        r->kind = (uint8_t)kind;
+        R->cnt.bytes[r->kind] += r->size;
+}
+
+uint32_t registry_mark_leases(struct registry *R, struct reg *r)
+{
+        r->lease_mark = R->next_lease;
+        r->marked = r->leases;
+        return r->marked;
 }
 
 void registry_pin(struct reg *r)

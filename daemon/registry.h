@@ -21,6 +21,7 @@
 
 struct registry;
 struct lease;
+struct reg_cuda;
 
 struct reg_party {
         struct reg *owned;              /* registrations it registered */
@@ -40,6 +41,10 @@ struct reg {
         uint64_t size, offset;
         uint64_t created_ms;
         const uint8_t *meta;            /* one packed msgpack map, or NULL */
+        struct reg_cuda *cuda;          /* CUDA kinds: the daemon's, freed in freed */
+        struct lease *held;             /* its leases, newest first */
+        uint64_t lease_mark;            /* leases with a smaller id are marked */
+        uint32_t marked;                /* marked leases still held */
         uint32_t meta_len;
         uint32_t leases;
         uint32_t pins;                  /* queued sends that still need fd */
@@ -48,6 +53,7 @@ struct reg {
         uint16_t name_len;
         uint8_t kind;
         bool ephemeral : 1;
+        bool revocable : 1;             /* its leases are revoked with its owner */
         bool live : 1;
         char name[];                    /* NUL-terminated; meta follows it */
 };
@@ -55,6 +61,7 @@ struct reg {
 struct lease {
         struct hmap_node by_id;
         struct lease *prev, *next;      /* the holder's list */
+        struct lease *rprev, *rnext;    /* the registration's list */
         struct reg *reg;
         struct reg_party *holder;
         uint64_t id;
@@ -69,6 +76,8 @@ struct reg_params {
         const uint8_t *meta;            /* copied */
         size_t meta_len;
         bool ephemeral;
+        bool revocable;
+        struct reg_cuda *cuda;          /* owned by the registration on success */
         int fd;                         /* owned by the registration on success */
 };
 
@@ -77,6 +86,9 @@ struct registry_callbacks {
         void (*released)(struct reg *r, void *userdata);
         /* r is about to be freed: release r->fd. */
         void (*freed)(struct reg *r, void *userdata);
+        /* The owner of revocable r is gone; l is one of its leases.  Runs
+         * for each lease, before an ephemeral r leaves the namespace. */
+        void (*revoked)(struct reg *r, struct lease *l, void *userdata);
 };
 
 #define REGISTRY_KINDS 4u
@@ -120,6 +132,13 @@ struct lease *registry_find_lease(const struct registry *R, uint64_t lease_id);
 /* The party's connection ended: drops its leases, unregisters its ephemeral
  * registrations and orphans the durable ones. */
 void registry_party_gone(struct registry *R, struct reg_party *p);
+
+/* Moves r to another kind (keeping the byte counters right). */
+void registry_set_kind(struct registry *R, struct reg *r, unsigned kind);
+/* Marks the leases r holds now and returns how many: when the last of them
+ * goes while newer ones remain, the released callback runs early (adopt:
+ * the producer's memory is free once the leases that map it are gone). */
+uint32_t registry_mark_leases(struct registry *R, struct reg *r);
 
 /* Pins keep a registration (and its fd) from being freed. */
 void registry_pin(struct reg *r);

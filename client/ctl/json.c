@@ -58,6 +58,14 @@ void json_info(FILE *f, const gpuipc_info *in, const char *ind)
                 ind, in->offset);
         fprintf(f, "%s  \"device\": ", ind);
         json_str(f, in->device);
+        if (in->kind != GPUIPC_KIND_HOST) {
+                fprintf(f, ",\n%s  \"alloc\": {\"id\": %" PRIu64 ", \"size\": %" PRIu64
+                           ", \"regs\": %" PRIu32 "}", ind, in->alloc_id, in->alloc_size,
+                        in->alloc_regs);
+                if (in->kind == GPUIPC_KIND_CUDA_IPC)
+                        fprintf(f, ",\n%s  \"buffer_id\": %" PRIu64, ind, in->buffer_id);
+                fprintf(f, ",\n%s  \"event\": %s", ind, in->has_event ? "true" : "false");
+        }
         fprintf(f, ",\n%s  \"dtype\": ", ind);
         json_str(f, in->dtype);
         fprintf(f, ",\n%s  \"shape\": ", ind);

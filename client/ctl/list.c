@@ -8,7 +8,8 @@ static const char usage[] =
         "Usage: gpuipcctl list [--socket PATH] [PREFIX] [--json]\n\n"
         "Lists the live registrations, all of them or those in namespace PREFIX,\n"
         "ordered by id.  OWNER is pid/uid, marked '-' when the registering\n"
-        "connection has ended.  --json prints an array of objects instead.\n";
+        "connection has ended.  CUDA records get a second line with their device\n"
+        "UUID and allocation.  --json prints an array of objects instead.\n";
 
 static int opt(int ch, const char *arg, void *data)
 {
@@ -32,6 +33,12 @@ static void print_table(const gpuipc_list *l)
                        in->leases, owner, ctl_age(in->created_ms, age, sizeof(age)),
                        in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live",
                        in->flags & GPUIPC_INFO_EPHEMERAL ? ",ephemeral" : "");
+                /* Device records: a second, indented line. */
+                if (in->kind != GPUIPC_KIND_HOST)
+                        printf("       device %s, alloc %" PRIu64 " (%s, %" PRIu32 " regs), offset %"
+                               PRIu64 "\n", in->device, in->alloc_id,
+                               ctl_size(in->alloc_size, size, sizeof(size)), in->alloc_regs,
+                               in->offset);
         }
 }
 

@@ -44,6 +44,14 @@ static void print_text(const gpuipc_info *in)
         printf("size:      %" PRIu64 " (%s)\n", in->size, ctl_size(in->size, size, sizeof(size)));
         printf("offset:    %" PRIu64 "\n", in->offset);
         printf("device:    %s\n", in->device[0] ? in->device : "-");
+        if (in->kind != GPUIPC_KIND_HOST) {
+                printf("alloc:     id %" PRIu64 ", %" PRIu64 " bytes (%s), %" PRIu32
+                       " registrations\n", in->alloc_id, in->alloc_size,
+                       ctl_size(in->alloc_size, size, sizeof(size)), in->alloc_regs);
+                if (in->kind == GPUIPC_KIND_CUDA_IPC)
+                        printf("buffer_id: %" PRIu64 "\n", in->buffer_id);
+                printf("event:     %s\n", in->has_event ? "yes" : "no");
+        }
         printf("state:     %s\n", in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live");
         printf("ephemeral: %s\n", in->flags & GPUIPC_INFO_EPHEMERAL ? "yes" : "no");
         printf("leases:    %" PRIu32 "\n", in->leases);

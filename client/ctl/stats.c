@@ -22,9 +22,15 @@ static void print_json(const gpuipc_stats *s)
                "  \"uptime_ms\": %" PRIu64 ",\n  \"connections\": %" PRIu64 ",\n"
                "  \"registrations\": %" PRIu64 ",\n  \"leases\": %" PRIu64 ",\n"
                "  \"bytes_host\": %" PRIu64 ",\n  \"requests\": %" PRIu64 ",\n"
-               "  \"errors\": %" PRIu64 "\n}\n",
+               "  \"errors\": %" PRIu64 ",\n",
                s->pid, s->protocol, s->uptime_ms, s->connections, s->registrations, s->leases,
                s->bytes_host, s->requests, s->errors);
+        printf("  \"bytes_cuda_ipc\": %" PRIu64 ",\n  \"bytes_cuda_vmm\": %" PRIu64 ",\n",
+               s->bytes_cuda_ipc, s->bytes_cuda_vmm);
+        printf("  \"cuda\": {\"available\": %s, \"driver_version\": %" PRIu32 ", \"reason\": ",
+               s->cuda_available ? "true" : "false", s->cuda_driver_version);
+        json_str(stdout, s->cuda_reason ? s->cuda_reason : "");
+        printf("}\n}\n");
 }
 
 static void print_text(const gpuipc_stats *s)
@@ -42,6 +48,15 @@ static void print_text(const gpuipc_stats *s)
         printf("leases:        %" PRIu64 "\n", s->leases);
         printf("host bytes:    %" PRIu64 " (%s)\n", s->bytes_host,
                ctl_size(s->bytes_host, size, sizeof(size)));
+        printf("cuda-ipc bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_ipc,
+               ctl_size(s->bytes_cuda_ipc, size, sizeof(size)));
+        printf("cuda-vmm bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_vmm,
+               ctl_size(s->bytes_cuda_vmm, size, sizeof(size)));
+        if (s->cuda_available)
+                printf("cuda:          driver %" PRIu32 "\n", s->cuda_driver_version);
+        else
+                printf("cuda:          unavailable (%s)\n",
+                       s->cuda_reason && s->cuda_reason[0] ? s->cuda_reason : "not reported");
         printf("requests:      %" PRIu64 "\n", s->requests);
         printf("errors:        %" PRIu64 "\n", s->errors);
 }

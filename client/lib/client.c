@@ -86,6 +86,7 @@ void gpuipc__client_unref(gpuipc_client *c)
                 close(c->fd);
         proto_fdq_clear(&c->fdq);
         proto_reader_free(&c->rd);
+        gpuipc__relev_clear(c);
         free(c);
 }
 
@@ -213,6 +214,20 @@ static int64_t now_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The consumers' release events of id (CUDA kinds): wait for each. */
+static int released_sync(gpuipc_client *c, uint64_t id)
+{
+        uint8_t *handles;
+        unsigned n;
+        int r = 0;
+
+        gpuipc__released_events_take(c, id, &handles, &n);
+        if (n > 0)
+                r = gpuipc__cuda_wait_events(c, handles, n);
+        free(handles);
+        return gpuipc__end(c, r);
+}
+
 int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)
 {
         int64_t deadline;
@@ -230,14 +245,14 @@ int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)
                 int64_t left = deadline - now_ms();
 
                 if (gpuipc__released_take(c, id))
-                        return 0;
+                        return released_sync(c, id);
                 if (left < 0)
                         left = 0;
                 r = gpuipc__pump(c, (int)left);
                 if (r < 0)
                         return gpuipc__end(c, r);
                 if (gpuipc__released_take(c, id))
-                        return 0;
+                        return released_sync(c, id);
                 if (left == 0)
                         break;
         }

@@ -187,6 +187,27 @@ static int parse_owner(const msgpack_object *owner, struct rec *r)
         return 0;
 }
 
+/* The CUDA fields: alloc {id, size, regs}, buffer_id, event. */
+static int parse_cuda(const msgpack_object *reg, struct rec *r)
+{
+        const msgpack_object *alloc, *ev;
+
+        if (proto_get_map(reg, "alloc", &alloc) == 0 &&
+            (opt_u64(alloc, "id", &r->info.alloc_id) < 0 ||
+             opt_u64(alloc, "size", &r->info.alloc_size) < 0 ||
+             opt_u32(alloc, "regs", &r->info.alloc_regs) < 0))
+                return -EBADMSG;
+        if (opt_u64(reg, "buffer_id", &r->info.buffer_id) < 0)
+                return -EBADMSG;
+        ev = proto_get(reg, "event");
+        if (ev && ev->type != MSGPACK_OBJECT_NIL) {
+                if (ev->type != MSGPACK_OBJECT_BIN)
+                        return -EBADMSG;
+                r->info.has_event = 1;
+        }
+        return 0;
+}
+
 static int parse_rec(const msgpack_object *reg, struct rec *r)
 {
         const msgpack_object *kind, *meta, *owner;
@@ -200,6 +221,7 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
         if (proto_get_u64(reg, "id", &r->info.id) < 0 ||
             proto_get_u64(reg, "size", &r->info.size) < 0 ||
             opt_str(reg, "name", &r->name) < 0 || !r->name ||
+            r->name->via.str.size == 0 ||
             memchr(r->name->via.str.ptr, '\0', r->name->via.str.size) ||
             opt_str(reg, "kind", &kind) < 0 || !kind)
                 return -EBADMSG;
@@ -220,6 +242,8 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
         if (proto_get_map(reg, "owner", &owner) == 0 && parse_owner(owner, r) < 0)
                 return -EBADMSG;
         if (proto_get_map(reg, "meta", &meta) == 0 && parse_meta(meta, r) < 0)
+                return -EBADMSG;
+        if (r->info.kind != GPUIPC_KIND_HOST && parse_cuda(reg, r) < 0)
                 return -EBADMSG;
         r->bytes += str_bytes(r->name) + str_bytes(r->device) + str_bytes(r->dtype);
         return 0;

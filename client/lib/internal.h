@@ -18,6 +18,16 @@
 #define GPUIPC__ERRMSG_MAX   512u
 #define GPUIPC__RELEASED_MAX 1024u     /* remembered `released` events */
 #define GPUIPC__LIST_MAX     (16u << 20) /* records one gpuipc_list may hold */
+#define GPUIPC__REVOKED_MAX  256u      /* remembered `revoked` registration ids */
+#define GPUIPC__EVENT_LEN    64u       /* a CUipcEventHandle on the wire */
+
+/* The IPC events that came with one `released` event (cuda kinds). */
+struct gpuipc__relev {
+        struct gpuipc__relev *next;
+        uint64_t id;
+        unsigned n;
+        uint8_t handles[];              /* n * GPUIPC__EVENT_LEN bytes */
+};
 
 struct gpuipc_client {
         unsigned refs;                  /* the caller's, plus one per view */
@@ -32,6 +42,13 @@ struct gpuipc_client {
          * first; the oldest is forgotten when the ring is full. */
         uint64_t released[GPUIPC__RELEASED_MAX];
         unsigned released_start, released_n;
+        /* Events of `released` events, newest first, at most
+         * GPUIPC__RELEASED_MAX of them. */
+        struct gpuipc__relev *relev;
+        unsigned relev_n;
+        /* Ids of registrations whose `revoked` event arrived (a ring). */
+        uint64_t revoked[GPUIPC__REVOKED_MAX];
+        unsigned revoked_n;
         int last_err;
         char errmsg[GPUIPC__ERRMSG_MAX];
 };
@@ -84,6 +101,14 @@ bool gpuipc__released_take(gpuipc_client *c, uint64_t id);
  * 0 when the time passed or something arrived, negative errno on failure. */
 int gpuipc__pump(gpuipc_client *c, int timeout_ms);
 
+/* Takes the IPC event handles that the `released` event of id carried:
+ * *ret (free() it; NULL when none) holds *ret_n handles. */
+void gpuipc__released_events_take(gpuipc_client *c, uint64_t id, uint8_t **ret,
+                                  unsigned *ret_n);
+/* True when a `revoked` event arrived for registration id. */
+bool gpuipc__revoked(const gpuipc_client *c, uint64_t id);
+void gpuipc__relev_clear(gpuipc_client *c);
+
 /* ---- info.c ------------------------------------------------------------ */
 
 /* Checks meta against the protocol's limits; -EINVAL with a reason. */
@@ -108,5 +133,36 @@ int gpuipc__map_get(int fd, bool writable, uint64_t need, struct gpuipc__map **r
                     uint8_t **ret_base);
 /* Drops a reference; the last one unmaps.  NULL is allowed. */
 void gpuipc__map_put(struct gpuipc__map *m);
+
+/* ---- view.c ------------------------------------------------------------ */
+
+struct gpuipc__cumap;
+
+struct gpuipc_view {
+        gpuipc_client *c;               /* a reference: views may outlive the client */
+        uint64_t lease;
+        gpuipc_info *info;
+        struct gpuipc__map *map;        /* host views */
+        uint8_t *data;
+        struct gpuipc__cumap *cumap;    /* device views: the opened allocation */
+        int device;                     /* device ordinal here, -1 for host */
+        void *event;                    /* the producer's CUevent, opened, or NULL */
+};
+
+/* Releases the lease (with an IPC event handle of GPUIPC__EVENT_LEN bytes,
+ * or NULL) and frees v. */
+int gpuipc__view_release(gpuipc_view *v, const uint8_t *event);
+
+/* ---- cuda*.c (cudastub.c when built without <cuda.h>) ------------------ */
+
+/* Opens a device view from a lookup reply whose record is already decoded
+ * into v->info: maps the device, opens the allocation once per process,
+ * and waits for the producer's event unless GPUIPC_LOOKUP_NO_SYNC. */
+int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg,
+                        struct gpuipc__reply *rp, unsigned flags, gpuipc_view *v);
+/* Undoes gpuipc__cuview_open(); NULL-safe parts. */
+void gpuipc__cuview_close(gpuipc_view *v);
+/* Opens n IPC event handles and synchronises each. */
+int gpuipc__cuda_wait_events(gpuipc_client *c, const uint8_t *handles, unsigned n);
 
 #endif

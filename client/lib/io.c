@@ -41,6 +41,85 @@ bool gpuipc__released_take(gpuipc_client *c, uint64_t id)
         return false;
 }
 
+/* Keeps the IPC events of a `released` event for wait_released(). */
+static void relev_push(gpuipc_client *c, uint64_t id, const msgpack_object *events)
+{
+        struct gpuipc__relev *e, **pp;
+        unsigned n = 0;
+
+        if (!events || events->type != MSGPACK_OBJECT_ARRAY)
+                return;
+        for (uint32_t i = 0; i < events->via.array.size; i++) {
+                const msgpack_object *o = &events->via.array.ptr[i];
+                if (o->type == MSGPACK_OBJECT_BIN && o->via.bin.size == GPUIPC__EVENT_LEN)
+                        n++;
+        }
+        if (n == 0)
+                return;
+        e = malloc(sizeof(*e) + (size_t)n * GPUIPC__EVENT_LEN);
+        if (!e)
+                return;         /* the wait then only misses the stream order */
+        e->id = id;
+        e->n = 0;
+        for (uint32_t i = 0; i < events->via.array.size; i++) {
+                const msgpack_object *o = &events->via.array.ptr[i];
+                if (o->type == MSGPACK_OBJECT_BIN && o->via.bin.size == GPUIPC__EVENT_LEN)
+                        memcpy(e->handles + (size_t)e->n++ * GPUIPC__EVENT_LEN, o->via.bin.ptr,
+                               GPUIPC__EVENT_LEN);
+        }
+        e->next = c->relev;
+        c->relev = e;
+        if (++c->relev_n <= GPUIPC__RELEASED_MAX)
+                return;
+        /* Forget the oldest. */
+        for (pp = &c->relev; (*pp)->next; pp = &(*pp)->next)
+                ;
+        free(*pp);
+        *pp = NULL;
+        c->relev_n--;
+}
+
+void gpuipc__released_events_take(gpuipc_client *c, uint64_t id, uint8_t **ret,
+                                  unsigned *ret_n)
+{
+        for (struct gpuipc__relev **pp = &c->relev; *pp; pp = &(*pp)->next) {
+                struct gpuipc__relev *e = *pp;
+                uint8_t *h;
+                if (e->id != id)
+                        continue;
+                *pp = e->next;
+                c->relev_n--;
+                /* The handles move to the front of the block. */
+                h = (uint8_t *)e;
+                memmove(h, e->handles, (size_t)e->n * GPUIPC__EVENT_LEN);
+                *ret_n = e->n;
+                *ret = h;
+                return;
+        }
+        *ret = NULL;
+        *ret_n = 0;
+}
+
+void gpuipc__relev_clear(gpuipc_client *c)
+{
+        while (c->relev) {
+                struct gpuipc__relev *e = c->relev;
+                c->relev = e->next;
+                free(e);
+        }
+        c->relev_n = 0;
+}
+
+bool gpuipc__revoked(const gpuipc_client *c, uint64_t id)
+{
+        unsigned n = c->revoked_n < GPUIPC__REVOKED_MAX ? c->revoked_n : GPUIPC__REVOKED_MAX;
+
+        for (unsigned i = 0; i < n; i++)
+                if (c->revoked[i] == id)
+                        return true;
+        return false;
+}
+
 /* ---- frames ------------------------------------------------------------ */
 
 void gpuipc__reply_free(struct gpuipc__reply *r)
@@ -109,8 +188,16 @@ static int handle_event(gpuipc_client *c, const msgpack_object *root, bool in_ca
         int err;
 
         if (proto_obj_str_eq(ev, "released")) {
-                if (proto_get_u64(root, "id", &id) == 0)
+                if (proto_get_u64(root, "id", &id) == 0) {
                         released_push(c, id);
+                        relev_push(c, id, proto_get(root, "events"));
+                }
+                return 0;
+        }
+        if (proto_obj_str_eq(ev, "revoked")) {
+                /* Views of id check this before they hand out stream order. */
+                if (proto_get_u64(root, "id", &id) == 0 && !gpuipc__revoked(c, id))
+                        c->revoked[c->revoked_n++ % GPUIPC__REVOKED_MAX] = id;
                 return 0;
         }
         if (!proto_obj_str_eq(ev, "error"))

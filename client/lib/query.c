@@ -187,11 +187,12 @@ int gpuipc_unregister(gpuipc_client *c, const char *name)
 int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats)
 {
         struct gpuipc__reply rp;
-        const msgpack_object *bytes;
+        const msgpack_object *bytes, *cuda = NULL;
         struct proto_out o;
         gpuipc_stats *s;
-        const char *server = "";
-        size_t server_len = 0;
+        const char *server = "", *reason = "";
+        size_t server_len = 0, reason_len = 0;
+        bool avail = false;
         uint64_t seq, v;
         int r;
 
@@ -205,7 +206,9 @@ int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats)
         if (r < 0)
                 return gpuipc__end(c, r);
         (void)proto_get_str(rp.msg.root, "server", &server, &server_len);
-        s = calloc(1, sizeof(*s) + server_len + 1);
+        if (proto_get_map(rp.msg.root, "cuda", &cuda) == 0)
+                (void)proto_get_str(cuda, "reason", &reason, &reason_len);
+        s = calloc(1, sizeof(*s) + server_len + 1 + reason_len + 1);
         if (!s) {
                 gpuipc__reply_free(&rp);
                 return gpuipc__end(c, -ENOMEM);
@@ -213,6 +216,12 @@ int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats)
         /* The string sits right after the struct, in the same block. */
         memcpy(s + 1, server, server_len);
         s->server = (const char *)(s + 1);
+        memcpy((char *)(s + 1) + server_len + 1, reason, reason_len);
+        s->cuda_reason = (const char *)(s + 1) + server_len + 1;
+        if (cuda && proto_get_bool(cuda, "available", &avail) == 0 && avail)
+                s->cuda_available = 1;
+        if (cuda && proto_get_u64(cuda, "driver_version", &v) == 0 && v <= UINT32_MAX)
+                s->cuda_driver_version = (uint32_t)v;
         if (proto_get_u64(rp.msg.root, "pid", &v) == 0 && v <= UINT32_MAX)
                 s->pid = (uint32_t)v;
         if (proto_get_u64(rp.msg.root, "version", &v) == 0 && v <= UINT32_MAX)
@@ -223,8 +232,11 @@ int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats)
         (void)proto_get_u64(rp.msg.root, "leases", &s->leases);
         (void)proto_get_u64(rp.msg.root, "requests", &s->requests);
         (void)proto_get_u64(rp.msg.root, "errors", &s->errors);
-        if (proto_get_map(rp.msg.root, "bytes", &bytes) == 0)
+        if (proto_get_map(rp.msg.root, "bytes", &bytes) == 0) {
                 (void)proto_get_u64(bytes, "host", &s->bytes_host);
+                (void)proto_get_u64(bytes, "cuda-ipc", &s->bytes_cuda_ipc);
+                (void)proto_get_u64(bytes, "cuda-vmm", &s->bytes_cuda_vmm);
+        }
         gpuipc__reply_free(&rp);
         *ret_stats = s;
         return 0;

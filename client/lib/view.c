@@ -6,23 +6,19 @@
 
 #include "internal.h"
 
-struct gpuipc_view {
-        gpuipc_client *c;               /* a reference: views may outlive the client */
-        uint64_t lease;
-        gpuipc_info *info;
-        struct gpuipc__map *map;
-        uint8_t *data;
-};
-
-static int send_release(gpuipc_client *c, uint64_t lease)
+static int send_release(gpuipc_client *c, uint64_t lease, const uint8_t *event)
 {
         struct gpuipc__reply rp;
         struct proto_out o;
         uint64_t seq;
         int r;
 
-        seq = gpuipc__request(c, &o, "release", 1);
+        seq = gpuipc__request(c, &o, "release", 1 + (event != NULL));
         proto_pack_ku64(&o.pk, "lease", lease);
+        if (event) {
+                proto_pack_str(&o.pk, "event");
+                msgpack_pack_bin_with_body(&o.pk, event, GPUIPC__EVENT_LEN);
+        }
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
         if (r == 0)
                 gpuipc__reply_free(&rp);
@@ -40,10 +36,11 @@ static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned 
         if (proto_get_map(rp->msg.root, "reg", &reg) < 0 ||
             gpuipc__info_decode(reg, &v->info) < 0)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply has no usable record");
-        if (v->info->kind != GPUIPC_KIND_HOST)
-                return gpuipc__fail(c, -ENOTSUP, "buffer kind is not supported by this library");
         if (v->info->offset > UINT64_MAX - v->info->size)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has an impossible range");
+        /* Only device records touch the CUDA driver. */
+        if (v->info->kind != GPUIPC_KIND_HOST)
+                return gpuipc__cuview_open(c, reg, rp, flags, v);
         r = gpuipc__reply_take_fd(rp, &fd);
         if (r < 0)
                 return gpuipc__fail(c, r, "gpuipcd's lookup reply carries no fd");
@@ -75,7 +72,7 @@ int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned f
                 return r;
         if (!name || proto_name_check(name, strlen(name), &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
-        if (flags & ~GPUIPC_LOOKUP_WRITABLE)
+        if (flags & ~(GPUIPC_LOOKUP_WRITABLE | GPUIPC_LOOKUP_NO_SYNC))
                 return gpuipc__fail(c, -EINVAL, "unknown lookup flags");
         if (timeout_ms < 0 || (uint64_t)timeout_ms > PROTO_WAIT_MAX_MS)
                 wait_ms = PROTO_WAIT_MAX_MS;
@@ -85,6 +82,7 @@ int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned f
         v = calloc(1, sizeof(*v));
         if (!v)
                 return gpuipc__end(c, -ENOMEM);
+        v->device = -1;
         seq = gpuipc__request(c, &o, "lookup", 1 + (wait_ms > 0));
         proto_pack_kstr(&o.pk, "name", name);
         if (wait_ms > 0)
@@ -107,8 +105,10 @@ int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned f
                 char saved[GPUIPC__ERRMSG_MAX];
                 memcpy(saved, c->errmsg, sizeof(saved));
                 if (gpuipc__client_usable(c))
-                        (void)send_release(c, v->lease);
+                        (void)send_release(c, v->lease, NULL);
                 memcpy(c->errmsg, saved, sizeof(saved));
+                gpuipc__cuview_close(v);
+                gpuipc__map_put(v->map);
                 free(v->info);
                 free(v);
                 return gpuipc__end(c, r);
@@ -135,6 +135,11 @@ const gpuipc_info *gpuipc_view_info(const gpuipc_view *v)
 
 int gpuipc_view_release(gpuipc_view *v)
 {
+        return gpuipc__view_release(v, NULL);
+}
+
+int gpuipc__view_release(gpuipc_view *v, const uint8_t *event)
+{
         gpuipc_client *c;
         int r = 0;
 
@@ -146,8 +151,9 @@ int gpuipc_view_release(gpuipc_view *v)
         if (!c->freed) {
                 r = gpuipc__begin(c);
                 if (r == 0)
-                        r = gpuipc__end(c, send_release(c, v->lease));
+                        r = gpuipc__end(c, send_release(c, v->lease, event));
         }
+        gpuipc__cuview_close(v);
         gpuipc__map_put(v->map);
         free(v->info);
         free(v);

@@ -1,0 +1,166 @@
+/* cuda.c: the CUDA driver in the library: loading, errors, contexts and
+ * devices by UUID. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudaint.h"
+
+#ifdef GPUIPC_HAVE_CUDA_H
+
+static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cuda *cu_drv;
+static int cu_err;                      /* 0, or -ENOTSUP once loading failed */
+static char cu_why[CUDA_WHY_MAX];
+/* Primary contexts retained by this process, by ordinal; kept until exit,
+ * like the CUDA runtime does. */
+static CUcontext cu_primary[GPUIPC__CU_MAX_DEVICES];
+
+int gpuipc__cu_get(gpuipc_client *c, struct cuda **ret_cu)
+{
+        int r;
+
+        pthread_mutex_lock(&cu_lock);
+        if (!cu_drv && !cu_err) {
+                r = cuda_load(&cu_drv, cu_why, sizeof(cu_why));
+                if (r == 0) {
+                        r = cuda_init(cu_drv);
+                        if (r < 0) {
+                                snprintf(cu_why, sizeof(cu_why), "%s", cuda_reason(cu_drv));
+                                cu_drv = cuda_unload(cu_drv);
+                        }
+                }
+                if (r < 0)
+                        cu_err = -ENOTSUP;
+        }
+        pthread_mutex_unlock(&cu_lock);
+        if (cu_err < 0) {
+                if (c)
+                        return gpuipc__fail(c, -ENOTSUP, "CUDA driver unavailable: %s", cu_why);
+                return -ENOTSUP;
+        }
+        *ret_cu = cu_drv;
+        return 0;
+}
+
+int gpuipc__cu_fail(gpuipc_client *c, const struct cuda *cu, CUresult res, const char *what)
+{
+        char text[160];
+        int r = cuda_result_errno(res);
+
+        if (r == 0)
+                r = -EIO;
+        if (!c)
+                return r;
+        return gpuipc__fail(c, r, "%s failed: %s", what, cuda_result_text(cu, res, text, sizeof(text)));
+}
+
+int gpuipc__cu_missing(gpuipc_client *c, const char *fn)
+{
+        if (!c)
+                return -ENOTSUP;
+        return gpuipc__fail(c, -ENOTSUP, "the CUDA driver lacks %s (driver too old?)", fn);
+}
+
+static int primary_ctx(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext *ret)
+{
+        CUdevice dev;
+        CUcontext ctx = NULL;
+        CUresult res;
+        int n = 0, r = 0;
+
+        if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS || ordinal < 0 || ordinal >= n ||
+            ordinal >= GPUIPC__CU_MAX_DEVICES) {
+                if (c)
+                        return gpuipc__fail(c, -ENODEV, "no CUDA device %d in this process", ordinal);
+                return -ENODEV;
+        }
+        pthread_mutex_lock(&cu_lock);
+        ctx = cu_primary[ordinal];
+        if (!ctx) {
+                res = cu->cuDeviceGet(&dev, ordinal);
+                if (res == CUDA_SUCCESS)
+                        res = cu->cuDevicePrimaryCtxRetain(&ctx, dev);
+                if (res != CUDA_SUCCESS)
+                        r = gpuipc__cu_fail(c, cu, res, "cuDevicePrimaryCtxRetain");
+                else
+                        cu_primary[ordinal] = ctx;
+        }
+        pthread_mutex_unlock(&cu_lock);
+        if (r < 0)
+                return r;
+        *ret = ctx;
+        return 0;
+}
+
+int gpuipc__cu_enter(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext *ret_saved)
+{
+        CUcontext ctx = NULL, saved = NULL;
+        CUresult res;
+        int r;
+
+        r = primary_ctx(c, cu, ordinal, &ctx);
+        if (r < 0)
+                return r;
+        if (cu->cuCtxGetCurrent(&saved) != CUDA_SUCCESS)
+                saved = NULL;
+        if (saved != ctx) {
+                res = cu->cuCtxSetCurrent(ctx);
+                if (res != CUDA_SUCCESS)
+                        return gpuipc__cu_fail(c, cu, res, "cuCtxSetCurrent");
+        }
+        *ret_saved = saved;
+        return 0;
+}
+
+void gpuipc__cu_leave(struct cuda *cu, CUcontext saved)
+{
+        CUcontext cur = NULL;
+
+        if (cu->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == saved)
+                return;
+        (void)cu->cuCtxSetCurrent(saved);
+}
+
+int gpuipc__cu_uuid(gpuipc_client *c, struct cuda *cu, int ordinal, uint8_t ret[CUDA_UUID_LEN])
+{
+        CUdevice dev;
+        CUuuid u;
+        CUresult res;
+
+        res = cu->cuDeviceGet(&dev, ordinal);
+        if (res == CUDA_SUCCESS)
+                res = cu->cuDeviceGetUuid_v2(&u, dev);
+        if (res != CUDA_SUCCESS)
+                return gpuipc__cu_fail(c, cu, res, "cuDeviceGetUuid");
+        memcpy(ret, u.bytes, CUDA_UUID_LEN);
+        return 0;
+}
+
+int gpuipc__cu_ordinal(gpuipc_client *c, struct cuda *cu, const char *uuid,
+                       uint8_t ret_uuid[CUDA_UUID_LEN], int *ret_ordinal)
+{
+        uint8_t want[CUDA_UUID_LEN], have[CUDA_UUID_LEN];
+        const char *cvd;
+        int n = 0;
+
+        if (!uuid || cuda_uuid_parse(uuid, strlen(uuid), want) < 0)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's record names no valid device UUID (\"%s\")",
+                                    uuid ? uuid : "");
+        if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS)
+                n = 0;
+        for (int i = 0; i < n; i++) {
+                if (gpuipc__cu_uuid(NULL, cu, i, have) < 0 || memcmp(have, want, CUDA_UUID_LEN))
+                        continue;
+                memcpy(ret_uuid, want, CUDA_UUID_LEN);
+                *ret_ordinal = i;
+                return 0;
+        }
+        cvd = getenv("CUDA_VISIBLE_DEVICES");
+        return gpuipc__fail(c, -ENODEV, "device %s is not visible in this process (%d devices; "
+                            "CUDA_VISIBLE_DEVICES=%s)", uuid, n, cvd ? cvd : "<unset>");
+}
+
+#endif

@@ -1,0 +1,329 @@
+/* cudamap.c: device allocations opened in this process, and device views.
+ *
+ * Each allocation is opened once per process and shared by refcounted
+ * views at their offsets; the last view closes it.  The driver's own
+ * behaviour on a second open of one handle differs between versions (the
+ * same pointer on 580, CUDA_ERROR_ALREADY_MAPPED before), so it is never
+ * relied on.  Keys:
+ *  - cuda-ipc: (device UUID, handle bytes, buffer_id).  When this process
+ *    exported that allocation itself, the entry holds its own pointer and
+ *    nothing is opened or closed (the driver refuses to open one's own
+ *    handle).
+ *  - cuda-vmm: (device UUID, st_dev, st_ino) of the fd the daemon sends:
+ *    every lookup brings a new fd of the same file.  Opened with import +
+ *    reserve + map + set access (read-write for this device), undone with
+ *    unmap + address free + release.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cudaint.h"
+
+#ifdef GPUIPC_HAVE_CUDA_H
+
+struct gpuipc__cumap {
+        struct gpuipc__cumap *next;
+        gpuipc_kind kind;
+        uint8_t uuid[CUDA_UUID_LEN];
+        uint8_t handle[CUDA_IPC_HANDLE_LEN];
+        uint64_t buffer_id;
+        dev_t st_dev;
+        ino_t st_ino;
+        int ordinal;
+        bool own;                       /* the producer's pointer, not opened */
+        CUdeviceptr base;
+        uint64_t size;
+        CUmemGenericAllocationHandle mh; /* cuda-vmm */
+        unsigned refs;
+};
+
+static pthread_mutex_t cumaps_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gpuipc__cumap *cumaps;
+
+CUdeviceptr gpuipc__cumap_base(const struct gpuipc__cumap *m)
+{
+        return m->base;
+}
+
+uint64_t gpuipc__cumap_size(const struct gpuipc__cumap *m)
+{
+        return m->size;
+}
+
+static bool key_eq(const struct gpuipc__cumap *a, const struct gpuipc__cumap *b)
+{
+        if (a->kind != b->kind || memcmp(a->uuid, b->uuid, CUDA_UUID_LEN))
+                return false;
+        if (a->kind == GPUIPC_KIND_CUDA_IPC)
+                return a->buffer_id == b->buffer_id &&
+                       !memcmp(a->handle, b->handle, CUDA_IPC_HANDLE_LEN);
+        return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* Opens k's allocation into k (its context current).  Lock held. */
+static int cumap_open(gpuipc_client *c, struct cuda *cu, int fd, struct gpuipc__cumap *k)
+{
+        CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = k->ordinal },
+                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUipcMemHandle h;
+        CUresult res;
+        const char *what;
+        int r;
+
+        if (k->kind == GPUIPC_KIND_CUDA_IPC) {
+                if (gpuipc__cuown_find(k->uuid, k->handle, k->buffer_id, &k->base, &k->size)) {
+                        k->own = true;
+                        return 0;
+                }
+                memcpy(h.reserved, k->handle, CUDA_IPC_HANDLE_LEN);
+                res = cu->cuIpcOpenMemHandle_v2(&k->base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+                if (res != CUDA_SUCCESS)
+                        return gpuipc__cu_fail(c, cu, res, "cuIpcOpenMemHandle");
+                return 0;
+        }
+        r = GPUIPC__CU_NEED(c, cu, cuMemImportFromShareableHandle);
+        if (r < 0)
+                return r;
+        res = cu->cuMemImportFromShareableHandle(&k->mh, (void *)(intptr_t)fd,
+                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (res != CUDA_SUCCESS)
+                return gpuipc__cu_fail(c, cu, res, "cuMemImportFromShareableHandle");
+        what = "cuMemAddressReserve";
+        res = cu->cuMemAddressReserve(&k->base, k->size, 0, 0, 0);
+        if (res != CUDA_SUCCESS)
+                goto release;
+        what = "cuMemMap";
+        res = cu->cuMemMap(k->base, k->size, 0, k->mh, 0);
+        if (res != CUDA_SUCCESS)
+                goto free_va;
+        what = "cuMemSetAccess";
+        res = cu->cuMemSetAccess(k->base, k->size, &acc, 1);
+        if (res == CUDA_SUCCESS)
+                return 0;
+        (void)cu->cuMemUnmap(k->base, k->size);
+free_va:
+        (void)cu->cuMemAddressFree(k->base, k->size);
+release:
+        r = gpuipc__cu_fail(c, cu, res, what);
+        (void)cu->cuMemRelease(k->mh);
+        return r;
+}
+
+static void cumap_close(struct cuda *cu, struct gpuipc__cumap *m)
+{
+        if (m->own)
+                return;
+        if (m->kind == GPUIPC_KIND_CUDA_IPC) {
+                (void)cu->cuIpcCloseMemHandle(m->base);
+                return;
+        }
+        (void)cu->cuMemUnmap(m->base, m->size);
+        (void)cu->cuMemAddressFree(m->base, m->size);
+        (void)cu->cuMemRelease(m->mh);
+}
+
+/* The shared entry for key k (filled in by the caller), opening it on first
+ * use.  The context of k->ordinal is current. */
+static int cumap_get(gpuipc_client *c, struct cuda *cu, int fd, const struct gpuipc__cumap *k,
+                     struct gpuipc__cumap **ret)
+{
+        struct gpuipc__cumap *m;
+        int r = 0;
+
+        pthread_mutex_lock(&cumaps_lock);
+        for (m = cumaps; m; m = m->next)
+                if (key_eq(m, k))
+                        break;
+        if (m) {
+                m->refs++;
+                goto out;
+        }
+        m = malloc(sizeof(*m));
+        if (!m) {
+                r = -ENOMEM;
+                goto out;
+        }
+        *m = *k;
+        r = cumap_open(c, cu, fd, m);
+        if (r < 0) {
+                free(m);
+                goto out;
+        }
+        m->refs = 1;
+        m->next = cumaps;
+        cumaps = m;
+out:
+        pthread_mutex_unlock(&cumaps_lock);
+        if (r < 0)
+                return r;
+        *ret = m;
+        return 0;
+}
+
+static void cumap_put(struct cuda *cu, struct gpuipc__cumap *m)
+{
+        struct gpuipc__cumap **pp;
+        CUcontext saved;
+
+        pthread_mutex_lock(&cumaps_lock);
+        if (--m->refs > 0) {
+                pthread_mutex_unlock(&cumaps_lock);
+                return;
+        }
+        for (pp = &cumaps; *pp; pp = &(*pp)->next)
+                if (*pp == m) {
+                        *pp = m->next;
+                        break;
+                }
+        /* Closed under the lock: a lookup racing with this must not find
+         * the file identity again before the mapping is gone. */
+        if (gpuipc__cu_enter(NULL, cu, m->ordinal, &saved) == 0) {
+                cumap_close(cu, m);
+                gpuipc__cu_leave(cu, saved);
+        }
+        pthread_mutex_unlock(&cumaps_lock);
+        free(m);
+}
+
+/* Fills the key of the record's allocation; takes the fd of a cuda-vmm
+ * reply into *ret_fd. */
+static int view_key(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
+                    const gpuipc_info *info, struct gpuipc__cumap *k, int *ret_fd)
+{
+        const uint8_t *h;
+        struct stat st;
+        size_t n;
+        int r;
+
+        k->kind = info->kind;
+        k->size = info->alloc_size;
+        if (info->kind == GPUIPC_KIND_CUDA_IPC) {
+                if (proto_get_bin(reg, "handle", &h, &n) < 0 || n != CUDA_IPC_HANDLE_LEN)
+                        return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-ipc record has no handle");
+                memcpy(k->handle, h, CUDA_IPC_HANDLE_LEN);
+                k->buffer_id = info->buffer_id;
+                return 0;
+        }
+        if (k->size == 0)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-vmm record has no alloc.size");
+        r = gpuipc__reply_take_fd(rp, ret_fd);
+        if (r < 0)
+                return gpuipc__fail(c, r, "gpuipcd's cuda-vmm lookup reply carries no fd");
+        if (fstat(*ret_fd, &st) < 0) {
+                r = -errno;
+                close(*ret_fd);
+                return gpuipc__fail(c, r, "cannot stat the cuda-vmm fd");
+        }
+        k->st_dev = st.st_dev;
+        k->st_ino = st.st_ino;
+        return 0;
+}
+
+/* The producer's event: opened, and waited for unless NO_SYNC. */
+static int view_event(gpuipc_client *c, struct cuda *cu, const msgpack_object *reg,
+                      unsigned flags, gpuipc_view *v)
+{
+        CUipcEventHandle eh;
+        CUevent ev;
+        CUresult res;
+        const uint8_t *b;
+        size_t n;
+        int r;
+
+        if (proto_get_bin(reg, "event", &b, &n) < 0)
+                return 0;
+        if (n != CUDA_IPC_HANDLE_LEN)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has a malformed event");
+        r = GPUIPC__CU_NEED(c, cu, cuIpcOpenEventHandle);
+        if (r == 0)
+                r = GPUIPC__CU_NEED(c, cu, cuEventSynchronize);
+        if (r < 0)
+                return r;
+        memcpy(eh.reserved, b, CUDA_IPC_HANDLE_LEN);
+        res = cu->cuIpcOpenEventHandle(&ev, eh);
+        if (res != CUDA_SUCCESS) {
+                /* The producer's own process may not open its own event;
+                 * its stream order is the caller's business there. */
+                if (v->cumap->own)
+                        return 0;
+                return gpuipc__cu_fail(c, cu, res, "cuIpcOpenEventHandle");
+        }
+        v->event = ev;
+        if (flags & GPUIPC_LOOKUP_NO_SYNC)
+                return 0;
+        res = cu->cuEventSynchronize(ev);
+        if (res != CUDA_SUCCESS)
+                return gpuipc__cu_fail(c, cu, res, "cuEventSynchronize (producer's event)");
+        return 0;
+}
+
+int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
+                        unsigned flags, gpuipc_view *v)
+{
+        struct gpuipc__cumap k = {};
+        const gpuipc_info *info = v->info;
+        struct cuda *cu;
+        CUcontext saved;
+        int fd = -1, r;
+
+        r = gpuipc__cu_get(c, &cu);
+        if (r < 0)
+                return r;
+        if (info->kind == GPUIPC_KIND_CUDA_IPC) {
+                r = GPUIPC__CU_NEED(c, cu, cuIpcOpenMemHandle_v2);
+                if (r < 0)
+                        return r;
+        }
+        r = gpuipc__cu_ordinal(c, cu, info->device, k.uuid, &k.ordinal);
+        if (r < 0)
+                return r;
+        r = view_key(c, reg, rp, info, &k, &fd);
+        if (r < 0)
+                return r;
+        r = gpuipc__cu_enter(c, cu, k.ordinal, &saved);
+        if (r < 0)
+                goto out;
+        r = cumap_get(c, cu, fd, &k, &v->cumap);
+        if (r < 0)
+                goto leave;
+        v->device = k.ordinal;
+        if (info->size > gpuipc__cumap_size(v->cumap) ||
+            info->offset > gpuipc__cumap_size(v->cumap) - info->size) {
+                r = gpuipc__fail(c, -EBADMSG, "the record's range exceeds its allocation");
+                goto leave;
+        }
+        v->data = (uint8_t *)(uintptr_t)(gpuipc__cumap_base(v->cumap) + info->offset);
+        r = view_event(c, cu, reg, flags, v);
+leave:
+        gpuipc__cu_leave(cu, saved);
+out:
+        if (fd >= 0)
+                close(fd);
+        return r;
+}
+
+void gpuipc__cuview_close(gpuipc_view *v)
+{
+        struct cuda *cu;
+        CUcontext saved;
+
+        if (!v->cumap && !v->event)
+                return;
+        if (gpuipc__cu_get(NULL, &cu) < 0)
+                return;         /* cannot happen: the view was opened */
+        if (v->event && gpuipc__cu_enter(NULL, cu, v->device, &saved) == 0) {
+                if (cu->cuEventDestroy_v2)
+                        (void)cu->cuEventDestroy_v2((CUevent)v->event);
+                gpuipc__cu_leave(cu, saved);
+        }
+        v->event = NULL;
+        if (v->cumap)
+                cumap_put(cu, v->cumap);
+        v->cumap = NULL;
+}
+
+#endif

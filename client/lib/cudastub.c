@@ -1,0 +1,69 @@
+/* cudastub.c: the CUDA entry points of a library built without <cuda.h>
+ * (the build lacks -I$(CUDA_HOME)/include).  Every one fails with
+ * -ENOTSUP and says why; host buffers are unaffected. */
+#include <errno.h>
+
+#include "cudaint.h"
+
+#ifndef GPUIPC_HAVE_CUDA_H
+
+#define NO_CUDA "CUDA driver unavailable: libgpuipc was built without <cuda.h>"
+
+int gpuipc_cudabuf_new(int device, size_t size, gpuipc_cudabuf **ret_buf)
+{
+        return -ENOTSUP;
+}
+
+uint64_t gpuipc_cudabuf_ptr(const gpuipc_cudabuf *b)
+{
+        return 0;
+}
+
+size_t gpuipc_cudabuf_size(const gpuipc_cudabuf *b)
+{
+        return 0;
+}
+
+void gpuipc_cudabuf_free(gpuipc_cudabuf *b)
+{
+}
+
+int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint64_t size,
+                         const gpuipc_meta *meta, void *event, unsigned flags, uint64_t *ret_id)
+{
+        int r;
+
+        if (!c)
+                return -EINVAL;
+        r = gpuipc__begin(c);
+        if (r < 0)
+                return r;
+        return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
+}
+
+int gpuipc_view_wait_stream(const gpuipc_view *v, void *stream)
+{
+        return v ? 0 : -EINVAL;         /* only host views exist here */
+}
+
+int gpuipc_view_release_after(gpuipc_view *v, void *event)
+{
+        return gpuipc__view_release(v, NULL);
+}
+
+int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
+                        unsigned flags, gpuipc_view *v)
+{
+        return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
+}
+
+void gpuipc__cuview_close(gpuipc_view *v)
+{
+}
+
+int gpuipc__cuda_wait_events(gpuipc_client *c, const uint8_t *handles, unsigned n)
+{
+        return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
+}
+
+#endif

@@ -1,0 +1,182 @@
+/* alloc.c: the table of distinct CUDA allocations. */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "proto.h"
+
+/* The hashed key: kind, device, then the kind's identity. */
+struct key {
+        uint8_t kind;
+        uint8_t device[ALLOC_UUID_LEN];
+        uint8_t handle[ALLOC_HANDLE_LEN];
+        uint64_t buffer_id;
+        uint64_t st_dev, st_ino;
+};
+
+void alloc_table_init(struct alloc_table *T)
+{
+        hmap_init(&T->map);
+        T->next_id = 1;
+        T->n = 0;
+}
+
+static void alloc_destroy(struct alloc_table *T, struct alloc *a)
+{
+        hmap_remove(&T->map, &a->node);
+        if (a->fd >= 0)
+                close(a->fd);
+        T->n--;
+        free(a);
+}
+
+void alloc_table_done(struct alloc_table *T)
+{
+        for (size_t i = 0; T->map.buckets && i <= T->map.mask; i++) {
+                struct hmap_node *n = T->map.buckets[i], *next;
+                for (; n; n = next) {
+                        struct alloc *a = container_of(n, struct alloc, node);
+                        next = n->next;
+                        if (a->fd >= 0)
+                                close(a->fd);
+                        free(a);
+                }
+        }
+        hmap_free(&T->map);
+        T->n = 0;
+}
+
+/* Hashes the packed key with the table's keyed SipHash, so clients cannot
+ * choose handles that collide. */
+static uint64_t key_hash(const struct key *k)
+{
+        uint8_t buf[1 + ALLOC_UUID_LEN + ALLOC_HANDLE_LEN + 3 * 8];
+        size_t n = 0;
+
+        buf[n++] = k->kind;
+        memcpy(buf + n, k->device, ALLOC_UUID_LEN);
+        n += ALLOC_UUID_LEN;
+        if (k->kind == PROTO_KIND_CUDA_IPC) {
+                memcpy(buf + n, k->handle, ALLOC_HANDLE_LEN);
+                n += ALLOC_HANDLE_LEN;
+                memcpy(buf + n, &k->buffer_id, 8);
+                n += 8;
+        } else {
+                memcpy(buf + n, &k->st_dev, 8);
+                n += 8;
+                memcpy(buf + n, &k->st_ino, 8);
+                n += 8;
+        }
+        return hmap_hash_str(buf, n);
+}
+
+static bool key_eq(const struct alloc *a, const struct key *k)
+{
+        if (a->kind != k->kind || memcmp(a->device, k->device, ALLOC_UUID_LEN) != 0)
+                return false;
+        if (k->kind == PROTO_KIND_CUDA_IPC)
+                return a->buffer_id == k->buffer_id &&
+                       memcmp(a->handle, k->handle, ALLOC_HANDLE_LEN) == 0;
+        return (uint64_t)a->st_dev == k->st_dev && (uint64_t)a->st_ino == k->st_ino;
+}
+
+static struct alloc *find(const struct alloc_table *T, const struct key *k, uint64_t h)
+{
+        for (struct hmap_node *n = hmap_bucket(&T->map, h); n; n = n->next) {
+                struct alloc *a = container_of(n, struct alloc, node);
+                if (n->hash == h && key_eq(a, k))
+                        return a;
+        }
+        return NULL;
+}
+
+/* Finds or creates the entry of k.  *ret_new says whether it was created. */
+static int get(struct alloc_table *T, const struct key *k, uint64_t size, struct alloc **ret,
+               bool *ret_new)
+{
+        uint64_t h = key_hash(k);
+        struct alloc *a = find(T, k, h);
+        int r;
+
+        if (a) {
+                if (a->size != size)
+                        return -EINVAL;
+                a->regs++;
+                *ret_new = false;
+                *ret = a;
+                return 0;
+        }
+        a = calloc(1, sizeof(*a));
+        if (!a)
+                return -ENOMEM;
+        a->kind = k->kind;
+        memcpy(a->device, k->device, ALLOC_UUID_LEN);
+        memcpy(a->handle, k->handle, ALLOC_HANDLE_LEN);
+        a->buffer_id = k->buffer_id;
+        a->st_dev = (dev_t)k->st_dev;
+        a->st_ino = (ino_t)k->st_ino;
+        a->size = size;
+        a->fd = -1;
+        a->regs = 1;
+        r = hmap_insert(&T->map, &a->node, h);
+        if (r < 0) {
+                free(a);
+                return r;
+        }
+        a->id = T->next_id++;
+        T->n++;
+        *ret_new = true;
+        *ret = a;
+        return 0;
+}
+
+int alloc_get_ipc(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                  const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
+                  uint64_t size, struct alloc **ret)
+{
+        struct key k = { .kind = PROTO_KIND_CUDA_IPC, .buffer_id = buffer_id };
+        bool created;
+
+        memcpy(k.device, device, ALLOC_UUID_LEN);
+        memcpy(k.handle, handle, ALLOC_HANDLE_LEN);
+        return get(T, &k, size, ret, &created);
+}
+
+int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN], int *fd,
+                  uint64_t size, struct alloc **ret)
+{
+        struct key k = { .kind = PROTO_KIND_CUDA_VMM };
+        struct alloc *a;
+        struct stat st;
+        bool created;
+        int r;
+
+        if (fstat(*fd, &st) < 0)
+                return -EBADF;
+        memcpy(k.device, device, ALLOC_UUID_LEN);
+        k.st_dev = (uint64_t)st.st_dev;
+        k.st_ino = (uint64_t)st.st_ino;
+        r = get(T, &k, size, &a, &created);
+        if (r < 0)
+                return r;
+        if (created)
+                a->fd = *fd;
+        else
+                close(*fd);     /* the entry's fd stands for this one */
+        *fd = -1;
+        *ret = a;
+        return 0;
+}
+
+void alloc_put(struct alloc_table *T, struct alloc *a)
+{
+        if (!a)
+                return;
+        assert(a->regs > 0);
+        if (--a->regs == 0)
+                alloc_destroy(T, a);
+}

@@ -1,0 +1,69 @@
+/* alloc.h: the table of distinct CUDA allocations behind registrations.
+ *
+ * Many registrations may be carved from one allocation (an RMM pool, a
+ * producer's slab); consumers must open each allocation once per process,
+ * so the daemon names every distinct allocation with one entry and tells
+ * consumers its id.  An entry is keyed by
+ *   cuda-ipc: (device, the 64 handle bytes of the allocation's base,
+ *             buffer_id), since a freed and recycled address yields new
+ *             memory behind an old-looking handle;
+ *   cuda-vmm: (device, st_dev and st_ino of the exported fd), since every
+ *             export of one allocation is a new fd of the same file.
+ * The device is part of every key, so the one hash table is in effect one
+ * table per device.  Entries count the registrations that use them and are
+ * freed with the last; a cuda-vmm entry keeps the first registration's fd
+ * (the one lookups send) and closes the duplicates of later ones.
+ *
+ * Pure data, no CUDA and no logging, so the unit tests drive it directly. */
+#ifndef GPUIPCD_ALLOC_H
+#define GPUIPCD_ALLOC_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "hmap.h"
+
+#define ALLOC_UUID_LEN   16u
+#define ALLOC_HANDLE_LEN 64u
+
+struct alloc {
+        struct hmap_node node;
+        uint64_t id;                    /* unique for the daemon's lifetime */
+        uint64_t size;                  /* alloc_size */
+        uint64_t buffer_id;             /* cuda-ipc */
+        dev_t st_dev;                   /* cuda-vmm: identity of fd */
+        ino_t st_ino;
+        uint32_t regs;                  /* registrations using it */
+        int fd;                         /* cuda-vmm: kept; else -1 */
+        uint8_t kind;                   /* PROTO_KIND_CUDA_IPC or _VMM */
+        uint8_t device[ALLOC_UUID_LEN];
+        uint8_t handle[ALLOC_HANDLE_LEN];       /* cuda-ipc */
+};
+
+struct alloc_table {
+        struct hmap map;
+        uint64_t next_id;
+        uint64_t n;                     /* entries */
+};
+
+void alloc_table_init(struct alloc_table *T);
+/* Frees every entry (closing their fds). */
+void alloc_table_done(struct alloc_table *T);
+
+/* Takes a reference on the cuda-ipc allocation of that key, creating its
+ * entry on first use.  -EINVAL when it exists with another size, -ENOMEM. */
+int alloc_get_ipc(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                  const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
+                  uint64_t size, struct alloc **ret);
+/* Takes a reference on the cuda-vmm allocation behind fd.  *fd is always
+ * consumed on success: kept by a new entry, or closed as a duplicate of an
+ * existing one (then *fd is set to -1 either way).  On failure *fd is left
+ * alone.  -EBADF when fd cannot be fstat()ed, -EINVAL for another size,
+ * -ENOMEM. */
+int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN], int *fd,
+                  uint64_t size, struct alloc **ret);
+/* Drops a reference; frees the entry (closing its fd) with the last.
+ * NULL-safe. */
+void alloc_put(struct alloc_table *T, struct alloc *a);
+
+#endif

@@ -1,0 +1,46 @@
+/* cuda_reg.h: what a CUDA registration carries beside the registry's
+ * fields: its device and allocation, the producer's IPC event, and the IPC
+ * events that releases hand back for the owner's next released event. */
+#ifndef GPUIPCD_CUDA_REG_H
+#define GPUIPCD_CUDA_REG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#include "alloc.h"
+#include "registry.h"
+
+/* Events kept for one released event.  Each lease hands back at most one,
+ * so the count is bounded by the leases taken since the last released
+ * event; this hard cap bounds it when leases come and go while others stay.
+ * Past it the newest are kept: waiting on the latest uses of a stream covers
+ * the earlier ones more often than the reverse. */
+#define REG_CUDA_EVENTS_MAX 64u
+
+struct reg_cuda {
+        struct alloc *alloc;
+        uint8_t device[ALLOC_UUID_LEN];
+        uint8_t event[ALLOC_HANDLE_LEN];        /* the producer's, if has_event */
+        bool has_event;
+        uint8_t (*rel)[ALLOC_HANDLE_LEN];       /* ring of release events */
+        uint32_t rel_n, rel_head;               /* count, oldest slot */
+        uint32_t rel_dropped;                   /* overwritten since last sent */
+};
+
+struct reg_cuda *reg_cuda_new(void);
+/* Drops the allocation reference and frees rc; NULL-safe. */
+void reg_cuda_free(struct alloc_table *T, struct reg_cuda *rc);
+/* Keeps a release event for the next released event; -ENOMEM. */
+int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[ALLOC_HANDLE_LEN]);
+
+/* Record fields of a CUDA registration (device, alloc, buffer_id, event,
+ * and with_handle: handle): how many, then packing them. */
+uint32_t reg_cuda_record_fields(const struct reg *r, bool with_handle);
+void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_handle);
+/* Packs "events" (oldest first) and forgets them.  Returns how many were
+ * dropped over the cap since the last call. */
+uint32_t reg_cuda_pack_events(msgpack_packer *pk, struct reg_cuda *rc);
+
+#endif

@@ -1,0 +1,78 @@
+/* ops_adopt.c: adopt, turning a producer-bound cuda-ipc registration into a
+ * durable cuda-vmm one that the daemon holds. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_ctx.h"
+#include "cuda_reg.h"
+#include "log.h"
+#include "ops.h"
+
+int op_adopt(struct req *q)
+{
+        struct conn *c = q->c;
+        struct daemon *d = c->d;
+        struct registry *R = d->reg;
+        struct reg_cuda *rc;
+        struct alloc *a, *old;
+        struct proto_out o;
+        uint64_t alloc_size = 0;
+        uint32_t leases;
+        struct target t;
+        struct reg *r;
+        char why[REQ_MSG_MAX - 64];
+        int fd = -1, k;
+
+        k = req_target(q, &t);
+        if (k < 0)
+                return k;
+        r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
+        if (!r || !r->live)
+                return t.by_id ? req_fail(q, -ENOENT, "no live registration with id %" PRIu64,
+                                          t.id)
+                               : req_fail(q, -ENOENT, "no registration named %.*s",
+                                          (int)t.name_len, t.name);
+        if (r->owner != &c->party)
+                return req_fail(q, -EPERM, "%s is not registered by this connection", r->name);
+        if (r->kind != PROTO_KIND_CUDA_IPC)
+                return req_fail(q, -EINVAL, "%s is %s; only cuda-ipc registrations are adopted",
+                                r->name, proto_kind_name(r->kind));
+        rc = r->cuda;
+
+        k = gpu_copy_to_vmm(d->gpu, rc->device, rc->alloc->handle, r->offset, r->size, &fd,
+                            &alloc_size, why, sizeof(why));
+        if (k < 0)
+                return req_fail(q, k, "cannot adopt %s: %s", r->name, why);
+        k = alloc_get_vmm(&d->allocs, rc->device, &fd, alloc_size, &a);
+        if (k < 0) {
+                close(fd);
+                return req_fail(q, k, "cannot record the new allocation: %s", strerror(-k));
+        }
+
+        /* The handle is closed and the copy is ours: from here on the
+         * registration is a durable cuda-vmm one.  Its current leases still
+         * map the producer's memory; the released event that follows their
+         * end tells the producer it may free. */
+        old = rc->alloc;
+        rc->alloc = a;
+        alloc_put(&d->allocs, old);
+        registry_set_kind(R, r, PROTO_KIND_CUDA_VMM);
+        r->offset = 0;
+        r->fd = a->fd;
+        r->ephemeral = false;
+        r->revocable = false;
+        leases = registry_mark_leases(R, r);
+        log_info("adopted %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u into a %" PRIu64
+                 "-byte VMM allocation; %u leases still map the producer's memory", r->name,
+                 r->id, r->size, c->party.pid, alloc_size, leases);
+
+        reply_start(&o, q->seq, 3);
+        proto_pack_ku64(&o.pk, "id", r->id);
+        proto_pack_kstr(&o.pk, "kind", proto_kind_name(PROTO_KIND_CUDA_VMM));
+        proto_pack_ku64(&o.pk, "leases", leases);
+        (void)reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}

@@ -1,0 +1,341 @@
+/* gpu_test.c: the real-GPU suite.  Needs an NVIDIA GPU and a running gpuipcd
+ * ($GPUIPC_SOCKET); tests/gpu/run.sh starts one and runs `gpu_test all`.
+ *
+ * Each case runs a producer and a consumer as separate processes (this
+ * program re-executed with a role), joined only through the daemon.  The
+ * consumer checks the bytes with a kernel that reads through the view's
+ * device pointer, so a pass means the consumer's GPU really reads the
+ * producer's memory.  Prints "N passed, N failed" last. */
+#include <errno.h>
+#include <stdbool.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu_util.h"
+
+extern char **environ;
+
+#define MiB (1ull << 20)
+
+/* ---- producers ----------------------------------------------------------- */
+
+static int produce_pool(gpuipc_client *c)
+{
+        /* One 64 MiB allocation carved like a memory pool: three registered
+         * ranges, one at an odd offset. */
+        static const uint64_t offs[] = { 0, 4 * MiB, 40 * MiB + 123 };
+        static const char *names[] = { "gpu/pool/a", "gpu/pool/b", "gpu/pool/c" };
+        CUdeviceptr base;
+        uint64_t ids[3];
+
+        CK(cuMemAlloc(&base, 64 * MiB));
+        fill(base, 64 * MiB, 11, 0, NULL);
+        CK(cuCtxSynchronize());
+        for (int i = 0; i < 3; i++)
+                GK(gpuipc_register_cuda(c, names[i], base + offs[i], MiB, NULL, NULL, 0, &ids[i]));
+        for (int i = 0; i < 3; i++)
+                GK(gpuipc_wait_released(c, ids[i], 30000));
+        CK(cuMemFree(base));
+        return 0;
+}
+
+static int produce_share(gpuipc_client *c)
+{
+        /* 200 registrations carved from 10 allocations. */
+        CUdeviceptr base[10];
+        uint64_t ids[200];
+        char name[64];
+
+        for (int a = 0; a < 10; a++) {
+                CK(cuMemAlloc(&base[a], 4 * MiB));
+                fill(base[a], 4 * MiB, (unsigned)a, 0, NULL);
+        }
+        CK(cuCtxSynchronize());
+        for (int i = 0; i < 200; i++) {
+                snprintf(name, sizeof(name), "gpu/share/%d", i);
+                GK(gpuipc_register_cuda(c, name, base[i / 20] + (uint64_t)(i % 20) * 200000,
+                                        4096, NULL, NULL, 0, &ids[i]));
+        }
+        for (int i = 0; i < 200; i++)
+                GK(gpuipc_wait_released(c, ids[i], 60000));
+        for (int a = 0; a < 10; a++)
+                CK(cuMemFree(base[a]));
+        return 0;
+}
+
+static int produce_vmm(gpuipc_client *c)
+{
+        gpuipc_cudabuf *b;
+
+        /* Registered, then the producer exits at once: the daemon's fd keeps
+         * the memory alive. */
+        GK(gpuipc_cudabuf_new(0, 64 * MiB, &b));
+        fill(gpuipc_cudabuf_ptr(b), 64 * MiB, 23, 0, NULL);
+        CK(cuCtxSynchronize());
+        GK(gpuipc_register_cuda(c, "gpu/vmm", gpuipc_cudabuf_ptr(b), 64 * MiB, NULL, NULL, 0,
+                                NULL));
+        gpuipc_cudabuf_free(b);
+        return 0;
+}
+
+static int produce_adopt(gpuipc_client *c)
+{
+        CUdeviceptr p;
+        uint32_t leases = 99;
+
+        CK(cuMemAlloc(&p, 8 * MiB));
+        fill(p, 8 * MiB, 31, 0, NULL);
+        CK(cuCtxSynchronize());
+        GK(gpuipc_register_cuda(c, "gpu/adopt", p + MiB, 6 * MiB, NULL, NULL, 0, NULL));
+        GK(gpuipc_adopt(c, "gpu/adopt", &leases));
+        if (leases != 0)
+                return fail("adopt reported %u leases, expected 0", leases);
+        /* Overwrite and free at once: the daemon's copy must not care. */
+        CK(cuMemsetD8(p, 0, 8 * MiB));
+        CK(cuCtxSynchronize());
+        CK(cuMemFree(p));
+        return 0;
+}
+
+static int produce_event(gpuipc_client *c, bool control)
+{
+        CUdeviceptr p;
+        CUstream s;
+        CUevent e;
+        uint64_t id;
+
+        /* The kernel spins ~0.2 s before writing; registering does not wait
+         * for it.  Only the event orders the consumer after it. */
+        CK(cuMemAlloc(&p, 256 * MiB));
+        CK(cuMemsetD8(p, 0, 256 * MiB));
+        CK(cuCtxSynchronize());
+        CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CK(cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+        fill(p, 256 * MiB, 47, 400000000ull, s);
+        CK(cuEventRecord(e, s));
+        GK(gpuipc_register_cuda(c, control ? "gpu/event-control" : "gpu/event", p, 256 * MiB,
+                                NULL, e, 0, &id));
+        GK(gpuipc_wait_released(c, id, 60000));
+        CK(cuStreamSynchronize(s));
+        CK(cuMemFree(p));
+        return 0;
+}
+
+/* ---- consumers ------------------------------------------------------------ */
+
+static int consume_pool(gpuipc_client *c)
+{
+        static const uint64_t offs[] = { 0, 4 * MiB, 40 * MiB + 123 };
+        static const char *names[] = { "gpu/pool/a", "gpu/pool/b", "gpu/pool/c" };
+        gpuipc_view *v[3];
+        uint64_t alloc = 0;
+        double t0, t_cold = 0, t_warm = 0;
+
+        for (int i = 0; i < 3; i++) {
+                t0 = now_us();
+                GK(gpuipc_lookup(c, names[i], 30000, 0, &v[i]));
+                if (i == 0)
+                        t_cold = now_us() - t0;
+                else if (i == 1)
+                        t_warm = now_us() - t0;
+                const gpuipc_info *inf = gpuipc_view_info(v[i]);
+                CUdeviceptr ptr = (CUdeviceptr)(uintptr_t)gpuipc_view_data(v[i]), rbase;
+                size_t rsize;
+                if (inf->kind != GPUIPC_KIND_CUDA_IPC || inf->offset != offs[i] ||
+                    inf->alloc_size != 64 * MiB || inf->alloc_regs != 3)
+                        return fail("%s: kind %d offset %llu alloc %llu regs %u", names[i],
+                                    inf->kind, (unsigned long long)inf->offset,
+                                    (unsigned long long)inf->alloc_size, inf->alloc_regs);
+                if (i > 0 && inf->alloc_id != alloc)
+                        return fail("pool views use different allocation entries");
+                alloc = inf->alloc_id;
+                /* Zero copy: the view lies inside a mapping of the producer's
+                 * whole 64 MiB allocation, at the registered offset. */
+                CK(cuMemGetAddressRange(&rbase, &rsize, ptr));
+                if (rsize != 64 * MiB || ptr - rbase != offs[i])
+                        return fail("%s: view is %llu bytes into a %zu-byte mapping", names[i],
+                                    (unsigned long long)(ptr - rbase), rsize);
+                if (count_bad(ptr, MiB, 11, offs[i]) != 0)
+                        return fail("%s: wrong bytes", names[i]);
+        }
+        for (int i = 0; i < 3; i++)
+                GK(gpuipc_view_release(v[i]));
+        printf("timing pool lookup_cold_us=%.0f lookup_warm_us=%.0f\n", t_cold, t_warm);
+        return 0;
+}
+
+static int consume_share(gpuipc_client *c)
+{
+        gpuipc_view *v[200];
+        char name[64];
+        double t0 = now_us();
+
+        for (int i = 0; i < 200; i++) {
+                snprintf(name, sizeof(name), "gpu/share/%d", i);
+                GK(gpuipc_lookup(c, name, 30000, 0, &v[i]));
+                if (count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v[i]), 4096,
+                              (unsigned)(i / 20), (uint64_t)(i % 20) * 200000) != 0)
+                        return fail("%s: wrong bytes", name);
+        }
+        printf("timing share lookups_200_ms=%.1f\n", (now_us() - t0) / 1000);
+        /* Open once: ten allocations, ten opens, whatever the driver would
+         * do with a second open of the same handle. */
+        long opens = shim_count("cuIpcOpenMemHandle_v2");
+        if (opens != 10)
+                return fail("200 lookups of 10 allocations opened %ld handles (-1: the "
+                            "countcuda shim is not GPUIPC_LIBCUDA)", opens);
+        for (int i = 0; i < 200; i++)
+                GK(gpuipc_view_release(v[i]));
+        long closes = shim_count("cuIpcCloseMemHandle");
+        if (closes != 10)
+                return fail("releasing 200 views closed %ld handles, expected 10", closes);
+        printf("counts share cuIpcOpenMemHandle=%ld cuIpcCloseMemHandle=%ld\n", opens, closes);
+        return 0;
+}
+
+static int consume_simple(gpuipc_client *c, const char *name, gpuipc_kind kind, uint64_t size,
+                          unsigned seed, uint64_t pattern_off)
+{
+        gpuipc_view *v;
+        double t0 = now_us(), t;
+
+        GK(gpuipc_lookup(c, name, 30000, 0, &v));
+        t = now_us() - t0;
+        if (gpuipc_view_info(v)->kind != kind || gpuipc_view_size(v) != size)
+                return fail("%s: kind %d size %zu", name, gpuipc_view_info(v)->kind,
+                            gpuipc_view_size(v));
+        if (count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v), size, seed, pattern_off))
+                return fail("%s: wrong bytes", name);
+        printf("timing %s lookup_us=%.0f\n", name, t);
+        return gpuipc_view_release(v) < 0 ? fail("release failed") : 0;
+}
+
+static int consume_event(gpuipc_client *c, bool control)
+{
+        gpuipc_view *v;
+        unsigned long long bad;
+
+        if (!control)
+                return consume_simple(c, "gpu/event", GPUIPC_KIND_CUDA_IPC, 256 * MiB, 47, 0);
+        /* Control: skip the wait.  Reading at once should see stale bytes;
+         * if it does not, the ordering case above proved nothing. */
+        GK(gpuipc_lookup(c, "gpu/event-control", 30000, GPUIPC_LOOKUP_NO_SYNC, &v));
+        bad = count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v), 256 * MiB, 47, 0);
+        printf("control: reading without waiting on the event saw %llu stale bytes of %llu\n",
+               bad, 256 * MiB);
+        GK(gpuipc_view_release(v));
+        return bad > 0 ? 0 : fail("the control read no stale bytes: the spin is too short");
+}
+
+/* ---- same process --------------------------------------------------------- */
+
+static int self_lookup(gpuipc_client *c)
+{
+        CUdeviceptr p;
+        gpuipc_view *v;
+        int r = 0;
+
+        CK(cuMemAlloc(&p, 2 * MiB));
+        GK(gpuipc_register_cuda(c, "gpu/self", p + 4096, 8192, NULL, NULL, 0, NULL));
+        GK(gpuipc_lookup(c, "gpu/self", 0, 0, &v));
+        if ((CUdeviceptr)(uintptr_t)gpuipc_view_data(v) != p + 4096)
+                r = fail("same-process lookup returned %p, not the producer's pointer",
+                         gpuipc_view_data(v));
+        GK(gpuipc_view_release(v));
+        CK(cuMemFree(p));
+        return r;
+}
+
+/* ---- orchestration --------------------------------------------------------- */
+
+static int role(const char *who, const char *name)
+{
+        gpuipc_client *c;
+        int r;
+
+        gpu_setup();
+        GK(gpuipc_connect(NULL, &c));
+        gpu_client = c;
+        if (!strcmp(who, "producer"))
+                r = !strcmp(name, "pool") ? produce_pool(c) :
+                    !strcmp(name, "share") ? produce_share(c) :
+                    !strcmp(name, "vmm") ? produce_vmm(c) :
+                    !strcmp(name, "adopt") ? produce_adopt(c) :
+                    !strcmp(name, "event") ? produce_event(c, false) :
+                    !strcmp(name, "event-control") ? produce_event(c, true) : self_lookup(c);
+        else
+                r = !strcmp(name, "pool") ? consume_pool(c) :
+                    !strcmp(name, "share") ? consume_share(c) :
+                    !strcmp(name, "vmm") ? consume_simple(c, "gpu/vmm", GPUIPC_KIND_CUDA_VMM,
+                                                          64 * MiB, 23, 0) :
+                    !strcmp(name, "adopt") ? consume_simple(c, "gpu/adopt",
+                                                            GPUIPC_KIND_CUDA_VMM, 6 * MiB, 31,
+                                                            MiB) :
+                    !strcmp(name, "event") ? consume_event(c, false) :
+                    consume_event(c, true);
+        gpuipc_client_free(c);
+        return r == 0 ? 0 : 1;
+}
+
+static pid_t spawn_role(const char *self, const char *who, const char *name, char **env)
+{
+        char *argv[] = { (char *)self, (char *)who, (char *)name, NULL };
+        pid_t pid;
+
+        if (posix_spawn(&pid, self, NULL, NULL, argv, env) != 0)
+                return -1;
+        return pid;
+}
+
+static int wait_ok(pid_t pid)
+{
+        int st;
+
+        return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int main(int argc, char **argv)
+{
+        static const struct {
+                const char *name;
+                bool producer_first;    /* the producer exits before the consumer starts */
+        } cases[] = {
+                { "pool", false }, { "share", false }, { "vmm", true }, { "adopt", true },
+                { "event", false }, { "event-control", false }, { "self", false },
+        };
+        int passed = 0, failed = 0;
+
+        if (argc == 3)
+                return role(argv[1], argv[2]);
+        if (argc != 2 || strcmp(argv[1], "all") != 0) {
+                fprintf(stderr, "usage: %s all | producer|consumer CASE\n", argv[0]);
+                return 2;
+        }
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                const char *n = cases[i].name;
+                bool ok;
+                pid_t prod = spawn_role(argv[0], "producer", n, environ), cons = -1;
+
+                if (!strcmp(n, "self")) {
+                        ok = wait_ok(prod);
+                } else if (cases[i].producer_first) {
+                        ok = wait_ok(prod);
+                        cons = spawn_role(argv[0], "consumer", n, environ);
+                        ok = wait_ok(cons) && ok;
+                } else {
+                        cons = spawn_role(argv[0], "consumer", n, environ);
+                        ok = wait_ok(cons);
+                        ok = wait_ok(prod) && ok;
+                }
+                printf("%s: %s\n", ok ? "PASS" : "FAIL", n);
+                fflush(stdout);
+                ok ? passed++ : failed++;
+        }
+        printf("%d passed, %d failed\n", passed, failed);
+        return failed ? 1 : 0;
+}

@@ -1,0 +1,331 @@
+/* integ_cuda.c: cuda-ipc and cuda-vmm buffers between real processes,
+ * through a real gpuipcd and the CUDA driver double
+ * ($GPUIPC_BUILDDIR/tests/cuda/libcuda.so.1), whose device memory is
+ * shared memory and whose device pointers are host addresses, so the test
+ * reads device views directly. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "gpuipc.h"
+#include "harness.h"
+#include "cuda_drv.h"
+
+#define ALLOC_SIZE (64ull << 20)
+#define REG_SIZE   32768u
+
+static inline uint64_t reg_offset(unsigned i, unsigned nallocs)
+{
+        return (4ull << 20) + 12345 + (uint64_t)(i / nallocs) * 65536;
+}
+
+static const char *double_path(void)
+{
+        return h_path("tests/cuda/libcuda.so.1");
+}
+
+static void cuda_setup(void)
+{
+        setenv("GPUIPC_LIBCUDA", double_path(), 1);
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        h_setup();
+}
+
+static void cuda2_setup(void)
+{
+        setenv("GPUIPC_CUDA_DOUBLE_DEVICES", "2", 1);
+        cuda_setup();
+}
+
+TestSuite(cuda, .init = cuda_setup, .fini = h_teardown, .timeout = 30);
+
+/* Calls of a driver entry point in this process, counted by the double. */
+static long dcount(const char *fn)
+{
+        void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
+        long (*count)(const char *);
+
+        cr_assert_not_null(dl, "dlopen %s: %s", double_path(), dlerror());
+        count = (long (*)(const char *))dlsym(dl, "gpuipc_cuda_double_count");
+        cr_assert_not_null(count, "the double lacks gpuipc_cuda_double_count");
+        long n = count(fn);
+        dlclose(dl);
+        return n;
+}
+
+static gpuipc_client *connect_client(void)
+{
+        gpuipc_client *c = NULL;
+        int r = gpuipc_connect(h_d.sock, &c);
+        cr_assert_eq(r, 0, "gpuipc_connect: %s", gpuipc_strerror(r));
+        return c;
+}
+
+static void check_pattern(const void *data, size_t size, uint32_t seed)
+{
+        const uint8_t *p = data;
+        for (size_t i = 0; i < size; i++)
+                if (p[i] != h_pattern(i, seed))
+                        cr_assert_fail("byte %zu is 0x%02x, want 0x%02x", i, p[i], h_pattern(i, seed));
+}
+
+/* Starts helper-cuda-producer ipc and waits for its "ready". */
+static void produce_ipc(struct h_child *ch, const char *name, const char *ordinal,
+                        const char *nallocs, const char *nregs, const char *seed, bool event)
+{
+        const char *args[] = { "ipc", name, ordinal, nallocs, nregs, seed,
+                               event ? "--event" : NULL, NULL };
+        char line[64];
+        h_spawn(ch, "helper-cuda-producer", args, true);
+        int n = h_read_line(ch, line, sizeof(line), 15000);
+        if (n < 0)
+                cr_assert_fail("helper-cuda-producer ipc %s: no ready line (exit %d)", name,
+                               h_wait(ch, 5000));
+        cr_assert_str_eq(line, "ready");
+}
+
+Test(cuda, ipc_offset_cross_process)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v = NULL;
+        const gpuipc_info *info;
+        int r;
+
+        produce_ipc(&prod, "t/buf", "0", "1", "1", "7", true);
+        c = connect_client();
+        r = gpuipc_lookup(c, "t/buf", 0, 0, &v);
+        cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(c));
+        info = gpuipc_view_info(v);
+        cr_assert_eq(info->kind, GPUIPC_KIND_CUDA_IPC);
+        cr_assert_eq(info->offset, (4u << 20) + 12345);
+        cr_assert_eq(info->size, REG_SIZE);
+        cr_assert_eq(info->alloc_size, ALLOC_SIZE);
+        cr_assert_neq(info->alloc_id, 0);
+        cr_assert_neq(info->buffer_id, 0);
+        cr_assert_eq(info->has_event, 1);
+        cr_assert_eq(strncmp(info->device, "GPU-", 4), 0, "device %s", info->device);
+        cr_assert_eq(gpuipc_view_device(v), 0);
+        cr_assert_eq(gpuipc_view_size(v), REG_SIZE);
+        check_pattern(gpuipc_view_data(v), REG_SIZE, 7);
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 1);
+        cr_assert_eq(dcount("cuIpcOpenEventHandle"), 1);
+        cr_assert_eq(gpuipc_view_wait_stream(v, NULL), 0, "%s", gpuipc_errmsg(c));
+
+        /* The owner goes: the lease holder is told, and the view refuses
+         * to hand out stream order. */
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+        for (int i = 0; i < 100 && r == 0; i++) {
+                r = gpuipc_view_wait_stream(v, NULL);
+                if (r == 0)
+                        h_sleep_ms(20);
+        }
+        cr_assert_eq(r, -ESTALE, "wait_stream after revoke: %d (%s)", r, gpuipc_errmsg(c));
+        gpuipc_view_release(v);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        gpuipc_client_free(c);
+}
+
+static void open_once(unsigned clients)
+{
+        enum { NREGS = 200, NALLOCS = 4 };
+        gpuipc_view *views[2][NREGS];
+        gpuipc_client *c[2];
+        struct h_child prod;
+        char name[64];
+        int r;
+
+        produce_ipc(&prod, "pool", "0", "4", "200", "100", false);
+        for (unsigned k = 0; k < clients; k++) {
+                c[k] = connect_client();
+                for (unsigned i = 0; i < NREGS; i++) {
+                        snprintf(name, sizeof(name), "pool/%u", i);
+                        r = gpuipc_lookup(c[k], name, 0, 0, &views[k][i]);
+                        cr_assert_eq(r, 0, "lookup %s: %s", name, gpuipc_errmsg(c[k]));
+                        cr_assert_eq(gpuipc_view_info(views[k][i])->offset, reg_offset(i, NALLOCS));
+                        check_pattern(gpuipc_view_data(views[k][i]), REG_SIZE, 100 + i);
+                }
+        }
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), NALLOCS, "opens: %ld",
+                     dcount("cuIpcOpenMemHandle_v2"));
+        for (unsigned k = 0; k < clients; k++)
+                for (unsigned i = 0; i < NREGS; i++)
+                        cr_assert_eq(gpuipc_view_release(views[k][i]), 0);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), NALLOCS);
+        for (unsigned k = 0; k < clients; k++)
+                gpuipc_client_free(c[k]);
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+}
+
+Test(cuda, open_once_per_process)
+{
+        open_once(2);
+}
+
+Test(cuda, open_once_already_mapped_driver)
+{
+        setenv("GPUIPC_CUDA_DOUBLE_ALREADY_MAPPED", "1", 1);
+        open_once(2);
+}
+
+Test(cuda, same_process_uses_own_pointer)
+{
+        struct cuda *cu;
+        char why[256];
+        CUdeviceptr p;
+        CUcontext ctx;
+        gpuipc_client *a = connect_client(), *b = connect_client();
+        gpuipc_view *v = NULL;
+        uint64_t id;
+        int r;
+
+        cr_assert_eq(cuda_load(&cu, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(cuda_init(cu), 0);
+        cr_assert_eq(cu->cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+        cr_assert_eq(cu->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        cr_assert_eq(cu->cuMemAlloc_v2(&p, ALLOC_SIZE), CUDA_SUCCESS);
+        r = gpuipc_register_cuda(a, "own/x", p + 4096, 1000, NULL, NULL, 0, &id);
+        cr_assert_eq(r, 0, "register: %s", gpuipc_errmsg(a));
+        r = gpuipc_lookup(b, "own/x", 0, 0, &v);
+        cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(b));
+        cr_assert_eq((uint64_t)(uintptr_t)gpuipc_view_data(v), p + 4096);
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 0);
+        /* The caller's context is left as it was. */
+        CUcontext cur = NULL;
+        cr_assert_eq(cu->cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+        cr_assert_eq(cur, ctx);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(gpuipc_wait_released(a, id, 5000), 0, "%s", gpuipc_errmsg(a));
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
+        gpuipc_client_free(b);
+        gpuipc_client_free(a);
+        cuda_unload(cu);
+}
+
+Test(cuda, vmm_outlives_producer)
+{
+        const char *args[] = { "vmm", "v/buf", "0", "3145733", "9", NULL };
+        gpuipc_view *v1 = NULL, *v2 = NULL;
+        struct h_child prod;
+        gpuipc_client *c;
+        const gpuipc_info *info;
+        int r;
+
+        h_spawn(&prod, "helper-cuda-producer", args, false);
+        cr_assert_eq(h_wait(&prod, 15000), 0);
+        c = connect_client();
+        r = gpuipc_lookup(c, "v/buf", 0, 0, &v1);
+        cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(c));
+        r = gpuipc_lookup(c, "v/buf", 0, 0, &v2);
+        cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(c));
+        info = gpuipc_view_info(v1);
+        cr_assert_eq(info->kind, GPUIPC_KIND_CUDA_VMM);
+        cr_assert_eq(info->size, 3145733);
+        cr_assert_eq(info->alloc_size, 4u << 20);
+        cr_assert_eq(gpuipc_view_data(v1), gpuipc_view_data(v2));
+        check_pattern(gpuipc_view_data(v1), 3145733, 9);
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 1);
+        gpuipc_view_release(v1);
+        gpuipc_view_release(v2);
+        cr_assert_eq(dcount("cuMemRelease"), 1);
+        gpuipc_client_free(c);
+}
+
+TestSuite(cuda2, .init = cuda2_setup, .fini = h_teardown, .timeout = 30);
+
+Test(cuda2, visible_devices_map_by_uuid)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v = NULL;
+        int r;
+
+        produce_ipc(&prod, "d/buf", "1", "1", "1", "3", false);
+        setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
+        c = connect_client();
+        r = gpuipc_lookup(c, "d/buf", 0, 0, &v);
+        cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_device(v), 0);
+        check_pattern(gpuipc_view_data(v), REG_SIZE, 3);
+        gpuipc_view_release(v);
+        gpuipc_client_free(c);
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+}
+
+Test(cuda2, invisible_device_is_enodev)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_list *l = NULL;
+        gpuipc_view *v = NULL;
+        int r;
+
+        produce_ipc(&prod, "d/buf", "1", "1", "1", "3", false);
+        setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+        c = connect_client();
+        cr_assert_eq(gpuipc_stat(c, "d/buf", &l), 0);
+        r = gpuipc_lookup(c, "d/buf", 0, 0, &v);
+        cr_assert_eq(r, -ENODEV, "lookup: %d", r);
+        cr_assert_not_null(strstr(gpuipc_errmsg(c), gpuipc_list_get(l, 0)->device),
+                           "errmsg: %s", gpuipc_errmsg(c));
+        cr_assert_not_null(strstr(gpuipc_errmsg(c), "CUDA_VISIBLE_DEVICES"));
+        gpuipc_list_free(l);
+        gpuipc_client_free(c);
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+}
+
+Test(cuda, no_driver_is_enotsup)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_hostbuf *hb = NULL;
+        gpuipc_cudabuf *cb = NULL;
+        gpuipc_view *v = NULL;
+        int r;
+
+        produce_ipc(&prod, "n/buf", "0", "1", "1", "3", false);
+        setenv("GPUIPC_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+        c = connect_client();
+        r = gpuipc_register_cuda(c, "n/x", 0x10000, 10, NULL, NULL, 0, NULL);
+        cr_assert_eq(r, -ENOTSUP);
+        cr_assert_not_null(strstr(gpuipc_errmsg(c), "CUDA driver unavailable"), "%s",
+                           gpuipc_errmsg(c));
+        r = gpuipc_lookup(c, "n/buf", 0, 0, &v);
+        cr_assert_eq(r, -ENOTSUP);
+        cr_assert_not_null(strstr(gpuipc_errmsg(c), "/nonexistent/libcuda.so.1"), "%s",
+                           gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_cudabuf_new(0, 4096, &cb), -ENOTSUP);
+        /* Host buffers never need the driver. */
+        cr_assert_eq(gpuipc_hostbuf_new(4096, &hb), 0);
+        cr_assert_eq(gpuipc_register_host(c, "n/host", hb, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_lookup(c, "n/host", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_device(v), -1);
+        gpuipc_view_release(v);
+        gpuipc_hostbuf_free(hb);
+        gpuipc_client_free(c);
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+}
+
+Test(cuda, stats_report_cuda)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_stats *s = NULL;
+
+        produce_ipc(&prod, "s/buf", "0", "1", "1", "3", false);
+        c = connect_client();
+        cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+        cr_assert_eq(s->bytes_cuda_ipc, REG_SIZE, "bytes_cuda_ipc %llu",
+                     (unsigned long long)s->bytes_cuda_ipc);
+        cr_assert_not_null(s->cuda_reason);
+        if (s->cuda_available)
+                cr_assert_eq(s->cuda_driver_version, 13000);
+        gpuipc_stats_free(s);
+        gpuipc_client_free(c);
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+}

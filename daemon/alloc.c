@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -15,7 +14,7 @@ struct key {
         uint8_t device[ALLOC_UUID_LEN];
         uint8_t handle[ALLOC_HANDLE_LEN];
         uint64_t buffer_id;
-        uint64_t st_dev, st_ino;
+        uint8_t alloc_key[ALLOC_KEY_LEN];
 };
 
 void alloc_table_init(struct alloc_table *T)
@@ -54,7 +53,7 @@ void alloc_table_done(struct alloc_table *T)
  * choose handles that collide. */
 static uint64_t key_hash(const struct key *k)
 {
-        uint8_t buf[1 + ALLOC_UUID_LEN + ALLOC_HANDLE_LEN + 3 * 8];
+        uint8_t buf[1 + ALLOC_UUID_LEN + ALLOC_HANDLE_LEN + 8];
         size_t n = 0;
 
         buf[n++] = k->kind;
@@ -66,10 +65,8 @@ static uint64_t key_hash(const struct key *k)
                 memcpy(buf + n, &k->buffer_id, 8);
                 n += 8;
         } else {
-                memcpy(buf + n, &k->st_dev, 8);
-                n += 8;
-                memcpy(buf + n, &k->st_ino, 8);
-                n += 8;
+                memcpy(buf + n, k->alloc_key, ALLOC_KEY_LEN);
+                n += ALLOC_KEY_LEN;
         }
         return hmap_hash_str(buf, n);
 }
@@ -81,7 +78,7 @@ static bool key_eq(const struct alloc *a, const struct key *k)
         if (k->kind == PROTO_KIND_CUDA_IPC)
                 return a->buffer_id == k->buffer_id &&
                        memcmp(a->handle, k->handle, ALLOC_HANDLE_LEN) == 0;
-        return (uint64_t)a->st_dev == k->st_dev && (uint64_t)a->st_ino == k->st_ino;
+        return memcmp(a->key, k->alloc_key, ALLOC_KEY_LEN) == 0;
 }
 
 static struct alloc *find(const struct alloc_table *T, const struct key *k, uint64_t h)
@@ -117,8 +114,7 @@ static int get(struct alloc_table *T, const struct key *k, uint64_t size, struct
         memcpy(a->device, k->device, ALLOC_UUID_LEN);
         memcpy(a->handle, k->handle, ALLOC_HANDLE_LEN);
         a->buffer_id = k->buffer_id;
-        a->st_dev = (dev_t)k->st_dev;
-        a->st_ino = (ino_t)k->st_ino;
+        memcpy(a->key, k->alloc_key, ALLOC_KEY_LEN);
         a->size = size;
         a->fd = -1;
         a->regs = 1;
@@ -146,20 +142,17 @@ int alloc_get_ipc(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
         return get(T, &k, size, ret, &created);
 }
 
-int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN], int *fd,
-                  uint64_t size, struct alloc **ret)
+int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                  const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size,
+                  struct alloc **ret)
 {
         struct key k = { .kind = PROTO_KIND_CUDA_VMM };
         struct alloc *a;
-        struct stat st;
         bool created;
         int r;
 
-        if (fstat(*fd, &st) < 0)
-                return -EBADF;
         memcpy(k.device, device, ALLOC_UUID_LEN);
-        k.st_dev = (uint64_t)st.st_dev;
-        k.st_ino = (uint64_t)st.st_ino;
+        memcpy(k.alloc_key, key, ALLOC_KEY_LEN);
         r = get(T, &k, size, &a, &created);
         if (r < 0)
                 return r;

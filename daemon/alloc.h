@@ -7,8 +7,10 @@
  *   cuda-ipc: (device, the 64 handle bytes of the allocation's base,
  *             buffer_id), since a freed and recycled address yields new
  *             memory behind an old-looking handle;
- *   cuda-vmm: (device, st_dev and st_ino of the exported fd), since every
- *             export of one allocation is a new fd of the same file.
+ *   cuda-vmm: (device, the 16-byte alloc_key the producer drew for the
+ *             allocation).  Not the exported fd's file: on the real driver
+ *             every export, of any allocation, is an open of /dev/nvidiactl
+ *             with one st_dev/st_ino.
  * The device is part of every key, so the one hash table is in effect one
  * table per device.  Entries count the registrations that use them and are
  * freed with the last; a cuda-vmm entry keeps the first registration's fd
@@ -25,19 +27,19 @@
 
 #define ALLOC_UUID_LEN   16u
 #define ALLOC_HANDLE_LEN 64u
+#define ALLOC_KEY_LEN    16u
 
 struct alloc {
         struct hmap_node node;
         uint64_t id;                    /* unique for the daemon's lifetime */
         uint64_t size;                  /* alloc_size */
         uint64_t buffer_id;             /* cuda-ipc */
-        dev_t st_dev;                   /* cuda-vmm: identity of fd */
-        ino_t st_ino;
         uint32_t regs;                  /* registrations using it */
         int fd;                         /* cuda-vmm: kept; else -1 */
         uint8_t kind;                   /* PROTO_KIND_CUDA_IPC or _VMM */
         uint8_t device[ALLOC_UUID_LEN];
         uint8_t handle[ALLOC_HANDLE_LEN];       /* cuda-ipc */
+        uint8_t key[ALLOC_KEY_LEN];             /* cuda-vmm */
 };
 
 struct alloc_table {
@@ -55,13 +57,14 @@ void alloc_table_done(struct alloc_table *T);
 int alloc_get_ipc(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
                   const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
                   uint64_t size, struct alloc **ret);
-/* Takes a reference on the cuda-vmm allocation behind fd.  *fd is always
- * consumed on success: kept by a new entry, or closed as a duplicate of an
- * existing one (then *fd is set to -1 either way).  On failure *fd is left
- * alone.  -EBADF when fd cannot be fstat()ed, -EINVAL for another size,
- * -ENOMEM. */
-int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN], int *fd,
-                  uint64_t size, struct alloc **ret);
+/* Takes a reference on the cuda-vmm allocation of that key, whose exported
+ * fd is *fd.  *fd is always consumed on success: kept by a new entry, or
+ * closed as a duplicate of an existing one (then *fd is set to -1 either
+ * way).  On failure *fd is left alone.  -EINVAL when the key exists with
+ * another size, -ENOMEM. */
+int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                  const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size,
+                  struct alloc **ret);
 /* Drops a reference; frees the entry (closing its fd) with the last.
  * NULL-safe. */
 void alloc_put(struct alloc_table *T, struct alloc *a);

@@ -62,10 +62,15 @@ void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_han
         cuda_uuid_format(rc->device, uuid);
         proto_pack_kstr(pk, "device", uuid);
         proto_pack_str(pk, "alloc");
-        msgpack_pack_map(pk, 3);
+        msgpack_pack_map(pk, 3 + (with_handle && r->kind == PROTO_KIND_CUDA_VMM));
         proto_pack_ku64(pk, "id", rc->alloc->id);
         proto_pack_ku64(pk, "size", rc->alloc->size);
         proto_pack_ku64(pk, "regs", rc->alloc->regs);
+        if (with_handle && r->kind == PROTO_KIND_CUDA_VMM) {
+                /* What consumers key their imports by: the fd cannot. */
+                proto_pack_str(pk, "key");
+                msgpack_pack_bin_with_body(pk, rc->alloc->key, ALLOC_KEY_LEN);
+        }
         if (r->kind == PROTO_KIND_CUDA_IPC) {
                 proto_pack_ku64(pk, "buffer_id", rc->alloc->buffer_id);
                 if (with_handle) {

@@ -36,7 +36,8 @@ void reg_cuda_free(struct alloc_table *T, struct reg_cuda *rc);
 int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[ALLOC_HANDLE_LEN]);
 
 /* Record fields of a CUDA registration (device, alloc, buffer_id, event,
- * and with_handle: handle): how many, then packing them. */
+ * and with_handle, for lookup replies: handle, alloc.key): how many, then
+ * packing them. */
 uint32_t reg_cuda_record_fields(const struct reg *r, bool with_handle);
 void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_handle);
 /* Packs "events" (oldest first) and forgets them.  Returns how many were

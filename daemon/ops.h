@@ -37,7 +37,7 @@ int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pi
 void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message);
 
 /* Packs the registration record of r; with_handle adds a cuda-ipc handle
- * (lookup replies only). */
+ * or a cuda-vmm alloc.key (lookup replies only). */
 void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle);
 void pack_record(msgpack_packer *pk, const struct reg *r);
 /* Answers a lookup of r for c: a lease, the record and r's fd. */

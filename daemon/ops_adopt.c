@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cuda_ctx.h"
@@ -19,6 +20,7 @@ int op_adopt(struct req *q)
         struct alloc *a, *old;
         struct proto_out o;
         uint64_t alloc_size = 0;
+        uint8_t key[ALLOC_KEY_LEN];
         uint32_t leases;
         struct target t;
         struct reg *r;
@@ -45,7 +47,17 @@ int op_adopt(struct req *q)
                             &alloc_size, why, sizeof(why));
         if (k < 0)
                 return req_fail(q, k, "cannot adopt %s: %s", r->name, why);
-        k = alloc_get_vmm(&d->allocs, rc->device, &fd, alloc_size, &a);
+        /* The copy is a new allocation: it gets a key of its own.  The fd
+         * cannot serve (every export is an open of /dev/nvidiactl), and
+         * GRND_NONBLOCK keeps the loop from blocking before the entropy
+         * pool is ready, which is long past by the time a client adopts. */
+        if (getrandom(key, sizeof(key), GRND_NONBLOCK) != (ssize_t)sizeof(key)) {
+                k = errno;
+                close(fd);
+                return req_fail(q, -EIO, "cannot draw a key for the new allocation: %s",
+                                strerror(k));
+        }
+        k = alloc_get_vmm(&d->allocs, rc->device, key, &fd, alloc_size, &a);
         if (k < 0) {
                 close(fd);
                 return req_fail(q, k, "cannot record the new allocation: %s", strerror(-k));

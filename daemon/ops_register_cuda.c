@@ -7,25 +7,32 @@
 #include "cuda_reg.h"
 #include "ops.h"
 
-/* A bin field of exactly ALLOC_HANDLE_LEN bytes: 0, -ENOENT when absent, or
- * -EINVAL with req_fail(). */
-static int get_handle(struct req *q, const char *key, const uint8_t **ret)
+/* A bin field of exactly want bytes: 0, -ENOENT when absent, or -EINVAL
+ * with req_fail(). */
+static int get_bin_exact(struct req *q, const char *key, size_t want, const uint8_t **ret)
 {
         size_t len = 0;
         int r = proto_get_bin(q->m, key, ret, &len);
 
-        if (r == -EINVAL || (r == 0 && len != ALLOC_HANDLE_LEN))
-                return req_fail(q, -EINVAL, "%s must be a bin of exactly %u bytes (got %s%zu)",
-                                key, ALLOC_HANDLE_LEN, r == 0 ? "" : "another type, ",
-                                r == 0 ? len : (size_t)0);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "%s must be a bin of exactly %zu bytes (got another "
+                                "type)", key, want);
+        if (r == 0 && len != want)
+                return req_fail(q, -EINVAL, "%s must be a bin of exactly %zu bytes (got %zu)",
+                                key, want, len);
         return r;
+}
+
+static int get_handle(struct req *q, const char *key, const uint8_t **ret)
+{
+        return get_bin_exact(q, key, ALLOC_HANDLE_LEN, ret);
 }
 
 int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_given)
 {
         struct alloc_table *T = &q->c->d->allocs;
         bool ipc = p->kind == PROTO_KIND_CUDA_IPC;
-        const uint8_t *handle = NULL, *event = NULL;
+        const uint8_t *handle = NULL, *event = NULL, *key = NULL;
         uint8_t uuid[CUDA_UUID_LEN];
         uint64_t alloc_size = 0, buffer_id = 0;
         struct reg_cuda *rc;
@@ -68,9 +75,19 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 if (q->nfds != 0)
                         return req_fail(q, -EINVAL, "a cuda-ipc registration carries no fds "
                                         "(fds: 0)");
-        } else if (q->nfds != 1) {
-                return req_fail(q, -EBADF, "a cuda-vmm registration carries exactly one fd, "
-                                "the exported one (fds: 1)");
+        } else {
+                /* The fd cannot name the allocation: every export is an open
+                 * of /dev/nvidiactl, so the producer names it with a key. */
+                r = get_bin_exact(q, "alloc_key", ALLOC_KEY_LEN, &key);
+                if (r == -ENOENT)
+                        return req_fail(q, -EINVAL, "alloc_key is required for cuda-vmm (%u "
+                                        "random bytes the producer drew for the allocation)",
+                                        ALLOC_KEY_LEN);
+                if (r < 0)
+                        return r;
+                if (q->nfds != 1)
+                        return req_fail(q, -EBADF, "a cuda-vmm registration carries exactly one "
+                                        "fd, the exported one (fds: 1)");
         }
 
         rc = reg_cuda_new();
@@ -82,16 +99,15 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 rc->has_event = true;
         }
         /* The daemon cannot check a VMM fd without CUDA: any fd is taken, and
-         * its file identity names the allocation. */
+         * alloc_key names the allocation. */
         r = ipc ? alloc_get_ipc(T, uuid, handle, buffer_id, alloc_size, &rc->alloc)
-                : alloc_get_vmm(T, uuid, &q->fds[0], alloc_size, &rc->alloc);
+                : alloc_get_vmm(T, uuid, key, &q->fds[0], alloc_size, &rc->alloc);
         if (r < 0) {
                 reg_cuda_free(T, rc);
                 if (r == -EINVAL)
-                        return req_fail(q, r, "this allocation is already registered with "
-                                        "another alloc_size");
-                if (r == -EBADF)
-                        return req_fail(q, r, "cannot stat the fd");
+                        return req_fail(q, r, "this allocation (%s) is already registered "
+                                        "with another alloc_size", ipc ? "handle and buffer_id"
+                                        : "alloc_key");
                 return req_fail(q, r, "cannot record the allocation: %s", strerror(-r));
         }
         p->cuda = rc;

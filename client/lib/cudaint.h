@@ -17,6 +17,8 @@
 #ifdef GPUIPC_HAVE_CUDA_H
 
 #define GPUIPC__CU_MAX_DEVICES 64
+/* A cuda-vmm allocation's identity on the wire (alloc_key, alloc.key). */
+#define GPUIPC__ALLOC_KEY_LEN 16
 
 /* The loaded, initialised driver.  -ENOTSUP when there is none; with c,
  * gpuipc_errmsg() then says why ("CUDA driver unavailable: ..."). */

@@ -9,16 +9,17 @@
  *    exported that allocation itself, the entry holds its own pointer and
  *    nothing is opened or closed (the driver refuses to open one's own
  *    handle).
- *  - cuda-vmm: (device UUID, st_dev, st_ino) of the fd the daemon sends:
- *    every lookup brings a new fd of the same file.  Opened with import +
- *    reserve + map + set access (read-write for this device), undone with
- *    unmap + address free + release.
+ *  - cuda-vmm: (device UUID, alloc.key of the record), the random key the
+ *    producer drew for the allocation.  Not the fd's st_dev/st_ino: on the
+ *    real driver every exported fd, of any allocation, is an open of
+ *    /dev/nvidiactl with one inode.  Opened from the fd the daemon sends
+ *    with import + reserve + map + set access (read-write for this
+ *    device), undone with unmap + address free + release.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cudaint.h"
@@ -31,8 +32,7 @@ struct gpuipc__cumap {
         uint8_t uuid[CUDA_UUID_LEN];
         uint8_t handle[CUDA_IPC_HANDLE_LEN];
         uint64_t buffer_id;
-        dev_t st_dev;
-        ino_t st_ino;
+        uint8_t key[GPUIPC__ALLOC_KEY_LEN];     /* cuda-vmm */
         int ordinal;
         bool own;                       /* the producer's pointer, not opened */
         CUdeviceptr base;
@@ -61,7 +61,7 @@ static bool key_eq(const struct gpuipc__cumap *a, const struct gpuipc__cumap *b)
         if (a->kind == GPUIPC_KIND_CUDA_IPC)
                 return a->buffer_id == b->buffer_id &&
                        !memcmp(a->handle, b->handle, CUDA_IPC_HANDLE_LEN);
-        return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+        return !memcmp(a->key, b->key, GPUIPC__ALLOC_KEY_LEN);
 }
 
 /* Opens k's allocation into k (its context current).  Lock held. */
@@ -180,7 +180,7 @@ static void cumap_put(struct cuda *cu, struct gpuipc__cumap *m)
                         break;
                 }
         /* Closed under the lock: a lookup racing with this must not find
-         * the file identity again before the mapping is gone. */
+         * the key again before the mapping is gone. */
         if (gpuipc__cu_enter(NULL, cu, m->ordinal, &saved) == 0) {
                 cumap_close(cu, m);
                 gpuipc__cu_leave(cu, saved);
@@ -194,8 +194,8 @@ static void cumap_put(struct cuda *cu, struct gpuipc__cumap *m)
 static int view_key(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
                     const gpuipc_info *info, struct gpuipc__cumap *k, int *ret_fd)
 {
+        const msgpack_object *alloc;
         const uint8_t *h;
-        struct stat st;
         size_t n;
         int r;
 
@@ -210,16 +210,14 @@ static int view_key(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__
         }
         if (k->size == 0)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-vmm record has no alloc.size");
+        if (proto_get_map(reg, "alloc", &alloc) < 0 ||
+            proto_get_bin(alloc, "key", &h, &n) < 0 || n != GPUIPC__ALLOC_KEY_LEN)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-vmm record has no alloc.key "
+                                    "of %d bytes", GPUIPC__ALLOC_KEY_LEN);
+        memcpy(k->key, h, GPUIPC__ALLOC_KEY_LEN);
         r = gpuipc__reply_take_fd(rp, ret_fd);
         if (r < 0)
                 return gpuipc__fail(c, r, "gpuipcd's cuda-vmm lookup reply carries no fd");
-        if (fstat(*ret_fd, &st) < 0) {
-                r = -errno;
-                close(*ret_fd);
-                return gpuipc__fail(c, r, "cannot stat the cuda-vmm fd");
-        }
-        k->st_dev = st.st_dev;
-        k->st_ino = st.st_ino;
         return 0;
 }
 

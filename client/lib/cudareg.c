@@ -5,9 +5,11 @@
  *    UUID, handle bytes, buffer_id).  A lookup in this process of one of
  *    them must use the producer's pointer: the driver refuses to open a
  *    handle in the process that exported it (CUDA_ERROR_INVALID_CONTEXT).
- *  - exports: the POSIX fd exported for each VMM allocation, so that every
- *    registration of one allocation sends the same file (the daemon keys
- *    its allocation table by the file).  Kept until gpuipc_cudabuf_free()
+ *  - exports: the POSIX fd exported for each VMM allocation and the random
+ *    alloc_key drawn for it, so that every registration of one allocation
+ *    sends the same fd and key (the daemon keys its allocation table by the
+ *    key: the fd cannot name the allocation, since every export is an open
+ *    of /dev/nvidiactl with one inode).  Kept until gpuipc_cudabuf_free()
  *    of that memory, or the end of the process.
  * Entries are small and one per distinct allocation; an entry whose base
  * address turns up again with another buffer_id (the address was freed and
@@ -17,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cudaint.h"
@@ -37,6 +40,7 @@ struct export {
         CUdeviceptr base;
         CUmemGenericAllocationHandle h;
         int fd;
+        uint8_t key[GPUIPC__ALLOC_KEY_LEN];
 };
 
 static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -106,9 +110,24 @@ void gpuipc__cuexport_forget(CUdeviceptr base)
         }
 }
 
-/* VMM memory exportable as a POSIX fd: returns 1 and the fd (owned by the
- * export table), 0 when the memory is something else.  Context current. */
-static int vmm_export(gpuipc_client *c, struct cuda *cu, CUdeviceptr base, int *ret_fd)
+/* 16 random bytes; blocks only before the kernel's pool is ready. */
+static int draw_key(uint8_t key[GPUIPC__ALLOC_KEY_LEN])
+{
+        ssize_t n;
+
+        do
+                n = getrandom(key, GPUIPC__ALLOC_KEY_LEN, 0);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return -errno;
+        return n == GPUIPC__ALLOC_KEY_LEN ? 0 : -EIO;
+}
+
+/* VMM memory exportable as a POSIX fd: returns 1, the fd (owned by the
+ * export table) and the allocation's key, 0 when the memory is something
+ * else.  Context current. */
+static int vmm_export(gpuipc_client *c, struct cuda *cu, CUdeviceptr base, int *ret_fd,
+                      uint8_t ret_key[GPUIPC__ALLOC_KEY_LEN])
 {
         CUmemGenericAllocationHandle h;
         unsigned long long types = 0;
@@ -130,19 +149,29 @@ static int vmm_export(gpuipc_client *c, struct cuda *cu, CUdeviceptr base, int *
                         break;
         if (e) {
                 fd = e->fd;
-                goto out;
-        }
-        res = cu->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-        if (res != CUDA_SUCCESS) {
-                r = gpuipc__cu_fail(c, cu, res, "cuMemExportToShareableHandle");
+                memcpy(ret_key, e->key, GPUIPC__ALLOC_KEY_LEN);
                 goto out;
         }
         e = calloc(1, sizeof(*e));
         if (!e) {
-                close(fd);
                 r = -ENOMEM;
                 goto out;
         }
+        /* Drawn once per exported allocation, before the export, so no fd
+         * is left to close when it fails. */
+        r = draw_key(e->key);
+        if (r < 0) {
+                free(e);
+                r = gpuipc__fail(c, r, "cannot draw an alloc_key: %s", strerror(-r));
+                goto out;
+        }
+        res = cu->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (res != CUDA_SUCCESS) {
+                free(e);
+                r = gpuipc__cu_fail(c, cu, res, "cuMemExportToShareableHandle");
+                goto out;
+        }
+        memcpy(ret_key, e->key, GPUIPC__ALLOC_KEY_LEN);
         e->base = base;
         e->h = h;
         e->fd = fd;
@@ -165,6 +194,7 @@ struct devreg {
         size_t alloc_size;
         uint64_t offset;
         int fd;                         /* cuda-vmm, else -1 */
+        uint8_t key[GPUIPC__ALLOC_KEY_LEN];     /* cuda-vmm */
         CUipcMemHandle handle;          /* cuda-ipc */
         unsigned long long buffer_id;
         bool has_event;
@@ -221,7 +251,7 @@ static int describe(gpuipc_client *c, struct cuda *cu, uint64_t dptr, uint64_t s
         }
         d->fd = -1;
         if (!(flags & GPUIPC_REGISTER_CUDA_IPC)) {
-                r = vmm_export(c, cu, d->base, &d->fd);
+                r = vmm_export(c, cu, d->base, &d->fd, d->key);
                 if (r != 0)
                         goto out;
         }
@@ -282,7 +312,7 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
         cuda_uuid_format(d.uuid, uuid);
         nmeta = gpuipc__meta_keys(meta);
         seq = gpuipc__request(c, &o, "register", 7 + ephemeral + (nmeta > 0) + d.has_event +
-                              (vmm ? 0 : 2));
+                              (vmm ? 1 : 2));
         proto_pack_kstr(&o.pk, "name", name);
         proto_pack_kstr(&o.pk, "kind", vmm ? "cuda-vmm" : "cuda-ipc");
         proto_pack_ku64(&o.pk, "size", size);
@@ -290,7 +320,10 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
         proto_pack_kstr(&o.pk, "device", uuid);
         proto_pack_ku64(&o.pk, "alloc_size", d.alloc_size);
         proto_pack_ku64(&o.pk, "fds", vmm ? 1 : 0);
-        if (!vmm) {
+        if (vmm) {
+                proto_pack_str(&o.pk, "alloc_key");
+                msgpack_pack_bin_with_body(&o.pk, d.key, GPUIPC__ALLOC_KEY_LEN);
+        } else {
                 proto_pack_str(&o.pk, "handle");
                 msgpack_pack_bin_with_body(&o.pk, d.handle.reserved, CUDA_IPC_HANDLE_LEN);
                 proto_pack_ku64(&o.pk, "buffer_id", d.buffer_id);

@@ -746,6 +746,99 @@ static void role_vmm_importer(int sock)
         teardown(0);
 }
 
+/* ---- 4b. VMM: every exported fd is one file, as /dev/nvidiactl is on the
+ * real driver; only the open file description names the allocation ---- */
+
+static void role_vmm_two_exporter(int sock)
+{
+        setup(0);
+        CUmemAllocationProp prop = vmm_prop(0);
+        CUmemAccessDesc acc = rw_access(0);
+        CUmemGenericAllocationHandle ha, hb;
+        CUdeviceptr va = 0;
+        OK(p_cuMemCreate(&ha, 2 * MiB, &prop, 0));
+        OK(p_cuMemCreate(&hb, 4 * MiB, &prop, 0));
+        OK(p_cuMemAddressReserve(&va, 6 * MiB, 0, 0, 0));
+        OK(p_cuMemMap(va, 2 * MiB, 0, ha, 0));
+        OK(p_cuMemMap(va + 2 * MiB, 4 * MiB, 0, hb, 0));
+        OK(p_cuMemSetAccess(va, 6 * MiB, &acc, 1));
+        OK(p_cuMemsetD8(va, 0x11, 2 * MiB));
+        OK(p_cuMemsetD8(va + 2 * MiB, 0x22, 4 * MiB));
+        ((unsigned char *)(uintptr_t)va)[2 * MiB - 1] = 0x1f;
+        ((unsigned char *)(uintptr_t)va)[6 * MiB - 1] = 0x2f;
+
+        int fa0 = -1, fa1 = -1, fb = -1;
+        OK(p_cuMemExportToShareableHandle(&fa0, ha, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        OK(p_cuMemExportToShareableHandle(&fa1, ha, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        OK(p_cuMemExportToShareableHandle(&fb, hb, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        CHECK(fa0 >= 0 && fa1 >= 0 && fb >= 0 && fa0 != fa1);
+        send_fd(sock, fb);
+        send_fd(sock, fa0);
+        send_fd(sock, fa1);
+        close(fa0);
+        close(fa1);
+        close(fb);
+        /* Everything goes before the importer starts: the fds keep it. */
+        OK(p_cuMemUnmap(va, 6 * MiB));
+        OK(p_cuMemAddressFree(va, 6 * MiB));
+        OK(p_cuMemRelease(ha));
+        OK(p_cuMemRelease(hb));
+        send_word(sock, 1);
+        CHECK(recv_word(sock) == 2);
+        teardown(0);
+}
+
+static void role_vmm_two_importer(int sock)
+{
+        setup(0);
+        int fb = recv_fd(sock), fa0 = recv_fd(sock), fa1 = recv_fd(sock);
+        CHECK(fb >= 0 && fa0 >= 0 && fa1 >= 0);
+        CHECK(recv_word(sock) == 1);
+        struct stat sa0, sa1, sb;
+        CHECK(fstat(fa0, &sa0) == 0 && fstat(fa1, &sa1) == 0 && fstat(fb, &sb) == 0);
+        CHECK(sa0.st_dev == sb.st_dev && sa0.st_ino == sb.st_ino);
+        CHECK(sa1.st_dev == sb.st_dev && sa1.st_ino == sb.st_ino);
+        off_t pa0 = lseek(fa0, 0, SEEK_CUR), pa1 = lseek(fa1, 0, SEEK_CUR);
+        off_t pb = lseek(fb, 0, SEEK_CUR);
+
+        CUmemGenericAllocationHandle ha = 0, hb = 0, hx = 0;
+        OK(p_cuMemImportFromShareableHandle(&hb, (void *)(intptr_t)fb,
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        OK(p_cuMemImportFromShareableHandle(&ha, (void *)(intptr_t)fa1,
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        CHECK(lseek(fa0, 0, SEEK_CUR) == pa0 && lseek(fa1, 0, SEEK_CUR) == pa1 &&
+              lseek(fb, 0, SEEK_CUR) == pb);            /* import leaves it alone */
+        /* A new open of the same file names no allocation. */
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fb);
+        int fresh = open(path, O_RDWR | O_CLOEXEC);
+        CHECK(fresh >= 0);
+        CHECK_RC(p_cuMemImportFromShareableHandle(&hx, (void *)(intptr_t)fresh,
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                 CUDA_ERROR_INVALID_VALUE);
+        close(fresh);
+        close(fa0);
+        close(fa1);
+        close(fb);
+
+        CUmemAccessDesc acc = rw_access(0);
+        CUdeviceptr va = 0;
+        OK(p_cuMemAddressReserve(&va, 6 * MiB, 0, 0, 0));
+        CHECK_RC(p_cuMemMap(va, 4 * MiB, 0, ha, 0), CUDA_ERROR_INVALID_VALUE); /* 2 MiB */
+        OK(p_cuMemMap(va, 2 * MiB, 0, ha, 0));
+        OK(p_cuMemMap(va + 2 * MiB, 4 * MiB, 0, hb, 0));
+        OK(p_cuMemSetAccess(va, 6 * MiB, &acc, 1));
+        const unsigned char *m = (const unsigned char *)(uintptr_t)va;
+        CHECK(m[0] == 0x11 && m[MiB] == 0x11 && m[2 * MiB - 1] == 0x1f);
+        CHECK(m[2 * MiB] == 0x22 && m[5 * MiB] == 0x22 && m[6 * MiB - 1] == 0x2f);
+        OK(p_cuMemUnmap(va, 6 * MiB));
+        OK(p_cuMemAddressFree(va, 6 * MiB));
+        OK(p_cuMemRelease(ha));
+        OK(p_cuMemRelease(hb));
+        send_word(sock, 2);
+        teardown(0);
+}
+
 /* ---- 5. IPC events: the consumer must wait for the producer's record ---- */
 
 static void role_event_producer(int sock)
@@ -1165,6 +1258,7 @@ int main(int argc, char **argv)
         run_pair("already mapped", role_simple_producer, NULL, role_already_mapped_consumer,
                  already);
         test_vmm();
+        run_pair("vmm one file", role_vmm_two_exporter, NULL, role_vmm_two_importer, NULL);
         static const char *const delay[] = { "GPUIPC_CUDA_DOUBLE_EVENT_DELAY_MS=300", NULL };
         run_pair("ipc event", role_event_producer, delay, role_event_consumer, NULL);
 

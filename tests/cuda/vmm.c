@@ -2,9 +2,27 @@
  * CUDA driver test double: virtual memory management (cuMemCreate and
  * friends) with POSIX file descriptor handles.
  *
- * An allocation is a memfd named "gpuipc-double-vmm-d<physical device>";
- * exporting gives a new fd to the same memory, so the memory lives while
+ * On the real driver (580 on an H200, measured) every fd that
+ * cuMemExportToShareableHandle returns is a new open of /dev/nvidiactl: all
+ * of them, of one allocation or of different ones, have the same
+ * st_dev/st_ino, and only the open file description tells allocations
+ * apart.  The double models exactly that, so code that names allocations by
+ * the fd's inode fails here as it would on hardware:
+ *  - every exportable allocation of a process (requested with the POSIX fd
+ *    handle type) lives in that process's one "export file", a sparse memfd
+ *    named "gpuipc-double-vmm-export", at its own DBL_GRANULARITY-aligned
+ *    offset, right after a header granule that records its size and
+ *    physical device (only the header's first page is ever touched);
+ *  - export opens the memfd anew through /proc/self/fd and sets the new
+ *    file description's position to the allocation's offset;
+ *  - import reads that position (lseek SEEK_CUR, never moving it) and the
+ *    header before it.  Fds passed over SCM_RIGHTS share the description,
+ *    so the position travels with them.
+ * Ranges of the export file are never freed while the process lives: any
+ * other process may still hold an fd to them.  The memory lives while
  * anyone holds an fd or a mapping, even after the exporter exited.
+ * Allocations without the POSIX fd handle type get a memfd of their own,
+ * named "gpuipc-double-vmm-d<physical device>".
  * Reservations are PROT_NONE anonymous mappings; cuMemMap maps the memfd
  * over them PROT_NONE and cuMemSetAccess opens it up, so touching mapped
  * memory before cuMemSetAccess faults, as on the real thing.
@@ -22,17 +40,29 @@
 
 #define HANDLE_TAG (0xdb1ULL << 48)
 #define MEMFD_PREFIX "gpuipc-double-vmm-d"
+#define EXPORT_NAME "gpuipc-double-vmm-export"
+#define EXPORT_MAGIC 0x6470697075706778ULL     /* "xgpupipd" */
+#define GRAN_OFF ((off_t)DBL_GRANULARITY)
 
 struct dbl_vmm_alloc {
         struct dbl_vmm_alloc *next;
         unsigned long long id;          /* the CUmemGenericAllocationHandle */
         int fd;
+        off_t off;                      /* where the memory starts in fd's file */
         size_t size;
         int phys;
         bool imported;
         unsigned long long handle_types;
         unsigned int handle_refs;       /* create/import/retain minus release */
         unsigned int map_refs;          /* live cuMemMap ranges */
+};
+
+/* The header granule before each range of the export file starts with this. */
+struct export_hdr {
+        uint64_t magic;
+        uint64_t size;
+        int32_t phys;
+        uint32_t pad;
 };
 
 struct dbl_resv {
@@ -43,6 +73,8 @@ struct dbl_resv {
 
 static struct dbl_vmm_alloc *allocs;
 static struct dbl_resv *resvs;
+static int export_fd = -1;              /* this process's export file */
+static off_t export_end;                /* its size: ranges are carved here */
 
 static struct dbl_vmm_alloc *alloc_find(CUmemGenericAllocationHandle h)
 {
@@ -52,13 +84,15 @@ static struct dbl_vmm_alloc *alloc_find(CUmemGenericAllocationHandle h)
         return NULL;
 }
 
-static struct dbl_vmm_alloc *alloc_new(int fd, size_t size, int phys, unsigned long long types)
+static struct dbl_vmm_alloc *alloc_new(int fd, off_t off, size_t size, int phys,
+                                       unsigned long long types)
 {
         struct dbl_vmm_alloc *a = calloc(1, sizeof(*a));
         if (a == NULL)
                 return NULL;
         a->id = HANDLE_TAG | dbl.next_vmm_id++;
         a->fd = fd;
+        a->off = off;
         a->size = size;
         a->phys = phys;
         a->handle_types = types;
@@ -122,6 +156,49 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity,
         return rc;
 }
 
+/* A memfd of its own for memory that is never exported: 0 or -1. */
+static int carve_private(size_t size, int phys, int *ret_fd, off_t *ret_off)
+{
+        char name[64];
+        snprintf(name, sizeof(name), MEMFD_PREFIX "%d", phys);
+        int fd = memfd_create(name, MFD_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        if (ftruncate(fd, (off_t)size) != 0) {
+                close(fd);
+                return -1;
+        }
+        *ret_fd = fd;
+        *ret_off = 0;
+        return 0;
+}
+
+/* A new range of the export file (created on first use), after its header
+ * granule; *ret_fd is a descriptor of the file for the allocation to own.
+ * The file only grows: see the comment at the top.  0 or -1. */
+static int carve_export(size_t size, int phys, int *ret_fd, off_t *ret_off)
+{
+        if (export_fd < 0) {
+                export_fd = memfd_create(EXPORT_NAME, MFD_CLOEXEC);
+                if (export_fd < 0)
+                        return -1;
+                export_end = 0;
+        }
+        off_t off = export_end + GRAN_OFF;
+        struct export_hdr h = { .magic = EXPORT_MAGIC, .size = size, .phys = phys };
+        if (ftruncate(export_fd, off + (off_t)size) != 0)
+                return -1;
+        if (pwrite(export_fd, &h, sizeof(h), off - GRAN_OFF) != (ssize_t)sizeof(h))
+                return -1;
+        int fd = fcntl(export_fd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+                return -1;
+        export_end = off + (off_t)size;
+        *ret_fd = fd;
+        *ret_off = off;
+        return 0;
+}
+
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -142,12 +219,14 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                 dbl_unlock();
                 return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        char name[64];
-        snprintf(name, sizeof(name), MEMFD_PREFIX "%d", phys);
-        int fd = memfd_create(name, MFD_CLOEXEC);
+        bool exportable = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        int fd = -1;
+        off_t off = 0;
+        int k = exportable ? carve_export(size, phys, &fd, &off)
+                           : carve_private(size, phys, &fd, &off);
         struct dbl_vmm_alloc *a = NULL;
-        if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
-                a = alloc_new(fd, size, phys, prop->requestedHandleTypes);
+        if (k == 0)
+                a = alloc_new(fd, off, size, phys, prop->requestedHandleTypes);
         if (a == NULL) {
                 if (fd >= 0)
                         close(fd);
@@ -177,6 +256,22 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
         return rc;
 }
 
+/* A new open file description of a's file, positioned at a's range: the
+ * position is all that names the allocation, as on the real driver. */
+static int export_open(const struct dbl_vmm_alloc *a)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", a->fd);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        if (lseek(fd, a->off, SEEK_SET) != a->off) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
 CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
                                               CUmemGenericAllocationHandle handle,
                                               CUmemAllocationHandleType handleType,
@@ -194,7 +289,7 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
         } else if (!(a->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
                 rc = CUDA_ERROR_INVALID_VALUE;  /* not requested at cuMemCreate */
         } else {
-                int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+                int fd = export_open(a);
                 if (fd < 0)
                         rc = CUDA_ERROR_OPERATING_SYSTEM;
                 else
@@ -204,20 +299,41 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
         return rc;
 }
 
-/* Physical device of one of our memfds, or -1 if fd is something else. */
-static int memfd_device(int fd)
+/* Is fd a descriptor of some process's export file? */
+static bool is_export_file(int fd)
 {
         char link[64], target[256];
         snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
         ssize_t n = readlink(link, target, sizeof(target) - 1);
         if (n <= 0)
-                return -1;
+                return false;
         target[n] = '\0';
-        static const char prefix[] = "/memfd:" MEMFD_PREFIX;
-        if (strncmp(target, prefix, sizeof(prefix) - 1) != 0)
+        static const char name[] = "/memfd:" EXPORT_NAME;
+        return strncmp(target, name, sizeof(name) - 1) == 0 &&
+               (target[sizeof(name) - 1] == '\0' || target[sizeof(name) - 1] == ' ');
+}
+
+/* The range that fd's position names: its offset, size and physical
+ * device.  Reads the position without moving it (it is shared with every
+ * holder of the description).  0 or -1. */
+static int export_range(int fd, off_t *ret_off, size_t *ret_size, int *ret_phys)
+{
+        struct export_hdr h;
+        struct stat st;
+
+        if (!is_export_file(fd) || fstat(fd, &st) != 0)
                 return -1;
-        int phys = atoi(target + sizeof(prefix) - 1);
-        return phys >= 0 && phys < DBL_MAX_DEVICES ? phys : -1;
+        off_t off = lseek(fd, 0, SEEK_CUR);
+        if (off < GRAN_OFF || off % GRAN_OFF != 0 || off > st.st_size)
+                return -1;
+        if (pread(fd, &h, sizeof(h), off - GRAN_OFF) != (ssize_t)sizeof(h) ||
+            h.magic != EXPORT_MAGIC || h.size == 0 || h.size % DBL_GRANULARITY != 0 ||
+            h.size > (uint64_t)(st.st_size - off) || h.phys < 0 || h.phys >= DBL_MAX_DEVICES)
+                return -1;
+        *ret_off = off;
+        *ret_size = (size_t)h.size;
+        *ret_phys = h.phys;
+        return 0;
 }
 
 CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
@@ -233,10 +349,10 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
                 return handle == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
         }
         int fd = (int)(intptr_t)osHandle;
-        int phys = memfd_device(fd);
-        struct stat st;
-        if (handle == NULL || phys < 0 || fstat(fd, &st) != 0 || st.st_size <= 0 ||
-            (size_t)st.st_size % DBL_GRANULARITY != 0) {
+        off_t off;
+        size_t size;
+        int phys;
+        if (handle == NULL || export_range(fd, &off, &size, &phys) != 0) {
                 dbl_unlock();
                 return CUDA_ERROR_INVALID_VALUE;
         }
@@ -244,12 +360,13 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
                 dbl_unlock();
                 return CUDA_ERROR_INVALID_DEVICE;
         }
-        /* The caller keeps its fd; importing the same fd again is fine. */
+        /* The caller keeps its fd; importing the same fd again is fine.
+         * Our duplicate shares its description, but only mmap() at an
+         * explicit offset ever uses it, so the position is left alone. */
         int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         struct dbl_vmm_alloc *a = NULL;
         if (own >= 0)
-                a = alloc_new(own, (size_t)st.st_size, phys,
-                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+                a = alloc_new(own, off, size, phys, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         if (a == NULL) {
                 if (own >= 0)
                         close(own);
@@ -400,7 +517,8 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                 dbl_unlock();
                 return ok ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
         }
-        void *m = mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, (off_t)offset);
+        void *m = mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd,
+                        a->off + (off_t)offset);
         if (m == MAP_FAILED) {
                 dbl_region_unlink(r);
                 free(r);

@@ -19,6 +19,11 @@
 #define ALLOC_SIZE (64ull << 20)
 #define REG_SIZE   32768u
 
+/* helper-cuda-producer adopt */
+#define ADOPT_VMM_SIZE 3145733u
+#define ADOPT_A_SIZE   1048579u
+#define ADOPT_B_SIZE   3145728u
+
 static inline uint64_t reg_offset(unsigned i, unsigned nallocs)
 {
         return (4ull << 20) + 12345 + (uint64_t)(i / nallocs) * 65536;
@@ -233,6 +238,98 @@ Test(cuda, vmm_outlives_producer)
         gpuipc_view_release(v1);
         gpuipc_view_release(v2);
         cr_assert_eq(dcount("cuMemRelease"), 1);
+        gpuipc_client_free(c);
+}
+
+/* Runs helper-cuda-producer with args to its "ready" and exit. */
+static void produce_and_exit(const char *const *args)
+{
+        struct h_child prod;
+        char line[64];
+
+        h_spawn(&prod, "helper-cuda-producer", args, true);
+        int n = h_read_line(&prod, line, sizeof(line), 15000);
+        int rc = h_wait(&prod, 15000);
+        cr_assert(n >= 0 && rc == 0, "helper-cuda-producer %s: exit %d, see its stderr",
+                  args[0], rc);
+        cr_assert_str_eq(line, "ready");
+}
+
+/* Looks name up and checks it is a cuda-vmm view of size bytes of
+ * h_pattern(seed) in an allocation of alloc_size bytes. */
+static gpuipc_view *lookup_vmm(gpuipc_client *c, const char *name, uint64_t size,
+                               uint64_t alloc_size, uint32_t seed)
+{
+        gpuipc_view *v = NULL;
+        const gpuipc_info *info;
+        int r = gpuipc_lookup(c, name, 0, 0, &v);
+
+        cr_assert_eq(r, 0, "lookup %s: %s", name, gpuipc_errmsg(c));
+        info = gpuipc_view_info(v);
+        cr_assert_eq(info->kind, GPUIPC_KIND_CUDA_VMM, "%s: kind %d", name, info->kind);
+        cr_assert_eq(info->size, size, "%s: size %llu", name, (unsigned long long)info->size);
+        cr_assert_eq(info->alloc_size, alloc_size, "%s: alloc_size %llu", name,
+                     (unsigned long long)info->alloc_size);
+        check_pattern(gpuipc_view_data(v), size, seed);
+        return v;
+}
+
+/* On the real driver every exported VMM fd is an open of /dev/nvidiactl, so
+ * two allocations of one producer come as fds of one inode (the double does
+ * the same): each must still map its own memory. */
+static void vmm_two_allocations(const char *size0, uint64_t alloc0, const char *size1,
+                                uint64_t alloc1)
+{
+        const char *args[] = { "vmm", "two", "0", size0, "11", size1, "12", NULL };
+        uint64_t s0 = strtoull(size0, NULL, 0), s1 = strtoull(size1, NULL, 0);
+        gpuipc_view *v0, *v1, *again;
+        gpuipc_client *c;
+
+        produce_and_exit(args);
+        c = connect_client();
+        v0 = lookup_vmm(c, "two/0", s0, alloc0, 11);
+        v1 = lookup_vmm(c, "two/1", s1, alloc1, 12);
+        again = lookup_vmm(c, "two/0", s0, alloc0, 11);
+        cr_assert_neq(gpuipc_view_info(v0)->alloc_id, gpuipc_view_info(v1)->alloc_id);
+        cr_assert_neq(gpuipc_view_data(v0), gpuipc_view_data(v1));
+        cr_assert_eq(gpuipc_view_data(v0), gpuipc_view_data(again));
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 2, "imports: %ld",
+                     dcount("cuMemImportFromShareableHandle"));
+        cr_assert_eq(gpuipc_view_release(again), 0);
+        cr_assert_eq(gpuipc_view_release(v1), 0);
+        cr_assert_eq(gpuipc_view_release(v0), 0);
+        cr_assert_eq(dcount("cuMemRelease"), 2);
+        gpuipc_client_free(c);
+}
+
+Test(cuda, vmm_two_allocations_one_producer)
+{
+        vmm_two_allocations("3145733", 4u << 20, "5242880", 6u << 20);
+}
+
+/* Equal sizes: nothing but the allocation's identity tells them apart. */
+Test(cuda, vmm_two_allocations_same_size)
+{
+        vmm_two_allocations("1000000", 2u << 20, "2000000", 2u << 20);
+}
+
+Test(cuda, adopt_after_vmm_registration)
+{
+        const char *args[] = { "adopt", "ad", "0", "40", NULL };
+        gpuipc_view *vv, *va, *vb;
+        gpuipc_client *c;
+
+        produce_and_exit(args);
+        c = connect_client();
+        vv = lookup_vmm(c, "ad/vmm", ADOPT_VMM_SIZE, 4u << 20, 40);
+        va = lookup_vmm(c, "ad/a", ADOPT_A_SIZE, 2u << 20, 41);
+        vb = lookup_vmm(c, "ad/b", ADOPT_B_SIZE, 4u << 20, 42);
+        cr_assert_eq(gpuipc_view_info(va)->offset, 0);
+        cr_assert_eq(gpuipc_view_info(vb)->offset, 0);
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 3);
+        cr_assert_eq(gpuipc_view_release(vv), 0);
+        cr_assert_eq(gpuipc_view_release(va), 0);
+        cr_assert_eq(gpuipc_view_release(vb), 0);
         gpuipc_client_free(c);
 }
 

@@ -2,6 +2,7 @@
  * registry's lease marks and revocation, without sockets or a driver. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -99,44 +100,71 @@ Test(alloc, ids_are_never_reused)
         cr_assert_gt(b->id, first);
 }
 
-Test(alloc, vmm_identity_is_the_inode)
+/* A new open of fd's file: one more fd of the same inode, as every fd the
+ * real driver exports is an open of /dev/nvidiactl. */
+static int reopen(int fd)
 {
-        int fd = memfd_create("vmm", MFD_CLOEXEC), dup1 = dup(fd), other = memfd_create("o", 0);
-        int keep = fd;
-        struct alloc *a, *b, *c;
+        char path[64];
 
-        cr_assert_geq(fd, 0);
-        cr_assert_eq(alloc_get_vmm(&T, dev0, &fd, 2 << 20, &a), 0);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        return open(path, O_RDWR | O_CLOEXEC);
+}
+
+Test(alloc, vmm_identity_is_the_key_not_the_inode)
+{
+        static const uint8_t k1[ALLOC_KEY_LEN] = { 1 }, k2[ALLOC_KEY_LEN] = { 2 };
+        int fd = memfd_create("nvidiactl", MFD_CLOEXEC);
+        int same_file = reopen(fd), dup1 = reopen(fd), on_dev1 = reopen(fd);
+        int keep = fd, keep2 = same_file;
+        struct alloc *a, *b, *c, *d;
+        struct stat st1, st2;
+
+        cr_assert(fd >= 0 && same_file >= 0 && dup1 >= 0 && on_dev1 >= 0);
+        cr_assert(fstat(fd, &st1) == 0 && fstat(same_file, &st2) == 0);
+        cr_assert(st1.st_dev == st2.st_dev && st1.st_ino == st2.st_ino);
+        cr_assert_eq(alloc_get_vmm(&T, dev0, k1, &fd, 2 << 20, &a), 0);
         cr_assert_eq(fd, -1);
         cr_assert_eq(a->fd, keep, "the first registration's fd is kept");
-        /* Another fd of the same file: same entry, the duplicate is closed. */
-        cr_assert_eq(alloc_get_vmm(&T, dev0, &dup1, 2 << 20, &b), 0);
+        cr_assert_eq(memcmp(a->key, k1, ALLOC_KEY_LEN), 0);
+        /* The same inode with another key: another allocation, even with
+         * another size. */
+        cr_assert_eq(alloc_get_vmm(&T, dev0, k2, &same_file, 4 << 20, &c), 0);
+        cr_assert_neq(c, a);
+        cr_assert_neq(c->id, a->id);
+        cr_assert_eq(c->fd, keep2);
+        cr_assert_eq(c->size, 4u << 20);
+        cr_assert_eq(T.n, 2);
+        /* The same key: the same entry, and the duplicate fd is closed. */
+        cr_assert_eq(alloc_get_vmm(&T, dev0, k1, &dup1, 2 << 20, &b), 0);
         cr_assert_eq(b, a);
         cr_assert_eq(dup1, -1);
         cr_assert_eq(a->regs, 2);
+        cr_assert_eq(a->fd, keep);
         cr_assert(fd_open(keep));
-        /* Another file: another entry. */
-        cr_assert_eq(alloc_get_vmm(&T, dev0, &other, 2 << 20, &c), 0);
-        cr_assert_neq(c, a);
-        cr_assert_eq(T.n, 2);
+        /* The key is per device. */
+        cr_assert_eq(alloc_get_vmm(&T, dev1, k1, &on_dev1, 2 << 20, &d), 0);
+        cr_assert_neq(d, a);
+        cr_assert_eq(T.n, 3);
         alloc_put(&T, b);
         cr_assert(fd_open(keep), "still referenced");
         alloc_put(&T, a);
         cr_assert_not(fd_open(keep), "the last reference closes the fd");
-        cr_assert_eq(T.n, 1);
+        cr_assert(fd_open(keep2), "another allocation's fd stays");
+        cr_assert_eq(T.n, 2);
 }
 
 Test(alloc, vmm_failure_leaves_the_fd_alone)
 {
-        int fd = memfd_create("vmm", 0), dup1 = dup(fd), bad = 1000000;
-        struct alloc *a, *b;
+        static const uint8_t k1[ALLOC_KEY_LEN] = { 1 };
+        int fd = memfd_create("vmm", 0), dup1 = reopen(fd);
+        struct alloc *a, *b = NULL;
 
-        cr_assert_eq(alloc_get_vmm(&T, dev0, &fd, 4096, &a), 0);
-        cr_assert_eq(alloc_get_vmm(&T, dev0, &dup1, 8192, &b), -EINVAL);
+        cr_assert_eq(alloc_get_vmm(&T, dev0, k1, &fd, 4096, &a), 0);
+        cr_assert_eq(alloc_get_vmm(&T, dev0, k1, &dup1, 8192, &b), -EINVAL);
+        cr_assert_null(b);
         cr_assert_geq(dup1, 0);
         cr_assert(fd_open(dup1));
         close(dup1);
-        cr_assert_eq(alloc_get_vmm(&T, dev0, &bad, 4096, &b), -EBADF);
         cr_assert_eq(a->regs, 1);
 }
 

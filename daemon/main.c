@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -222,6 +223,20 @@ static int start(struct daemon *d)
         return 0;
 }
 
+/* Every host and cuda-vmm registration holds an fd, so the default soft
+ * limit (1024) would be reached long before the registration limits.  Take
+ * what the hard limit allows. */
+static void raise_fd_limit(void)
+{
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+                return;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                log_warn("cannot raise the open-file limit: %s", strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
         struct daemon *d = &daemon_state;
@@ -234,6 +249,7 @@ int main(int argc, char **argv)
         }
         log_set_level(level);
         signal(SIGPIPE, SIG_IGN);
+        raise_fd_limit();
 
         r = uv_loop_init(&loop);
         if (r < 0) {

@@ -82,6 +82,14 @@ int get_main(int argc, char **argv)
                 r = ctl_fail(argv[0], c, r);
                 goto out;
         }
+        if (gpuipc_view_device(v) >= 0) {
+                /* The view is a device pointer; writing it would fault. */
+                r = ctl_error(argv[0], "%s is a %s buffer in GPU memory; get copies host "
+                              "buffers only", argv[idx],
+                              gpuipc_view_info(v)->kind == GPUIPC_KIND_CUDA_VMM ? "cuda-vmm"
+                                                                               : "cuda-ipc");
+                goto out;
+        }
         if (o.out) {
                 out = open(o.out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
                 if (out < 0) {

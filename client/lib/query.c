@@ -214,9 +214,12 @@ int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats)
                 return gpuipc__end(c, -ENOMEM);
         }
         /* The string sits right after the struct, in the same block. */
-        memcpy(s + 1, server, server_len);
+        /* Empty strings may come with NULL pointers from msgpack-c. */
+        if (server_len)
+                memcpy(s + 1, server, server_len);
         s->server = (const char *)(s + 1);
-        memcpy((char *)(s + 1) + server_len + 1, reason, reason_len);
+        if (reason_len)
+                memcpy((char *)(s + 1) + server_len + 1, reason, reason_len);
         s->cuda_reason = (const char *)(s + 1) + server_len + 1;
         if (cuda && proto_get_bool(cuda, "available", &avail) == 0 && avail)
                 s->cuda_available = 1;

@@ -14,6 +14,9 @@
 
 VERSION   := 0.1.0
 SOVERSION := 1
+# libgpuipc.so.SOVERSION.ABIMINOR.0: ABIMINOR counts compatible additions.
+ABIMINOR  := 0
+LIBREAL   := libgpuipc.so.$(SOVERSION).$(ABIMINOR).0
 
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
@@ -95,14 +98,14 @@ $(DAEMON): $(DAEMON_OBJ) $(PROTO_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(UV_LIBS) $(MSGPACK_LIBS) -ldl
 
-$(LIBSO).$(VERSION): $(LIB_OBJ) $(PROTO_OBJ) client/libgpuipc.sym
+$(BUILDDIR)/$(LIBREAL): $(LIB_OBJ) $(PROTO_OBJ) client/libgpuipc.sym
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) \
 		-Wl,--version-script=client/libgpuipc.sym -o $@ \
 		$(LIB_OBJ) $(PROTO_OBJ) $(MSGPACK_LIBS) -ldl
 
-$(LIBSO): $(LIBSO).$(VERSION)
-	$(Q)ln -sf libgpuipc.so.$(VERSION) $(BUILDDIR)/$(SONAME)
+$(LIBSO): $(BUILDDIR)/$(LIBREAL)
+	$(Q)ln -sf $(LIBREAL) $(BUILDDIR)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $@
 
 $(LIBA): $(LIB_OBJ) $(PROTO_OBJ)
@@ -154,7 +157,12 @@ tests: all $(TEST_BINS)
 
 # Runs every test binary; the integration tests find the binaries under
 # test through GPUIPC_BUILDDIR.
-check-run: tests
+# Bindings and other suites add themselves through fragments beside their
+# sources: each appends its test target to CHECK_EXTRA.
+CHECK_EXTRA :=
+-include client/python/python.mk client/java/java.mk tests/bench/bench.mk
+
+check-run: tests $(CHECK_EXTRA)
 	$(Q)set -e; for t in $(filter $(BUILDDIR)/tests/test_% $(BUILDDIR)/tests/integ_%,$(TEST_BINS)); do \
 		echo "== $$t"; GPUIPC_BUILDDIR=$(abspath $(BUILDDIR)) $$t --jobs 2; \
 	done
@@ -223,7 +231,7 @@ deps:
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		build-essential pkg-config libuv1-dev libmsgpack-dev libcriterion-dev \
-		python3 python3-pytest python3-numpy python3-msgpack
+		python3 python3-pytest python3-numpy python3-msgpack default-jdk-headless junit5
 
 $(BUILDDIR)/gpuipc.pc: packaging/gpuipc.pc.in
 	@mkdir -p $(dir $@)
@@ -236,8 +244,8 @@ install: all $(BUILDDIR)/gpuipc.pc
 		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
 	install -v -m 0755 $(DAEMON) $(DESTDIR)$(SBINDIR)/gpuipcd
 	install -v -m 0755 $(CTL) $(DESTDIR)$(BINDIR)/gpuipcctl
-	install -v -m 0755 $(LIBSO).$(VERSION) $(DESTDIR)$(LIBDIR)/
-	ln -sf libgpuipc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	install -v -m 0755 $(BUILDDIR)/$(LIBREAL) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(LIBREAL) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libgpuipc.so
 	install -v -m 0644 $(LIBA) $(DESTDIR)$(LIBDIR)/
 	install -v -m 0644 client/gpuipc.h $(DESTDIR)$(INCLUDEDIR)/

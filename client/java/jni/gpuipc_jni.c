@@ -1,0 +1,523 @@
+/* gpuipc_jni.c: the JNI side of the Java binding (org.gpuipc.Native).
+ *
+ * A thin layer over libgpuipc (linked in statically): handles travel to Java
+ * as jlong, strings as UTF-8 byte arrays (Java's modified UTF-8 is not what
+ * the daemon speaks, and the daemon does not validate UTF-8), failures as
+ * org.gpuipc.GpuIpcException.  Serialisation per client is done in Java
+ * (synchronized), so nothing here locks. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jni.h>
+
+#include "gpuipc.h"
+
+static jclass exc_class;        /* org.gpuipc.GpuIpcException */
+static jmethodID exc_from_native;
+static jclass info_class;       /* org.gpuipc.BufferInfo */
+static jmethodID info_from_native;
+static jclass bytes_class;      /* byte[] */
+
+#define CLIENT(h)  ((gpuipc_client *)(uintptr_t)(h))
+#define HOSTBUF(h) ((gpuipc_hostbuf *)(uintptr_t)(h))
+#define VIEW(h)    ((gpuipc_view *)(uintptr_t)(h))
+#define HANDLE(p)  ((jlong)(uintptr_t)(p))
+
+static jclass global_class(JNIEnv *env, const char *name)
+{
+        jclass local = (*env)->FindClass(env, name);
+        jclass global;
+
+        if (!local)
+                return NULL;
+        global = (*env)->NewGlobalRef(env, local);
+        (*env)->DeleteLocalRef(env, local);
+        return global;
+}
+
+JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM *vm, void *reserved)
+{
+        JNIEnv *env;
+
+        if ((*vm)->GetEnv(vm, (void **)&env, JNI_VERSION_1_8) != JNI_OK)
+                return JNI_ERR;
+        exc_class = global_class(env, "org/gpuipc/GpuIpcException");
+        info_class = global_class(env, "org/gpuipc/BufferInfo");
+        bytes_class = global_class(env, "[B");
+        if (!exc_class || !info_class || !bytes_class)
+                return JNI_ERR;
+        exc_from_native = (*env)->GetStaticMethodID(env, exc_class, "fromNative",
+                                                    "(I[B[B)Lorg/gpuipc/GpuIpcException;");
+        info_from_native = (*env)->GetStaticMethodID(env, info_class, "fromNative",
+                                                     "(J[BIJJ[B[B[J[J[[B[[BIIIIIJ)Lorg/gpuipc/BufferInfo;");
+        if (!exc_from_native || !info_from_native)
+                return JNI_ERR;
+        return JNI_VERSION_1_8;
+}
+
+JNIEXPORT void JNICALL JNI_OnUnload(JavaVM *vm, void *reserved)
+{
+        JNIEnv *env;
+
+        if ((*vm)->GetEnv(vm, (void **)&env, JNI_VERSION_1_8) != JNI_OK)
+                return;
+        (*env)->DeleteGlobalRef(env, exc_class);
+        (*env)->DeleteGlobalRef(env, info_class);
+        (*env)->DeleteGlobalRef(env, bytes_class);
+}
+
+/* ---- conversions -------------------------------------------------------- */
+
+/* A new byte[] holding s (without its NUL); NULL with an exception pending. */
+static jbyteArray to_bytes(JNIEnv *env, const char *s)
+{
+        size_t n = s ? strlen(s) : 0;
+        jbyteArray a = (*env)->NewByteArray(env, (jsize)n);
+
+        if (a && n)
+                (*env)->SetByteArrayRegion(env, a, 0, (jsize)n, (const jbyte *)s);
+        return a;
+}
+
+static void throw_oom(JNIEnv *env)
+{
+        jclass c = (*env)->FindClass(env, "java/lang/OutOfMemoryError");
+
+        if (c)
+                (*env)->ThrowNew(env, c, "gpuipc_jni: out of native memory");
+}
+
+/* A malloc'd NUL-terminated copy of a byte[] (which Java checked for NULs);
+ * NULL for a null array, or with an exception pending. */
+static char *from_bytes(JNIEnv *env, jbyteArray a)
+{
+        jsize n;
+        char *s;
+
+        if (!a)
+                return NULL;
+        n = (*env)->GetArrayLength(env, a);
+        s = malloc((size_t)n + 1);
+        if (!s) {
+                throw_oom(env);
+                return NULL;
+        }
+        (*env)->GetByteArrayRegion(env, a, 0, n, (jbyte *)s);
+        if ((*env)->ExceptionCheck(env)) {
+                free(s);
+                return NULL;
+        }
+        s[n] = '\0';
+        return s;
+}
+
+/* Throws GpuIpcException(err, "op ...", message): the message is the
+ * client's gpuipc_errmsg() when there is a client, else gpuipc_strerror(). */
+static void throw_gpuipc(JNIEnv *env, const gpuipc_client *c, int err, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+
+static void throw_gpuipc(JNIEnv *env, const gpuipc_client *c, int err, const char *fmt, ...)
+{
+        char op[512];
+        jbyteArray jop, jmsg;
+        jobject e;
+        va_list ap;
+
+        if ((*env)->ExceptionCheck(env))
+                return;
+        va_start(ap, fmt);
+        vsnprintf(op, sizeof(op), fmt, ap);
+        va_end(ap);
+        jop = to_bytes(env, op);
+        jmsg = to_bytes(env, c ? gpuipc_errmsg(c) : gpuipc_strerror(err));
+        if (!jop || !jmsg)
+                return;
+        e = (*env)->CallStaticObjectMethod(env, exc_class, exc_from_native, (jint)err, jop, jmsg);
+        if (!(*env)->ExceptionCheck(env) && e)
+                (*env)->Throw(env, (jthrowable)e);
+}
+
+static jlongArray to_longs(JNIEnv *env, const int64_t *v, uint32_t n)
+{
+        jlongArray a;
+
+        if (!v)
+                return NULL;
+        a = (*env)->NewLongArray(env, (jsize)n);
+        if (a && n) {
+                jlong tmp[32];
+                for (uint32_t i = 0; i < n; i += 32) {
+                        uint32_t k = n - i < 32 ? n - i : 32;
+                        for (uint32_t j = 0; j < k; j++)
+                                tmp[j] = (jlong)v[i + j];
+                        (*env)->SetLongArrayRegion(env, a, (jsize)i, (jsize)k, tmp);
+                        if ((*env)->ExceptionCheck(env))
+                                return NULL;
+                }
+        }
+        return a;
+}
+
+static jobjectArray to_bytes_array(JNIEnv *env, const char *const *s, uint32_t n)
+{
+        jobjectArray a = (*env)->NewObjectArray(env, (jsize)n, bytes_class, NULL);
+
+        for (uint32_t i = 0; a && i < n; i++) {
+                jbyteArray b = to_bytes(env, s[i]);
+                if (!b)
+                        return NULL;
+                (*env)->SetObjectArrayElement(env, a, (jsize)i, b);
+                (*env)->DeleteLocalRef(env, b);
+                if ((*env)->ExceptionCheck(env))
+                        return NULL;
+        }
+        return a;
+}
+
+/* An org.gpuipc.BufferInfo for *in; NULL with an exception pending. */
+static jobject to_info(JNIEnv *env, const gpuipc_info *in)
+{
+        jobject name, device, dtype, shape, strides, keys, values, r;
+
+        if ((*env)->PushLocalFrame(env, 16) < 0)
+                return NULL;
+        name = to_bytes(env, in->name);
+        device = to_bytes(env, in->device);
+        dtype = to_bytes(env, in->dtype);
+        shape = to_longs(env, in->shape, in->ndim);
+        strides = to_longs(env, in->strides, in->ndim);
+        keys = to_bytes_array(env, in->user_keys, in->n_user);
+        values = to_bytes_array(env, in->user_values, in->n_user);
+        if ((*env)->ExceptionCheck(env))
+                return (*env)->PopLocalFrame(env, NULL);
+        r = (*env)->CallStaticObjectMethod(env, info_class, info_from_native,
+                                           (jlong)in->id, name, (jint)in->kind,
+                                           (jlong)in->size, (jlong)in->offset, device, dtype,
+                                           shape, strides, keys, values,
+                                           (jint)in->owner_pid, (jint)in->owner_uid,
+                                           (jint)in->owner_gid, (jint)in->leases,
+                                           (jint)in->flags, (jlong)in->created_ms);
+        if ((*env)->ExceptionCheck(env))
+                r = NULL;
+        return (*env)->PopLocalFrame(env, r);
+}
+
+/* User metadata from two byte[][] of equal length. */
+struct jmeta {
+        gpuipc_meta meta;
+        char **keys, **values;
+        uint32_t n;
+};
+
+static void jmeta_free(struct jmeta *m)
+{
+        for (uint32_t i = 0; i < m->n; i++) {
+                free(m->keys[i]);
+                free(m->values[i]);
+        }
+        free(m->keys);
+        free(m->values);
+}
+
+/* 0, or -1 with an exception pending. */
+static int jmeta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, struct jmeta *m)
+{
+        jsize n = jkeys ? (*env)->GetArrayLength(env, jkeys) : 0;
+
+        memset(m, 0, sizeof(*m));
+        if (n == 0)
+                return 0;
+        if (!jvalues || (*env)->GetArrayLength(env, jvalues) != n) {
+                jclass c = (*env)->FindClass(env, "java/lang/IllegalArgumentException");
+                if (c)
+                        (*env)->ThrowNew(env, c, "metadata keys and values differ in number");
+                return -1;
+        }
+        m->keys = calloc((size_t)n, sizeof(char *));
+        m->values = calloc((size_t)n, sizeof(char *));
+        if (!m->keys || !m->values) {
+                jmeta_free(m);
+                throw_oom(env);
+                return -1;
+        }
+        for (jsize i = 0; i < n; i++) {
+                jbyteArray k = (*env)->GetObjectArrayElement(env, jkeys, i);
+                jbyteArray v = (*env)->ExceptionCheck(env) ? NULL :
+                               (*env)->GetObjectArrayElement(env, jvalues, i);
+                m->n = (uint32_t)i + 1;
+                if (!(*env)->ExceptionCheck(env)) {
+                        m->keys[i] = from_bytes(env, k);
+                        if (m->keys[i])
+                                m->values[i] = from_bytes(env, v);
+                }
+                (*env)->DeleteLocalRef(env, k);
+                (*env)->DeleteLocalRef(env, v);
+                if (!m->keys[i] || !m->values[i]) {
+                        if (!(*env)->ExceptionCheck(env)) {
+                                jclass c = (*env)->FindClass(env, "java/lang/NullPointerException");
+                                if (c)
+                                        (*env)->ThrowNew(env, c, "null metadata entry");
+                        }
+                        jmeta_free(m);
+                        return -1;
+                }
+        }
+        m->meta.n_user = m->n;
+        m->meta.user_keys = (const char *const *)m->keys;
+        m->meta.user_values = (const char *const *)m->values;
+        return 0;
+}
+
+/* ---- org.gpuipc.Native -------------------------------------------------- */
+
+#define FN(name) JNICALL Java_org_gpuipc_Native_##name
+
+JNIEXPORT jstring FN(version)(JNIEnv *env, jclass cls)
+{
+        return (*env)->NewStringUTF(env, gpuipc_version());
+}
+
+JNIEXPORT jstring FN(defaultSocket)(JNIEnv *env, jclass cls)
+{
+        jbyteArray b = to_bytes(env, gpuipc_default_socket());
+        jclass sc;
+        jmethodID ctor;
+        jstring cs;
+
+        /* new String(bytes, "UTF-8"): the path need not be modified UTF-8. */
+        if (!b || !(sc = (*env)->FindClass(env, "java/lang/String")))
+                return NULL;
+        ctor = (*env)->GetMethodID(env, sc, "<init>", "([BLjava/lang/String;)V");
+        cs = (*env)->NewStringUTF(env, "UTF-8");
+        if (!ctor || !cs)
+                return NULL;
+        return (*env)->NewObject(env, sc, ctor, b, cs);
+}
+
+JNIEXPORT jlong FN(connect)(JNIEnv *env, jclass cls, jbyteArray jpath)
+{
+        char *path = from_bytes(env, jpath);
+        gpuipc_client *c = NULL;
+        int r;
+
+        if ((*env)->ExceptionCheck(env))
+                return 0;
+        r = gpuipc_connect(path, &c);
+        if (r < 0)
+                throw_gpuipc(env, NULL, r, "connect %s", path ? path : gpuipc_default_socket());
+        free(path);
+        return r < 0 ? 0 : HANDLE(c);
+}
+
+JNIEXPORT void FN(clientFree)(JNIEnv *env, jclass cls, jlong c)
+{
+        gpuipc_client_free(CLIENT(c));
+}
+
+JNIEXPORT void FN(ping)(JNIEnv *env, jclass cls, jlong c)
+{
+        int r = gpuipc_ping(CLIENT(c));
+
+        if (r < 0)
+                throw_gpuipc(env, CLIENT(c), r, "ping");
+}
+
+JNIEXPORT jlong FN(hostbufNew)(JNIEnv *env, jclass cls, jlong size)
+{
+        gpuipc_hostbuf *b = NULL;
+        int r;
+
+        if (size <= 0 || (uint64_t)size > SIZE_MAX) {
+                throw_gpuipc(env, NULL, -EINVAL, "allocate host buffer of %lld bytes",
+                             (long long)size);
+                return 0;
+        }
+        r = gpuipc_hostbuf_new((size_t)size, &b);
+        if (r < 0) {
+                throw_gpuipc(env, NULL, r, "allocate host buffer of %lld bytes", (long long)size);
+                return 0;
+        }
+        return HANDLE(b);
+}
+
+JNIEXPORT jlong FN(hostbufAddress)(JNIEnv *env, jclass cls, jlong b)
+{
+        return (jlong)(uintptr_t)gpuipc_hostbuf_data(HOSTBUF(b));
+}
+
+JNIEXPORT jlong FN(hostbufSize)(JNIEnv *env, jclass cls, jlong b)
+{
+        return (jlong)gpuipc_hostbuf_size(HOSTBUF(b));
+}
+
+JNIEXPORT void FN(hostbufFree)(JNIEnv *env, jclass cls, jlong b)
+{
+        gpuipc_hostbuf_free(HOSTBUF(b));
+}
+
+JNIEXPORT jobject FN(directBuffer)(JNIEnv *env, jclass cls, jlong address, jlong length)
+{
+        jobject bb = (*env)->NewDirectByteBuffer(env, (void *)(uintptr_t)address, length);
+
+        if ((*env)->ExceptionCheck(env))
+                return NULL;
+        if (!bb) {
+                jclass c = (*env)->FindClass(env, "java/lang/UnsupportedOperationException");
+                if (c)
+                        (*env)->ThrowNew(env, c, "this JVM does not support JNI direct buffers");
+        }
+        return bb;
+}
+
+JNIEXPORT jlong FN(registerHost)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname, jlong b,
+                                 jobjectArray jkeys, jobjectArray jvalues, jint flags)
+{
+        struct jmeta m;
+        uint64_t id = 0;
+        char *name;
+        int r;
+
+        name = from_bytes(env, jname);
+        if (!name)
+                return 0;
+        if (jmeta_get(env, jkeys, jvalues, &m) < 0) {
+                free(name);
+                return 0;
+        }
+        r = gpuipc_register_host(CLIENT(c), name, HOSTBUF(b), m.n ? &m.meta : NULL,
+                                 (unsigned)flags, &id);
+        if (r < 0)
+                throw_gpuipc(env, CLIENT(c), r, "register %s", name);
+        jmeta_free(&m);
+        free(name);
+        return (jlong)id;
+}
+
+JNIEXPORT jlong FN(registerCuda)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname,
+                                 jlong dptr, jlong size, jobjectArray jkeys,
+                                 jobjectArray jvalues, jint flags)
+{
+        struct jmeta m;
+        uint64_t id = 0;
+        char *name;
+        int r;
+
+        name = from_bytes(env, jname);
+        if (!name)
+                return 0;
+        if (jmeta_get(env, jkeys, jvalues, &m) < 0) {
+                free(name);
+                return 0;
+        }
+        r = gpuipc_register_cuda(CLIENT(c), name, (uint64_t)dptr, (uint64_t)size,
+                                 m.n ? &m.meta : NULL, NULL, (unsigned)flags, &id);
+        if (r < 0)
+                throw_gpuipc(env, CLIENT(c), r, "register %s (device 0x%llx, %lld bytes)", name,
+                             (unsigned long long)dptr, (long long)size);
+        jmeta_free(&m);
+        free(name);
+        return (jlong)id;
+}
+
+JNIEXPORT void FN(unregister)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname)
+{
+        char *name = from_bytes(env, jname);
+        int r;
+
+        if (!name)
+                return;
+        r = gpuipc_unregister(CLIENT(c), name);
+        if (r < 0)
+                throw_gpuipc(env, CLIENT(c), r, "unregister %s", name);
+        free(name);
+}
+
+JNIEXPORT void FN(waitReleased)(JNIEnv *env, jclass cls, jlong c, jlong id, jint timeout_ms)
+{
+        int r = gpuipc_wait_released(CLIENT(c), (uint64_t)id, timeout_ms);
+
+        if (r < 0)
+                throw_gpuipc(env, CLIENT(c), r, "await release of registration %lld",
+                             (long long)id);
+}
+
+JNIEXPORT jlong FN(lookup)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname,
+                           jint timeout_ms, jint flags)
+{
+        gpuipc_view *v = NULL;
+        char *name = from_bytes(env, jname);
+        int r;
+
+        if (!name)
+                return 0;
+        r = gpuipc_lookup(CLIENT(c), name, timeout_ms, (unsigned)flags, &v);
+        if (r < 0)
+                throw_gpuipc(env, CLIENT(c), r, "lookup %s", name);
+        free(name);
+        return r < 0 ? 0 : HANDLE(v);
+}
+
+JNIEXPORT jlong FN(viewAddress)(JNIEnv *env, jclass cls, jlong v)
+{
+        return (jlong)(uintptr_t)gpuipc_view_data(VIEW(v));
+}
+
+JNIEXPORT jlong FN(viewSize)(JNIEnv *env, jclass cls, jlong v)
+{
+        return (jlong)gpuipc_view_size(VIEW(v));
+}
+
+JNIEXPORT jint FN(viewDevice)(JNIEnv *env, jclass cls, jlong v)
+{
+        return gpuipc_view_device(VIEW(v));
+}
+
+JNIEXPORT jobject FN(viewInfo)(JNIEnv *env, jclass cls, jlong v)
+{
+        return to_info(env, gpuipc_view_info(VIEW(v)));
+}
+
+JNIEXPORT jint FN(viewRelease)(JNIEnv *env, jclass cls, jlong v)
+{
+        return gpuipc_view_release(VIEW(v));
+}
+
+JNIEXPORT jobjectArray FN(list)(JNIEnv *env, jclass cls, jlong c, jbyteArray jprefix)
+{
+        gpuipc_list *l = NULL;
+        jobjectArray a;
+        char *prefix = from_bytes(env, jprefix);
+        size_t n;
+        int r;
+
+        if ((*env)->ExceptionCheck(env))
+                return NULL;
+        r = gpuipc_list_fetch(CLIENT(c), prefix, &l);
+        if (r < 0) {
+                throw_gpuipc(env, CLIENT(c), r, "list %s", prefix ? prefix : "(all)");
+                free(prefix);
+                return NULL;
+        }
+        free(prefix);
+        n = gpuipc_list_count(l);
+        a = (*env)->NewObjectArray(env, (jsize)n, info_class, NULL);
+        for (size_t i = 0; a && i < n; i++) {
+                jobject o = to_info(env, gpuipc_list_get(l, i));
+                if (!o) {
+                        a = NULL;
+                        break;
+                }
+                (*env)->SetObjectArrayElement(env, a, (jsize)i, o);
+                (*env)->DeleteLocalRef(env, o);
+                if ((*env)->ExceptionCheck(env)) {
+                        a = NULL;
+                        break;
+                }
+        }
+        gpuipc_list_free(l);
+        return a;
+}

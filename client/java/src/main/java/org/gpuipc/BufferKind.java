@@ -1,0 +1,55 @@
+package org.gpuipc;
+
+/**
+ * The kind of memory a registration refers to (the protocol's {@code kind}).
+ */
+public enum BufferKind {
+    /** Host shared memory (a memfd). {@link View#asByteBuffer()} works for these. */
+    HOST("host"),
+    /**
+     * Device memory shared through a legacy CUDA IPC handle. It stays the
+     * producer's: the producer must keep it allocated and its client open
+     * until {@link GpuIpcClient#awaitRelease} says the consumers are done.
+     */
+    CUDA_IPC("cuda-ipc"),
+    /** CUDA VMM memory shared as a POSIX fd; the daemon keeps it alive. */
+    CUDA_VMM("cuda-vmm");
+
+    private final String wireName;
+
+    BufferKind(String wireName) {
+        this.wireName = wireName;
+    }
+
+    /**
+     * The name the protocol and {@code gpuipcctl} use for this kind.
+     *
+     * @return {@code "host"}, {@code "cuda-ipc"} or {@code "cuda-vmm"}
+     */
+    public String wireName() {
+        return wireName;
+    }
+
+    /**
+     * Whether buffers of this kind live in device memory.
+     *
+     * @return true for the CUDA kinds
+     */
+    public boolean isDevice() {
+        return this != HOST;
+    }
+
+    /** Maps the C library's {@code gpuipc_kind} value. */
+    static BufferKind fromNative(int kind) {
+        switch (kind) {
+        case 0:
+            return HOST;
+        case 1:
+            return CUDA_IPC;
+        case 2:
+            return CUDA_VMM;
+        default:
+            throw new IllegalStateException("unknown gpuipc_kind " + kind);
+        }
+    }
+}

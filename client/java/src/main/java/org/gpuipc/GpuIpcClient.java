@@ -1,0 +1,408 @@
+package org.gpuipc;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * A connection to gpuipcd, the GPU buffer handoff broker: the Java face of
+ * libgpuipc's {@code gpuipc_client}.
+ *
+ * <p>A producer registers buffers under names ({@code spark/<appId>/...});
+ * a consumer in another process, in any language, looks a name up and maps
+ * the same memory. See {@code docs/java.md} for the Spark executor flow.
+ *
+ * <h2>Ownership</h2>
+ * <ul>
+ * <li>The client owns its connection; {@link #close()} ends it, and the
+ *     daemon then drops this connection's leases and its
+ *     {@link RegisterFlag#EPHEMERAL ephemeral} registrations. Durable
+ *     registrations stay.</li>
+ * <li>{@link HostBuffer}s and {@link View}s are separate resources that the
+ *     caller closes; they are not closed by the client's {@code close()}.</li>
+ * <li>Device memory registered with {@link #registerDevice} stays the
+ *     caller's (for example a spark-rapids {@code DeviceMemoryBuffer}). For
+ *     ordinary {@code cudaMalloc}/pool memory (shared as
+ *     {@link BufferKind#CUDA_IPC}) keep it allocated, and this client open,
+ *     until {@link #awaitRelease} returns; then unregister and free it.</li>
+ * </ul>
+ *
+ * <h2>Errors</h2>
+ * Every failure reported by the daemon or libgpuipc becomes a checked
+ * {@link GpuIpcException} with the negative errno ({@link GpuIpcException#code()}),
+ * its name and the daemon's message. Misuse on the Java side throws unchecked
+ * exceptions: {@link NullPointerException} for null names,
+ * {@link IllegalArgumentException} for names or metadata containing NUL or
+ * negative sizes, {@link IllegalStateException} after {@link #close()}.
+ *
+ * <h2>Threads</h2>
+ * A client is not thread-safe in the C library. This class serialises its
+ * calls by synchronizing on the client object, so sharing one client between
+ * threads is safe but the calls run one at a time: a blocking
+ * {@link #lookup} or {@link #awaitRelease} holds up the other threads'
+ * calls on the same client (including {@link View#close()} of its views).
+ * Use one client per thread where calls block.
+ *
+ * <h2>Timeouts</h2>
+ * A {@link Duration} timeout of zero means do not wait; {@code null} or a
+ * negative duration means wait as long as the daemon allows (one hour).
+ * Positive durations are rounded up to whole milliseconds, and capped at one
+ * hour by the daemon.
+ *
+ * <h2>Native library</h2>
+ * The JNI library {@code libgpuipc_jni.so} (libgpuipc linked in statically;
+ * it needs only msgpack-c at run time) is loaded from the file named by the
+ * system property {@code org.gpuipc.library}, else through
+ * {@code java.library.path}. CUDA is reached as libgpuipc does: by dlopen of
+ * {@code libcuda.so.1} or of {@code $GPUIPC_LIBCUDA}.
+ */
+public final class GpuIpcClient implements AutoCloseable {
+    private static final byte[][] NO_STRINGS = new byte[0][];
+
+    private long handle;
+    private final String socketPath;
+
+    private GpuIpcClient(long handle, String socketPath) {
+        this.handle = handle;
+        this.socketPath = socketPath;
+    }
+
+    /**
+     * Connects to the daemon at the default socket, as the C library does:
+     * {@code $GPUIPC_SOCKET} when set and not empty, else
+     * {@code /run/gpuipcd/gpuipcd.sock}.
+     *
+     * @return the connected client; the caller closes it
+     * @throws GpuIpcException {@link GpuIpcException#ENOENT} or
+     *         {@link GpuIpcException#ECONNREFUSED} when no daemon listens there,
+     *         {@link GpuIpcException#EPROTONOSUPPORT} without a common protocol version
+     */
+    public static GpuIpcClient connect() throws GpuIpcException {
+        return connect(defaultSocket());
+    }
+
+    /**
+     * Connects to the daemon listening at {@code socketPath} and performs the
+     * protocol hello.
+     *
+     * @param socketPath the daemon's socket
+     * @return the connected client; the caller closes it
+     * @throws GpuIpcException {@link GpuIpcException#ENOENT} or
+     *         {@link GpuIpcException#ECONNREFUSED} when no daemon listens there,
+     *         {@link GpuIpcException#ENAMETOOLONG} when the path does not fit a
+     *         socket address
+     */
+    public static GpuIpcClient connect(String socketPath) throws GpuIpcException {
+        Objects.requireNonNull(socketPath, "socketPath");
+        long h = Native.connect(cstr(socketPath, "socketPath"));
+        return new GpuIpcClient(h, socketPath);
+    }
+
+    /**
+     * The socket {@link #connect()} uses: {@code $GPUIPC_SOCKET} when set and
+     * not empty, else {@code /run/gpuipcd/gpuipcd.sock}.
+     *
+     * @return the path
+     */
+    public static String defaultSocket() {
+        return Native.defaultSocket();
+    }
+
+    /**
+     * The version of the libgpuipc linked into the JNI library.
+     *
+     * @return e.g. {@code "0.1.0"}
+     */
+    public static String libraryVersion() {
+        return Native.version();
+    }
+
+    /**
+     * The socket this client connected to.
+     *
+     * @return the path
+     */
+    public String socketPath() {
+        return socketPath;
+    }
+
+    /**
+     * One round trip to the daemon.
+     *
+     * @throws GpuIpcException when the daemon did not answer (e.g.
+     *         {@link GpuIpcException#ECONNRESET})
+     */
+    public synchronized void ping() throws GpuIpcException {
+        Native.ping(handle());
+    }
+
+    /**
+     * Creates a zero-filled shared-memory buffer of {@code size} bytes for
+     * this process to fill and then {@link #registerHost register}. The
+     * buffer does not depend on this client: it may be registered through
+     * any client, and is closed by the caller.
+     *
+     * @param size bytes, at least 1 (above {@link Integer#MAX_VALUE}, see
+     *             {@link HostBuffer} for the ByteBuffer limit)
+     * @return the buffer; the caller closes it
+     * @throws GpuIpcException e.g. {@link GpuIpcException#ENOMEM}
+     * @throws IllegalArgumentException if size is not positive
+     */
+    public HostBuffer allocateHost(long size) throws GpuIpcException {
+        if (size <= 0)
+            throw new IllegalArgumentException("size must be positive: " + size);
+        synchronized (this) {
+            handle();
+        }
+        return new HostBuffer(Native.hostbufNew(size));
+    }
+
+    /**
+     * Registers all of {@code buf} under {@code name}
+     * ({@code gpuipc_register_host}). The daemon keeps its own reference to
+     * the memory: {@code buf} may be closed afterwards, and the registration
+     * lives until unregistered (and its last lease released) unless
+     * {@link RegisterFlag#EPHEMERAL}. Write the contents before registering:
+     * consumers may map it at once.
+     *
+     * @param name  the name, {@code ns/sub/name}: segments of
+     *              {@code [A-Za-z0-9._:@+=-]} joined by {@code /}
+     * @param buf   an open host buffer
+     * @param meta  free-form string pairs for consumers (at most 32; keys at
+     *              most 64 bytes, values 1024), or null
+     * @param flags options
+     * @return the registration id, for {@link #awaitRelease}
+     * @throws GpuIpcException {@link GpuIpcException#EEXIST} when the name is
+     *         taken, {@link GpuIpcException#EINVAL} for an invalid name or metadata
+     * @throws IllegalStateException if this client or {@code buf} is closed
+     */
+    public long registerHost(String name, HostBuffer buf, Map<String, String> meta,
+                             RegisterFlag... flags) throws GpuIpcException {
+        byte[] n = cstr(name, "name");
+        Objects.requireNonNull(buf, "buf");
+        byte[][][] kv = metaArrays(meta);
+        synchronized (this) {
+            long c = handle();
+            synchronized (buf) {
+                return Native.registerHost(c, n, buf.handle(), kv[0], kv[1], RegisterFlag.bits(flags));
+            }
+        }
+    }
+
+    /**
+     * Registers {@code length} bytes of device memory at {@code address}
+     * (a {@code CUdeviceptr}, e.g. spark-rapids'
+     * {@code DeviceMemoryBuffer.getAddress()} / {@code getLength()}) under
+     * {@code name} ({@code gpuipc_register_cuda}). The address may lie inside
+     * a larger allocation (a memory pool's block).
+     *
+     * <p>The memory must be current on its device and fully written (the
+     * writing stream synchronized) before this call: no event is attached.
+     * Ordinary device memory is shared as {@link BufferKind#CUDA_IPC} and
+     * stays the caller's: keep it allocated and this client open until
+     * {@link #awaitRelease} returns, then {@link #unregister} and free it.
+     * VMM allocations exportable as POSIX fds become durable
+     * {@link BufferKind#CUDA_VMM} registrations.
+     *
+     * @param name    the name, as for {@link #registerHost}
+     * @param address the device pointer
+     * @param length  bytes, at least 1
+     * @param meta    free-form string pairs for consumers, or null
+     * @param flags   options
+     * @return the registration id, for {@link #awaitRelease}
+     * @throws GpuIpcException {@link GpuIpcException#ENOTSUP} when no CUDA
+     *         driver can be loaded, {@link GpuIpcException#EINVAL} when the
+     *         address is not device memory, {@link GpuIpcException#EEXIST}
+     *         when the name is taken
+     * @throws IllegalStateException if this client is closed
+     */
+    public long registerDevice(String name, long address, long length, Map<String, String> meta,
+                               RegisterFlag... flags) throws GpuIpcException {
+        byte[] n = cstr(name, "name");
+        if (length <= 0)
+            throw new IllegalArgumentException("length must be positive: " + length);
+        byte[][][] kv = metaArrays(meta);
+        synchronized (this) {
+            return Native.registerCuda(handle(), n, address, length, kv[0], kv[1],
+                    RegisterFlag.bits(flags));
+        }
+    }
+
+    /**
+     * Looks {@code name} up and maps it read-only, taking a lease; waits up
+     * to {@code timeout} for the name to be registered.
+     *
+     * @param name    the name
+     * @param timeout zero: fail at once when absent; null or negative: wait
+     *                as long as the daemon allows
+     * @return the view; the caller closes it
+     * @throws GpuIpcException {@link GpuIpcException#ENOENT} when absent and
+     *         not waiting, {@link GpuIpcException#ETIMEDOUT} when the wait
+     *         expired, {@link GpuIpcException#ENOTSUP} for a device buffer
+     *         without a CUDA driver
+     * @throws IllegalStateException if this client is closed
+     */
+    public View lookup(String name, Duration timeout) throws GpuIpcException {
+        return lookup(name, timeout, false);
+    }
+
+    /**
+     * Like {@link #lookup(String, Duration)}, optionally mapping the buffer
+     * read-write ({@code GPUIPC_LOOKUP_WRITABLE}): writes are seen by the
+     * producer and by every other consumer.
+     *
+     * @param name     the name
+     * @param timeout  as for {@link #lookup(String, Duration)}
+     * @param writable map read-write
+     * @return the view; the caller closes it
+     * @throws GpuIpcException as for {@link #lookup(String, Duration)}
+     */
+    public View lookup(String name, Duration timeout, boolean writable) throws GpuIpcException {
+        byte[] n = cstr(name, "name");
+        int ms = millis(timeout);
+        synchronized (this) {
+            long v = Native.lookup(handle(), n, ms, writable ? 0x1 : 0);
+            try {
+                return new View(this, v, writable);
+            } catch (RuntimeException | Error e) {
+                Native.viewRelease(v);
+                throw e;
+            }
+        }
+    }
+
+    /**
+     * Waits until registration {@code id} (registered through this client)
+     * has had a lease and its last lease was released: the consumers are
+     * done with it ({@code gpuipc_wait_released}). A release before this
+     * call counts; each release is reported once, so a second call for the
+     * same release waits for another one. After it returns, the producer
+     * may unregister the name and reuse or free the memory.
+     *
+     * @param id      a registration id from this client
+     * @param timeout zero: only check; null or negative: wait as long as the
+     *                daemon allows
+     * @throws GpuIpcException {@link GpuIpcException#ETIMEDOUT} when the
+     *         consumers did not finish in time, {@link GpuIpcException#ENOENT}
+     *         for an unknown id
+     * @throws IllegalStateException if this client is closed
+     */
+    public void awaitRelease(long id, Duration timeout) throws GpuIpcException {
+        int ms = millis(timeout);
+        synchronized (this) {
+            Native.waitReleased(handle(), id, ms);
+        }
+    }
+
+    /**
+     * Removes {@code name} from the namespace. Consumers holding a lease keep
+     * their mapping; host and VMM memory is freed with the last lease.
+     *
+     * @param name the name
+     * @throws GpuIpcException {@link GpuIpcException#ENOENT} when not
+     *         registered, {@link GpuIpcException#EPERM} when this peer may not
+     * @throws IllegalStateException if this client is closed
+     */
+    public void unregister(String name) throws GpuIpcException {
+        byte[] n = cstr(name, "name");
+        synchronized (this) {
+            Native.unregister(handle(), n);
+        }
+    }
+
+    /**
+     * The registrations in namespace {@code prefix} (names equal to it or
+     * starting with {@code prefix + "/"}), ordered by id.
+     *
+     * @param prefix the namespace, or null or empty for all
+     * @return snapshots of the registrations (unmodifiable)
+     * @throws GpuIpcException {@link GpuIpcException#EINVAL} for an invalid prefix
+     * @throws IllegalStateException if this client is closed
+     */
+    public List<BufferInfo> list(String prefix) throws GpuIpcException {
+        byte[] p = prefix == null || prefix.isEmpty() ? null : cstr(prefix, "prefix");
+        synchronized (this) {
+            return List.of(Native.list(handle(), p));
+        }
+    }
+
+    /**
+     * Whether {@link #close()} has been called.
+     *
+     * @return true when closed
+     */
+    public synchronized boolean isClosed() {
+        return handle == 0;
+    }
+
+    /**
+     * Closes the connection ({@code gpuipc_client_free}): the daemon drops
+     * this connection's leases and ephemeral registrations. A
+     * {@link BufferKind#CUDA_IPC} registration still refers to this process's
+     * device memory: close the client only after {@link #awaitRelease}.
+     * Open {@link View}s stay mapped and must still be closed. Idempotent.
+     */
+    @Override
+    public synchronized void close() {
+        if (handle != 0) {
+            Native.clientFree(handle);
+            handle = 0;
+        }
+    }
+
+    /** The C handle; the caller holds this object's monitor. */
+    private long handle() {
+        if (handle == 0)
+            throw new IllegalStateException("GpuIpcClient is closed");
+        return handle;
+    }
+
+    static int millis(Duration timeout) {
+        if (timeout == null || timeout.isNegative())
+            return -1;
+        if (timeout.isZero())
+            return 0;
+        long ms;
+        try {
+            ms = timeout.toMillis();
+            if (Duration.ofMillis(ms).compareTo(timeout) < 0)
+                ms++;
+        } catch (ArithmeticException e) {
+            ms = Integer.MAX_VALUE;
+        }
+        return (int) Math.min(ms, Integer.MAX_VALUE);
+    }
+
+    /** UTF-8 bytes of s for a C string; refuses NUL, which C cannot carry. */
+    static byte[] cstr(String s, String what) {
+        Objects.requireNonNull(s, what);
+        byte[] b = s.getBytes(StandardCharsets.UTF_8);
+        for (byte x : b)
+            if (x == 0)
+                throw new IllegalArgumentException(what + " contains a NUL character");
+        return b;
+    }
+
+    private static byte[][][] metaArrays(Map<String, String> meta) {
+        if (meta == null || meta.isEmpty())
+            return new byte[][][] {NO_STRINGS, NO_STRINGS};
+        byte[][] keys = new byte[meta.size()][];
+        byte[][] values = new byte[meta.size()][];
+        int i = 0;
+        for (Map.Entry<String, String> e : meta.entrySet()) {
+            if (i == keys.length)
+                break;
+            keys[i] = cstr(e.getKey(), "metadata key");
+            values[i] = cstr(e.getValue(), "metadata value for " + e.getKey());
+            i++;
+        }
+        if (i != keys.length) {
+            keys = Arrays.copyOf(keys, i);
+            values = Arrays.copyOf(values, i);
+        }
+        return new byte[][][] {keys, values};
+    }
+}

@@ -1,0 +1,33 @@
+package org.gpuipc;
+
+/**
+ * Options of {@link GpuIpcClient#registerHost} and
+ * {@link GpuIpcClient#registerDevice} ({@code GPUIPC_REGISTER_*} in C).
+ */
+public enum RegisterFlag {
+    /**
+     * Unregister automatically when this client's connection ends (close,
+     * crash or exit of the producer). Leases already taken keep the memory
+     * until released.
+     */
+    EPHEMERAL(0x1),
+    /**
+     * Device buffers only: share through a legacy CUDA IPC handle even when
+     * the memory is a VMM allocation that could be shared as a durable fd.
+     */
+    CUDA_IPC(0x2);
+
+    final int bit;
+
+    RegisterFlag(int bit) {
+        this.bit = bit;
+    }
+
+    static int bits(RegisterFlag... flags) {
+        int b = 0;
+        if (flags != null)
+            for (RegisterFlag f : flags)
+                b |= f.bit;
+        return b;
+    }
+}

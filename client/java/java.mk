@@ -98,7 +98,7 @@ check-java: java-tests $(DAEMON) $(CTL) $(CUDA_DOUBLE)
 		-Dorg.gpuipc.test.builddir=$(abspath $(BUILDDIR)) \
 		-Dorg.gpuipc.test.srcdir=$(CURDIR) \
 		-Dorg.gpuipc.test.tmpdir=$$tmp \
-		-jar $(JUNIT_CONSOLE) --disable-banner --fail-if-no-tests --details=tree \
+		-jar $(JUNIT_CONSOLE) --disable-banner --disable-ansi-colors --fail-if-no-tests --details=tree \
 		--reports-dir=$(JAVA_DIR)/test-reports \
 		--class-path $(JAVA_JAR):$(JAVA_DIR)/test-classes \
 		--scan-class-path $(JAVA_DIR)/test-classes > $$tmp/junit.out 2>&1; \

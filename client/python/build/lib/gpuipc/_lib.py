@@ -1,0 +1,226 @@
+"""ctypes declarations of libgpuipc (client/gpuipc.h), and the loader.
+
+Every function and struct of gpuipc.h is declared here with its exact
+prototype; the struct field order matches the header.  Nothing else in the
+package calls into the C library except through :data:`lib`.
+
+Lookup order for the shared library:
+
+1. ``$GPUIPC_LIBRARY`` (a path),
+2. the build tree: walking up from this package, the first
+   ``build/libgpuipc.so.1`` found,
+3. the installed prefix: ``ctypes.util.find_library("gpuipc")``, then plain
+   ``libgpuipc.so.1`` (the dynamic loader's search path).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from ctypes import (POINTER, Structure, c_char_p, c_int, c_int64, c_size_t, c_uint,
+                    c_uint32, c_uint64, c_void_p)
+from typing import List, Optional
+
+PROTOCOL_VERSION = 1
+DEFAULT_SOCKET = "/run/gpuipcd/gpuipcd.sock"
+
+# gpuipc_kind
+KIND_HOST = 0
+KIND_CUDA_IPC = 1
+KIND_CUDA_VMM = 2
+KIND_NAMES = {KIND_HOST: "host", KIND_CUDA_IPC: "cuda-ipc", KIND_CUDA_VMM: "cuda-vmm"}
+
+# flags of gpuipc_register_*()
+REGISTER_EPHEMERAL = 0x1
+REGISTER_CUDA_IPC = 0x2
+# flags of gpuipc_lookup()
+LOOKUP_WRITABLE = 0x1
+LOOKUP_NO_SYNC = 0x2
+# gpuipc_info.flags
+INFO_EPHEMERAL = 0x1
+INFO_UNREGISTERED = 0x2
+INFO_OWNER_GONE = 0x4
+
+
+class gpuipc_meta(Structure):
+    _fields_ = [
+        ("dtype", c_char_p),
+        ("ndim", c_uint32),
+        ("shape", POINTER(c_int64)),
+        ("strides", POINTER(c_int64)),
+        ("n_user", c_uint32),
+        ("user_keys", POINTER(c_char_p)),
+        ("user_values", POINTER(c_char_p)),
+    ]
+
+
+class gpuipc_info(Structure):
+    _fields_ = [
+        ("id", c_uint64),
+        ("name", c_char_p),
+        ("kind", c_int),                # enum gpuipc_kind
+        ("size", c_uint64),
+        ("offset", c_uint64),
+        ("device", c_char_p),
+        ("dtype", c_char_p),
+        ("ndim", c_uint32),
+        ("shape", POINTER(c_int64)),
+        ("strides", POINTER(c_int64)),
+        ("n_user", c_uint32),
+        ("user_keys", POINTER(c_char_p)),
+        ("user_values", POINTER(c_char_p)),
+        ("owner_pid", c_uint32),
+        ("owner_uid", c_uint32),
+        ("owner_gid", c_uint32),
+        ("leases", c_uint32),
+        ("flags", c_uint32),
+        ("created_ms", c_uint64),
+        ("alloc_id", c_uint64),
+        ("alloc_size", c_uint64),
+        ("alloc_regs", c_uint32),
+        ("buffer_id", c_uint64),
+        ("has_event", c_int),
+    ]
+
+
+class gpuipc_stats(Structure):
+    _fields_ = [
+        ("server", c_char_p),
+        ("pid", c_uint32),
+        ("protocol", c_uint32),
+        ("uptime_ms", c_uint64),
+        ("connections", c_uint64),
+        ("registrations", c_uint64),
+        ("leases", c_uint64),
+        ("bytes_host", c_uint64),
+        ("requests", c_uint64),
+        ("errors", c_uint64),
+        ("cuda_available", c_int),
+        ("cuda_reason", c_char_p),
+        ("cuda_driver_version", c_uint32),
+        ("bytes_cuda_ipc", c_uint64),
+        ("bytes_cuda_vmm", c_uint64),
+    ]
+
+
+# Opaque handles are plain void pointers (c_void_p); None is NULL.
+_client_p = c_void_p
+_hostbuf_p = c_void_p
+_view_p = c_void_p
+_list_p = c_void_p
+_cudabuf_p = c_void_p
+
+# name: (restype, argtypes)
+_PROTOTYPES = {
+    # errors and versions
+    "gpuipc_strerror": (c_char_p, [c_int]),
+    "gpuipc_errmsg": (c_char_p, [_client_p]),
+    "gpuipc_version": (c_char_p, []),
+    # connection
+    "gpuipc_default_socket": (c_char_p, []),
+    "gpuipc_connect": (c_int, [c_char_p, POINTER(_client_p)]),
+    "gpuipc_client_free": (None, [_client_p]),
+    "gpuipc_ping": (c_int, [_client_p]),
+    # host buffers
+    "gpuipc_hostbuf_new": (c_int, [c_size_t, POINTER(_hostbuf_p)]),
+    "gpuipc_hostbuf_data": (c_void_p, [_hostbuf_p]),
+    "gpuipc_hostbuf_size": (c_size_t, [_hostbuf_p]),
+    "gpuipc_hostbuf_fd": (c_int, [_hostbuf_p]),
+    "gpuipc_hostbuf_free": (None, [_hostbuf_p]),
+    # registering
+    "gpuipc_register_host": (c_int, [_client_p, c_char_p, _hostbuf_p, POINTER(gpuipc_meta),
+                                     c_uint, POINTER(c_uint64)]),
+    "gpuipc_register_fd": (c_int, [_client_p, c_char_p, c_int, c_uint64, c_uint64,
+                                   POINTER(gpuipc_meta), c_uint, POINTER(c_uint64)]),
+    "gpuipc_unregister": (c_int, [_client_p, c_char_p]),
+    "gpuipc_wait_released": (c_int, [_client_p, c_uint64, c_int]),
+    # consuming
+    "gpuipc_lookup": (c_int, [_client_p, c_char_p, c_int, c_uint, POINTER(_view_p)]),
+    "gpuipc_view_data": (c_void_p, [_view_p]),
+    "gpuipc_view_size": (c_size_t, [_view_p]),
+    "gpuipc_view_info": (POINTER(gpuipc_info), [_view_p]),
+    "gpuipc_view_release": (c_int, [_view_p]),
+    # CUDA buffers
+    "gpuipc_cudabuf_new": (c_int, [c_int, c_size_t, POINTER(_cudabuf_p)]),
+    "gpuipc_cudabuf_ptr": (c_uint64, [_cudabuf_p]),
+    "gpuipc_cudabuf_size": (c_size_t, [_cudabuf_p]),
+    "gpuipc_cudabuf_free": (None, [_cudabuf_p]),
+    "gpuipc_register_cuda": (c_int, [_client_p, c_char_p, c_uint64, c_uint64,
+                                     POINTER(gpuipc_meta), c_void_p, c_uint,
+                                     POINTER(c_uint64)]),
+    "gpuipc_adopt": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
+    "gpuipc_view_device": (c_int, [_view_p]),
+    "gpuipc_view_wait_stream": (c_int, [_view_p, c_void_p]),
+    "gpuipc_view_release_after": (c_int, [_view_p, c_void_p]),
+    # inspecting
+    "gpuipc_list_fetch": (c_int, [_client_p, c_char_p, POINTER(_list_p)]),
+    "gpuipc_list_count": (c_size_t, [_list_p]),
+    "gpuipc_list_get": (POINTER(gpuipc_info), [_list_p, c_size_t]),
+    "gpuipc_list_free": (None, [_list_p]),
+    "gpuipc_stat": (c_int, [_client_p, c_char_p, POINTER(_list_p)]),
+    "gpuipc_stats_get": (c_int, [_client_p, POINTER(POINTER(gpuipc_stats))]),
+    "gpuipc_stats_free": (None, [POINTER(gpuipc_stats)]),
+}
+
+
+def _candidates() -> List[str]:
+    out: List[str] = []
+    env = os.environ.get("GPUIPC_LIBRARY")
+    if env:
+        return [env]
+    d = os.path.dirname(os.path.abspath(__file__))
+    while True:
+        p = os.path.join(d, "build", "libgpuipc.so.1")
+        if os.path.exists(p):
+            out.append(p)
+            break
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    found = ctypes.util.find_library("gpuipc")
+    if found:
+        out.append(found)
+    out.append("libgpuipc.so.1")
+    return out
+
+
+def _load() -> ctypes.CDLL:
+    errors = []
+    for path in _candidates():
+        try:
+            dll = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+            continue
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            fn = getattr(dll, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        dll._gpuipc_path = path  # type: ignore[attr-defined]
+        return dll
+    raise ImportError("gpuipc: cannot load libgpuipc.so.1 (set GPUIPC_LIBRARY to its path): "
+                      + "; ".join(errors))
+
+
+lib = _load()
+library_path: str = lib._gpuipc_path  # type: ignore[attr-defined]
+
+
+def strerror(code: int) -> str:
+    """Text of a negative errno as libgpuipc describes it."""
+    return (lib.gpuipc_strerror(code) or b"").decode("utf-8", "replace")
+
+
+def version() -> str:
+    """libgpuipc's version, e.g. ``"0.1.0"``."""
+    return lib.gpuipc_version().decode()
+
+
+def default_socket() -> str:
+    """The socket the library uses by default: ``$GPUIPC_SOCKET`` or the system one."""
+    return lib.gpuipc_default_socket().decode()
+
+
+def cstr(s: Optional[bytes]) -> str:
+    return s.decode("utf-8", "replace") if s else ""

@@ -1,0 +1,511 @@
+"""The connection to gpuipcd: registering, looking up, inspecting."""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+import weakref
+from ctypes import POINTER, byref, c_char_p, c_int64, c_uint32, c_uint64, c_void_p
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _lib
+from .errors import Error, Unreachable, error_for
+from .view import (DeviceBuffer, HostBuffer, Info, View, _Memory, _np, _stream_ptr,
+                   c_strides, dtype_name, extent, format_to_dtype, itemsize,
+                   typestr_to_dtype)
+
+ShapeLike = Union[int, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Daemon-wide counters (a copy of ``gpuipc_stats``)."""
+
+    server: str
+    pid: int
+    protocol: int
+    uptime_ms: int
+    connections: int
+    registrations: int
+    leases: int
+    bytes_host: int
+    requests: int
+    errors: int
+    cuda_available: bool
+    cuda_reason: str
+    cuda_driver_version: int
+    bytes_cuda_ipc: int
+    bytes_cuda_vmm: int
+
+
+class _Conn:
+    """The C client and the lock that serialises every call on it (a
+    gpuipc_client is not thread-safe; views release through it from
+    finalizers, which may run on any thread)."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr: Optional[int] = ptr
+        self.lock = threading.RLock()
+
+    def call(self, fn: Callable[[int], int], closed_ok: bool = False) -> int:
+        with self.lock:
+            if self.ptr is None and not closed_ok:
+                raise Error(-107, "the client is closed")  # ENOTCONN
+            return fn(self.ptr)
+
+    def call_checked(self, fn: Callable[[int], int], op: str) -> int:
+        """Runs fn; on a negative result raises the matching Error with the
+        daemon's message (read under the same lock, before any other call)."""
+        with self.lock:
+            if self.ptr is None:
+                raise Unreachable(-107, "the client is closed", op)
+            r = fn(self.ptr)
+            if r < 0:
+                raise self.error(r, op)
+            return r
+
+    def error(self, code: int, op: str) -> Error:
+        msg = ""
+        if self.ptr is not None:
+            msg = _lib.cstr(_lib.lib.gpuipc_errmsg(self.ptr))
+        return error_for(code, msg or _lib.strerror(code), op)
+
+    def close(self) -> None:
+        with self.lock:
+            p, self.ptr = self.ptr, None
+            if p is not None:
+                _lib.lib.gpuipc_client_free(p)
+
+
+def _timeout_ms(timeout: Optional[float], none_means: int) -> int:
+    if timeout is None:
+        return none_means
+    if timeout < 0 or math.isinf(timeout):
+        return -1
+    ms = int(math.ceil(timeout * 1000.0))
+    return min(ms, 2**31 - 1)
+
+
+def _name(name: str) -> bytes:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {type(name).__name__}")
+    return name.encode("utf-8")
+
+
+class _Meta:
+    """A gpuipc_meta and the ctypes objects it points into."""
+
+    def __init__(self, dtype: Optional[str], shape: Optional[Sequence[int]],
+                 strides: Optional[Sequence[int]], user: Optional[Mapping[str, str]]) -> None:
+        m = _lib.gpuipc_meta()
+        self._keep: List[Any] = []
+        if dtype:
+            b = dtype.encode()
+            self._keep.append(b)
+            m.dtype = b
+        if shape is not None:
+            nd = len(shape)
+            if strides is not None and len(strides) != nd:
+                raise ValueError("strides and shape differ in length")
+            m.ndim = nd
+            if nd:
+                sh = (c_int64 * nd)(*[int(x) for x in shape])
+                self._keep.append(sh)
+                m.shape = ctypes.cast(sh, POINTER(c_int64))
+                if strides is not None:
+                    st = (c_int64 * nd)(*[int(x) for x in strides])
+                    self._keep.append(st)
+                    m.strides = ctypes.cast(st, POINTER(c_int64))
+        if user:
+            n = len(user)
+            keys = (c_char_p * n)(*[str(k).encode() for k in user.keys()])
+            vals = (c_char_p * n)(*[str(v).encode() for v in user.values()])
+            self._keep += [keys, vals]
+            m.n_user = n
+            m.user_keys = ctypes.cast(keys, POINTER(c_char_p))
+            m.user_values = ctypes.cast(vals, POINTER(c_char_p))
+        self.meta = m
+
+    def ref(self):
+        return byref(self.meta)
+
+
+def _parse_shape(shape_or_nbytes: ShapeLike, dtype: str) -> Tuple[int, Optional[Tuple[int, ...]]]:
+    isz = itemsize(dtype)
+    if isinstance(shape_or_nbytes, int):
+        n = int(shape_or_nbytes)
+        if n <= 0:
+            raise ValueError("size must be at least 1 byte")
+        if n % isz:
+            raise ValueError(f"{n} bytes are not a whole number of {dtype}")
+        return n, (n // isz,)
+    shape = tuple(int(x) for x in shape_or_nbytes)
+    if any(x < 0 for x in shape):
+        raise ValueError("negative dimension")
+    n = extent(shape, None, isz)
+    if n <= 0:
+        raise ValueError("an empty buffer cannot be shared")
+    return n, shape
+
+
+class Client:
+    """A connection to gpuipcd (use :func:`connect`).
+
+    One client may be used from several threads: calls are serialised.
+    Closing it (``close()``, ``with`` exit, garbage collection) ends the
+    connection: the daemon drops its leases and its ephemeral (and all
+    ``cuda-ipc``) registrations; views already looked up stay mapped until
+    released.
+    """
+
+    def __init__(self, socket: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
+        path = os.fsencode(socket) if socket is not None else None
+        out = c_void_p()
+        r = _lib.lib.gpuipc_connect(path, byref(out))
+        where = os.fsdecode(path) if path is not None else _lib.default_socket()
+        if r < 0:
+            raise Unreachable(r, f"cannot connect to gpuipcd at {where}: {_lib.strerror(r)}",
+                              "connect")
+        self.socket = where
+        self._conn = _Conn(out.value)
+        self._finalizer = weakref.finalize(self, self._conn.close)
+
+    # ---- connection
+
+    def close(self) -> None:
+        """Ends the connection.  Idempotent."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.ptr is None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<gpuipc.Client {self.socket!r}{' closed' if self.closed else ''}>"
+
+    def ping(self) -> None:
+        """One round trip to the daemon."""
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_ping(c), "ping")
+
+    # ---- producing
+
+    def alloc_host(self, shape_or_nbytes: ShapeLike, dtype: Any = "uint8") -> HostBuffer:
+        """Allocates shared memory (a sealed memfd, zero-filled) to fill and
+        then register without copying.
+
+        ``shape_or_nbytes`` is a shape tuple, or an int: a size in *bytes*
+        (the shape is then ``(nbytes // itemsize,)``).  The buffer's dtype and
+        shape become the registration's metadata."""
+        dt = dtype_name(dtype)
+        nbytes, shape = _parse_shape(shape_or_nbytes, dt)
+        out = c_void_p()
+        r = _lib.lib.gpuipc_hostbuf_new(nbytes, byref(out))
+        if r < 0:
+            raise error_for(r, _lib.strerror(r), "hostbuf_new")
+        return HostBuffer(out.value, nbytes, dt, shape)
+
+    def alloc_device(self, shape_or_nbytes: ShapeLike, dtype: Any = "uint8", *,
+                     device: int = 0) -> DeviceBuffer:
+        """Allocates CUDA VMM memory on device ordinal ``device`` (exportable
+        as a POSIX fd; the allocation is rounded up to its granularity).
+        Registered, it becomes a durable ``cuda-vmm`` buffer.  Arguments as
+        for :meth:`alloc_host`.  Raises Unsupported without a CUDA driver."""
+        dt = dtype_name(dtype)
+        nbytes, shape = _parse_shape(shape_or_nbytes, dt)
+        out = c_void_p()
+        r = self._conn.call(lambda c: _lib.lib.gpuipc_cudabuf_new(int(device), nbytes,
+                                                                     byref(out)))
+        if r < 0:
+            raise error_for(r, _lib.strerror(r), "cudabuf_new")
+        return DeviceBuffer(out.value, nbytes, int(device), dt, shape)
+
+    def register(self, name: str, obj: Any, meta: Optional[Mapping[str, str]] = None, *,
+                 ephemeral: bool = False, event: Optional[int] = None,
+                 dtype: Any = None, shape: Optional[Sequence[int]] = None,
+                 strides: Optional[Sequence[int]] = None, cuda_ipc: bool = False) -> int:
+        """Registers ``obj`` under ``name`` ("ns/sub/name"); returns the
+        registration id (for :meth:`wait_released`).
+
+        ``obj`` may be:
+
+        * a :class:`HostBuffer` (from :meth:`alloc_host`): registered
+          zero-copy as ``host``;
+        * a :class:`DeviceBuffer` (from :meth:`alloc_device`): zero-copy,
+          ``cuda-vmm`` (durable);
+        * any object with ``__cuda_array_interface__`` (CuPy, PyTorch CUDA
+          tensors, Numba): its memory, zero-copy; ``cuda-vmm`` when it is VMM
+          memory exportable as a POSIX fd, else ``cuda-ipc``, which stays the
+          caller's: keep the array alive and this client open until
+          :meth:`wait_released` returns (or :meth:`adopt` it).  ``cuda-ipc``
+          registrations are always ephemeral.  If the interface carries a
+          ``stream`` and no ``event`` is given, that stream is synchronised
+          first (``cuStreamSynchronize``), so consumers see finished data;
+        * anything else with the buffer protocol or ``__array__`` (NumPy,
+          bytes, bytearray, memoryview): **copied once** into a new host
+          buffer, which the daemon then holds.  For zero-copy host
+          registration fill an :meth:`alloc_host` buffer instead.
+
+        The metadata records the dtype (as a name like ``"float32"``), shape
+        and byte strides of ``obj``; ``dtype``/``shape``/``strides`` override
+        them.  ``meta`` is free-form string metadata (user keys).
+        ``ephemeral`` ends the registration with this connection.  ``event``
+        is a CUevent (int) created with CU_EVENT_INTERPROCESS and recorded
+        after the writes; consumers wait on it.  ``cuda_ipc`` forces a legacy
+        IPC handle even for VMM memory.
+        """
+        flags = _lib.REGISTER_EPHEMERAL if ephemeral else 0
+        bname = _name(name)
+        rid = c_uint64()
+
+        def finish(d: Optional[str], sh: Optional[Sequence[int]],
+                   st: Optional[Sequence[int]]) -> _Meta:
+            d = dtype_name(dtype) if dtype is not None else d
+            sh = tuple(shape) if shape is not None else sh
+            st = tuple(strides) if strides is not None else (st if shape is None else None)
+            return _Meta(d, sh, st, meta)
+
+        if isinstance(obj, HostBuffer):
+            obj._check_open()
+            m = finish(obj.dtype, obj.shape, None)
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_host(
+                c, bname, obj._handle, m.ref(), flags, byref(rid)), "register")
+            return rid.value
+
+        if isinstance(obj, DeviceBuffer):
+            obj._check_open()
+            m = finish(obj.dtype, obj.shape, None)
+            return self._register_cuda(bname, obj.ptr, obj.nbytes, m, event, flags, cuda_ipc,
+                                       rid)
+
+        cai = _get_cai(obj)
+        if cai is not None:
+            if cai.get("mask") is not None:
+                raise ValueError("masked arrays cannot be registered")
+            typestr = cai["typestr"]
+            sh = tuple(int(x) for x in cai["shape"])
+            st = cai.get("strides")
+            st = tuple(int(x) for x in st) if st is not None else None
+            ptr = int(cai["data"][0] or 0)
+            nbytes = extent(sh, st, int(typestr[2:]))
+            if nbytes <= 0 or not ptr:
+                raise ValueError("an empty array cannot be shared")
+            stream = cai.get("stream")
+            if event is None and stream is not None:
+                _cuda_stream_sync(int(stream))
+            m = finish(typestr_to_dtype(typestr), sh, st)
+            return self._register_cuda(bname, ptr, nbytes, m, event, flags, cuda_ipc, rid)
+
+        # Host data: copy once into a new shared buffer.
+        src, d, sh = _host_source(obj)
+        nbytes = src.nbytes
+        if nbytes <= 0:
+            raise ValueError("an empty buffer cannot be shared")
+        out = c_void_p()
+        r = _lib.lib.gpuipc_hostbuf_new(nbytes, byref(out))
+        if r < 0:
+            raise error_for(r, _lib.strerror(r), "hostbuf_new")
+        hb = out.value
+        try:
+            dst = (ctypes.c_ubyte * nbytes).from_address(_lib.lib.gpuipc_hostbuf_data(hb))
+            memoryview(dst).cast("B")[:] = src
+            m = finish(d, sh, None)
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_host(
+                c, bname, hb, m.ref(), flags, byref(rid)), "register")
+        finally:
+            # The daemon holds its own reference to the memfd.
+            _lib.lib.gpuipc_hostbuf_free(hb)
+        return rid.value
+
+    def _register_cuda(self, bname: bytes, ptr: int, nbytes: int, m: _Meta,
+                       event: Optional[int], flags: int, cuda_ipc: bool, rid: c_uint64) -> int:
+        if cuda_ipc:
+            flags |= _lib.REGISTER_CUDA_IPC
+        ev = int(event) if event is not None else None
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_cuda(
+            c, bname, ptr, nbytes, m.ref(), ev, flags, byref(rid)), "register")
+        return rid.value
+
+    def register_fd(self, name: str, fd: int, size: int, offset: int = 0,
+                    meta: Optional[Mapping[str, str]] = None, *, ephemeral: bool = False,
+                    dtype: Any = None, shape: Optional[Sequence[int]] = None,
+                    strides: Optional[Sequence[int]] = None) -> int:
+        """Registers ``size`` bytes at ``offset`` of an existing memfd (which
+        stays the caller's; F_SEAL_SHRINK is added to it).  Returns the id."""
+        m = _Meta(dtype_name(dtype) if dtype is not None else None,
+                  tuple(shape) if shape is not None else None,
+                  tuple(strides) if strides is not None else None, meta)
+        rid = c_uint64()
+        flags = _lib.REGISTER_EPHEMERAL if ephemeral else 0
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_fd(
+            c, _name(name), int(fd), int(offset), int(size), m.ref(), flags, byref(rid)),
+            "register")
+        return rid.value
+
+    def unregister(self, name: str) -> None:
+        """Removes ``name`` from the namespace; readers keep their mapping
+        until they release it."""
+        b = _name(name)
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_unregister(c, b), "unregister")
+
+    def wait_released(self, id: int, timeout: Optional[float] = None) -> None:
+        """Waits until registration ``id`` (registered on this client) has
+        had a lease and its last lease was released.  ``timeout`` in seconds;
+        None waits as long as the daemon allows (one hour).  A release before
+        the call counts.  Raises Timeout."""
+        ms = _timeout_ms(timeout, -1)
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_wait_released(c, int(id), ms),
+                                "wait_released")
+
+    def adopt(self, name: str) -> int:
+        """Hands a ``cuda-ipc`` registration of this client to the daemon,
+        which copies it into memory of its own (a durable ``cuda-vmm``
+        buffer).  Returns the number of leases still mapping the caller's
+        memory: free it once :meth:`wait_released` says they are gone (at
+        once when 0)."""
+        b = _name(name)
+        n = c_uint32()
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_adopt(c, b, byref(n)), "adopt")
+        return int(n.value)
+
+    # ---- consuming
+
+    def lookup(self, name: str, timeout: Optional[float] = None, *, writable: bool = False,
+               sync: bool = True) -> View:
+        """Looks ``name`` up and maps it, taking a lease.
+
+        ``timeout`` in seconds: None or 0 does not wait (NotFound when the
+        name is not registered); a positive number waits that long for it to
+        be registered (Timeout after); a negative number or ``math.inf``
+        waits as long as the daemon allows (one hour).  ``writable`` maps host
+        buffers read-write (default read-only).  With ``sync=False`` the
+        library does not wait for the producer's CUDA event: pass your stream
+        to :meth:`View.wait_stream` (or ``__dlpack__(stream=...)``)."""
+        b = _name(name)
+        ms = _timeout_ms(timeout, 0)
+        flags = (_lib.LOOKUP_WRITABLE if writable else 0) | (0 if sync else _lib.LOOKUP_NO_SYNC)
+        out = c_void_p()
+        with self._conn.lock:
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)),
+                                    "lookup")
+            try:
+                return View(self._conn, out.value, writable, sync)
+            except BaseException:
+                _lib.lib.gpuipc_view_release(out.value)
+                raise
+
+    # ---- inspecting
+
+    def _fetch(self, fn: Callable[[int, Any], int], op: str) -> List[Info]:
+        lst = c_void_p()
+        self._conn.call_checked(lambda c: fn(c, byref(lst)), op)
+        try:
+            n = _lib.lib.gpuipc_list_count(lst)
+            return [Info.from_c(_lib.lib.gpuipc_list_get(lst, i)) for i in range(n)]
+        finally:
+            _lib.lib.gpuipc_list_free(lst)
+
+    def list(self, prefix: Optional[str] = None) -> List[Info]:
+        """Registrations in namespace ``prefix`` (all when None), by id."""
+        p = _name(prefix) if prefix else None
+        return self._fetch(lambda c, out: _lib.lib.gpuipc_list_fetch(c, p, out), "list")
+
+    def stat(self, name: str) -> Info:
+        """One registration by name (NotFound if there is none)."""
+        b = _name(name)
+        infos = self._fetch(lambda c, out: _lib.lib.gpuipc_stat(c, b, out), "stat")
+        if not infos:
+            raise error_for(-2, f"no registration named {name}", "stat")
+        return infos[0]
+
+    def stats(self) -> Stats:
+        """Daemon-wide counters."""
+        out = POINTER(_lib.gpuipc_stats)()
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_stats_get(c, byref(out)), "stats")
+        try:
+            s = out.contents
+            return Stats(
+                server=_lib.cstr(s.server), pid=int(s.pid), protocol=int(s.protocol),
+                uptime_ms=int(s.uptime_ms), connections=int(s.connections),
+                registrations=int(s.registrations), leases=int(s.leases),
+                bytes_host=int(s.bytes_host), requests=int(s.requests), errors=int(s.errors),
+                cuda_available=bool(s.cuda_available), cuda_reason=_lib.cstr(s.cuda_reason),
+                cuda_driver_version=int(s.cuda_driver_version),
+                bytes_cuda_ipc=int(s.bytes_cuda_ipc), bytes_cuda_vmm=int(s.bytes_cuda_vmm))
+        finally:
+            _lib.lib.gpuipc_stats_free(out)
+
+
+def connect(socket: Optional[Union[str, "os.PathLike[str]"]] = None) -> Client:
+    """Connects to gpuipcd at ``socket`` (default ``$GPUIPC_SOCKET``, else
+    ``/run/gpuipcd/gpuipcd.sock``).  Raises Unreachable when no daemon
+    answers.  The client is a context manager."""
+    return Client(socket)
+
+
+# ---- helpers -----------------------------------------------------------------
+
+
+def _get_cai(obj: Any) -> Optional[Dict[str, Any]]:
+    if isinstance(obj, _Memory) and not obj.is_device:
+        return None
+    try:
+        return obj.__cuda_array_interface__
+    except AttributeError:
+        return None
+
+
+def _host_source(obj: Any) -> Tuple[memoryview, str, Tuple[int, ...]]:
+    """A C-contiguous byte memoryview of obj's data, its dtype name and shape."""
+    if isinstance(obj, _Memory):
+        if _np is not None:
+            obj = obj.array
+        else:
+            return obj.buffer, obj.dtype or "uint8", (obj.nbytes,)
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        if _np is None:
+            raise TypeError(f"cannot register {type(obj).__name__}: no buffer protocol, "
+                            "no __cuda_array_interface__ (and numpy is not installed)") from None
+        mv = None
+    if _np is not None:
+        arr = _np.ascontiguousarray(_np.asarray(mv if mv is not None else obj))
+        if arr.dtype.hasobject:
+            raise TypeError("object arrays cannot be shared")
+        shape = tuple(arr.shape)
+        d = typestr_to_dtype(arr.dtype.str)
+        return memoryview(arr.reshape(-1).view(_np.uint8)), d, shape
+    d = format_to_dtype(mv.format)
+    shape = tuple(mv.shape or ())
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    return mv.cast("B"), d, shape
+
+
+_libcuda = None
+
+
+def _cuda_stream_sync(stream: int) -> None:
+    """cuStreamSynchronize(stream) through the driver libgpuipc uses."""
+    global _libcuda
+    if _libcuda is None:
+        path = os.environ.get("GPUIPC_LIBCUDA") or "libcuda.so.1"
+        try:
+            _libcuda = ctypes.CDLL(path)
+        except OSError as e:
+            raise error_for(-95, f"cannot load the CUDA driver ({path}): {e}",
+                            "register") from None
+        _libcuda.cuStreamSynchronize.argtypes = [c_void_p]
+        _libcuda.cuStreamSynchronize.restype = ctypes.c_int
+    res = _libcuda.cuStreamSynchronize(c_void_p(stream) if stream else None)
+    if res != 0:
+        raise error_for(-5, f"cuStreamSynchronize(0x{stream:x}) failed with CUresult {res}",
+                        "register")

@@ -136,12 +136,15 @@ static int consume_pool(gpuipc_client *c)
         uint64_t alloc = 0;
         double t0, t_cold = 0, t_warm = 0;
 
-        for (int i = 0; i < 3; i++) {
+        /* The producer registers a, b, c in that order: waiting for c first
+         * means all three share the allocation entry by then. */
+        for (int k = 0; k < 3; k++) {
+                int i = (k + 2) % 3;
                 t0 = now_us();
                 GK(gpuipc_lookup(c, names[i], 30000, 0, &v[i]));
-                if (i == 0)
+                if (k == 0)
                         t_cold = now_us() - t0;
-                else if (i == 1)
+                else if (k == 1)
                         t_warm = now_us() - t0;
                 const gpuipc_info *inf = gpuipc_view_info(v[i]);
                 CUdeviceptr ptr = (CUdeviceptr)(uintptr_t)gpuipc_view_data(v[i]), rbase;
@@ -151,7 +154,7 @@ static int consume_pool(gpuipc_client *c)
                         return fail("%s: kind %d offset %llu alloc %llu regs %u", names[i],
                                     inf->kind, (unsigned long long)inf->offset,
                                     (unsigned long long)inf->alloc_size, inf->alloc_regs);
-                if (i > 0 && inf->alloc_id != alloc)
+                if (k > 0 && inf->alloc_id != alloc)
                         return fail("pool views use different allocation entries");
                 alloc = inf->alloc_id;
                 /* Zero copy: the view lies inside a mapping of the producer's

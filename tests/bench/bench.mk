@@ -1,0 +1,43 @@
+# tests/bench/bench.mk: benchmarks (included by the top Makefile).
+#
+#   make bench      build and run the host benchmark: a table on stdout and
+#                   $(BUILDDIR)/bench/results.csv (about 5-8 minutes; Redis
+#                   figures when redis-server is installed).  BENCH_SECONDS,
+#                   BENCH_ROUNDS, BENCH_SCALE_MAX tune it.
+#   make gpu-bench  build the GPU benchmark binaries into $(BUILDDIR)/bench/
+#                   (needs only the CUDA headers and libcuda stub); run them
+#                   on a GPU host with tests/bench/gpu_run.sh.
+# Benchmarks are not tests: nothing here joins CHECK_EXTRA.
+
+BENCH_DIR  := $(BUILDDIR)/bench
+BENCH_UTIL := $(call obj,tests/bench/bench_util.c)
+BENCH_HOST := $(BENCH_DIR)/bench_ipc $(BENCH_DIR)/bench_handoff
+
+$(BENCH_DIR)/bench_%: $(call obj,tests/bench/bench_%.c) $(BENCH_UTIL) $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) -ldl -lpthread -lm
+
+$(call obj,tests/bench/gpu_bench.c): CPPFLAGS += -Itests/gpu
+$(BENCH_DIR)/gpu_bench: $(call obj,tests/bench/gpu_bench.c tests/gpu/gpu_util.c) $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) -L$(CUDA_HOME)/lib64/stubs -lcuda -ldl -lpthread -lm
+
+bench-build: all $(BENCH_HOST)
+
+bench: bench-build
+	$(Q)mkdir -p $(BENCH_DIR)
+	$(Q)$(BENCH_DIR)/bench_ipc $(DAEMON) $(BENCH_DIR)/results.csv
+	$(Q)$(BENCH_DIR)/bench_handoff $(DAEMON) $(BENCH_DIR)/handoff.csv
+	$(Q)tail -n +2 $(BENCH_DIR)/handoff.csv | sed 's/^/handoff,/' >> $(BENCH_DIR)/results.csv
+	$(Q)if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then \
+		/usr/bin/python3 tests/bench/plot.py $(BENCH_DIR)/results.csv $(BENCH_DIR); \
+	else echo "bench: no matplotlib in /usr/bin/python3, no plots"; fi
+	@echo "bench: results in $(BENCH_DIR)/results.csv"
+
+gpu-bench: all $(BENCH_DIR)/gpu_bench
+	$(Q)cp tests/gpu/kernels.ptx tests/bench/gpu_run.sh tests/bench/gpu_torch_mp.py $(BENCH_DIR)/
+	@echo "gpu-bench: built $(BENCH_DIR)/gpu_bench; run: tests/bench/gpu_run.sh $(BUILDDIR)"
+
+.PHONY: bench bench-build gpu-bench

@@ -10,7 +10,7 @@ export GPUIPC_SOCKET="$dir/gpuipcd.sock"
 if command -v nvidia-smi >/dev/null; then
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 fi
-"$B/gpuipcd" --socket "$GPUIPC_SOCKET" --log-level 6 2>"$dir/daemon.log" &
+"$B/gpuipcd" --no-config --socket "$GPUIPC_SOCKET" --log-level 6 2>"$dir/daemon.log" &
 dpid=$!
 i=0
 while [ ! -S "$GPUIPC_SOCKET" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done

@@ -210,3 +210,47 @@ def test_ctypes_vmm_producer_cupy_consumer(mode):
     finally:
         if prod.poll() is None:
             prod.kill()
+
+
+C_CONSUMER = COMMON + r"""
+import cupy as cp
+# The C producer (tests/gpu/gpu_test.c, "producer pool") fills a 64 MiB
+# cuMemAlloc with p[i] = 11 + 7 * i and registers three ranges of it.
+ranges = {"gpu/pool/a": 0, "gpu/pool/b": 4 << 20, "gpu/pool/c": (40 << 20) + 123}
+res = {}
+with gpuipc.connect() as c:
+    for name in ("gpu/pool/c", "gpu/pool/a", "gpu/pool/b"):
+        off = ranges[name]
+        with c.lookup(name, timeout=30) as v:
+            a = cp.asarray(v)            # zero-copy through __cuda_array_interface__
+            i = cp.arange(a.size, dtype=cp.uint64) + off
+            want = ((11 + 7 * i) & 0xFF).astype(cp.uint8)
+            ptr = a.data.ptr
+            base, size = addr_range(ptr)
+            res[name] = dict(equal=bool((a.view(cp.uint8) == want).all()), n=int(a.size),
+                             alloc_size=size, offset=ptr - base)
+            del a
+out(**res)
+"""
+
+
+def test_c_producer_cupy_consumer():
+    gpu_test = os.environ.get("GPUIPC_GPU_TEST")
+    if not gpu_test or not os.environ.get("GPUIPC_GPU_PTX"):
+        pytest.skip("set GPUIPC_GPU_TEST (build/gpu/gpu_test) and GPUIPC_GPU_PTX")
+    prod = subprocess.Popen([gpu_test, "producer", "pool"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        cons = spawn(C_CONSUMER)
+        c = read_json(cons)
+        finish(cons)
+        for name, off in (("gpu/pool/a", 0), ("gpu/pool/b", 4 << 20),
+                          ("gpu/pool/c", (40 << 20) + 123)):
+            r = c[name]
+            assert r["equal"] and r["n"] == 1 << 20, (name, r)
+            # Zero-copy: a view into the producer's whole 64 MiB allocation.
+            assert r["alloc_size"] == 64 << 20 and r["offset"] == off, (name, r)
+        finish(prod)
+    finally:
+        if prod.poll() is None:
+            prod.kill()

@@ -102,6 +102,9 @@ typedef struct gpuipc_info {
         uint32_t alloc_regs;            /* registrations sharing it */
         uint64_t buffer_id;             /* cuda-ipc: the driver's buffer id */
         int has_event;                  /* the producer attached an IPC event */
+        /* The registering process's executable, as the daemon read it when
+         * that process connected; "" when it could not. */
+        const char *owner_exe;
 } gpuipc_info;
 
 /* Daemon-wide counters, from gpuipc_stats_get(). */
@@ -288,6 +291,66 @@ GPUIPC_EXPORT int gpuipc_stat(gpuipc_client *c, const char *name, gpuipc_list **
  * gpuipc_stats_free(). */
 GPUIPC_EXPORT int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats);
 GPUIPC_EXPORT void gpuipc_stats_free(gpuipc_stats *s);
+
+/* ---- operating ---------------------------------------------------------- */
+
+/* One registry event from gpuipc_next_event().  Library-allocated; fields
+ * may be appended in later versions. */
+typedef struct gpuipc_event {
+        const char *type;               /* "registered", "unregistered", "leased",
+                                         * "released" or "revoked" */
+        uint64_t id;                    /* the registration */
+        const char *name;
+        gpuipc_kind kind;
+        uint64_t size;
+        uint32_t leases;                /* its lease count after the event */
+        uint64_t lease;                 /* leased, released: the lease id; else 0 */
+        uint32_t pid, uid;              /* the process that caused it */
+        uint64_t time_ms;               /* Unix time, ms, at the daemon */
+        uint64_t dropped;               /* events lost just before this one, because
+                                         * the caller did not read them in time */
+} gpuipc_event;
+
+/* Subscribes c to registry events of names in namespace prefix (NULL or ""
+ * for all); a second call replaces the prefix.  Events queue in c (up to
+ * 4096; older ones are then dropped and counted) until read with
+ * gpuipc_next_event().  -ENOBUFS when the daemon has too many watchers. */
+GPUIPC_EXPORT int gpuipc_watch(gpuipc_client *c, const char *prefix);
+/* The next event, waiting up to timeout_ms.  -ETIMEDOUT when none came.
+ * The caller frees *ret_event with gpuipc_event_free(). */
+GPUIPC_EXPORT int gpuipc_next_event(gpuipc_client *c, int timeout_ms,
+                                    gpuipc_event **ret_event);
+GPUIPC_EXPORT void gpuipc_event_free(gpuipc_event *e);
+
+/* Removes name from the namespace and takes every lease on it away: the
+ * holders get a `revoked` event.  Needs root or the daemon's admin-group
+ * (-EPERM otherwise).  *ret_leases (may be NULL) is how many were revoked. */
+GPUIPC_EXPORT int gpuipc_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases);
+
+/* The daemon's metrics in the Prometheus text format; free() *ret_text. */
+GPUIPC_EXPORT int gpuipc_metrics_get(gpuipc_client *c, char **ret_text);
+
+/* One CUDA device as this process sees it. */
+typedef struct gpuipc_cuda_device {
+        int ordinal;
+        const char *uuid;               /* "GPU-..." */
+        int vmm_posix_fd;               /* POSIX-fd VMM handles: 1, 0, -1 unknown */
+        int legacy_ipc;                 /* cuIpc* memory handles: 1, 0, -1 unknown */
+} gpuipc_cuda_device;
+
+/* The CUDA driver in this process (loading it if need be). */
+typedef struct gpuipc_cuda_status {
+        int available;                  /* the driver loaded and initialised */
+        const char *reason;             /* why not; "" when available */
+        uint32_t driver_version;        /* e.g. 13000; 0 when unknown */
+        uint32_t n_devices;
+        const gpuipc_cuda_device *devices;
+} gpuipc_cuda_status;
+
+/* Fills *ret_status; fails only for lack of memory.  Free it with
+ * gpuipc_cuda_status_free(). */
+GPUIPC_EXPORT int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status);
+GPUIPC_EXPORT void gpuipc_cuda_status_free(gpuipc_cuda_status *s);
 
 #ifdef __cplusplus
 }

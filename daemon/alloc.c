@@ -91,15 +91,18 @@ static struct alloc *find(const struct alloc_table *T, const struct key *k, uint
         return NULL;
 }
 
-/* Finds or creates the entry of k.  *ret_new says whether it was created. */
-static int get(struct alloc_table *T, const struct key *k, uint64_t size, struct alloc **ret,
-               bool *ret_new)
+/* Finds or creates the entry of k.  *ret_new says whether it was created.
+ * With check_uid, an existing entry is joined only by its creator's uid. */
+static int get(struct alloc_table *T, const struct key *k, uint64_t size, bool check_uid,
+               uint32_t uid, struct alloc **ret, bool *ret_new)
 {
         uint64_t h = key_hash(k);
         struct alloc *a = find(T, k, h);
         int r;
 
         if (a) {
+                if (check_uid && a->uid != uid)
+                        return -EPERM;
                 if (a->size != size)
                         return -EINVAL;
                 a->regs++;
@@ -116,6 +119,7 @@ static int get(struct alloc_table *T, const struct key *k, uint64_t size, struct
         a->buffer_id = k->buffer_id;
         memcpy(a->key, k->alloc_key, ALLOC_KEY_LEN);
         a->size = size;
+        a->uid = uid;
         a->fd = -1;
         a->regs = 1;
         r = hmap_insert(&T->map, &a->node, h);
@@ -139,12 +143,19 @@ int alloc_get_ipc(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
 
         memcpy(k.device, device, ALLOC_UUID_LEN);
         memcpy(k.handle, handle, ALLOC_HANDLE_LEN);
-        return get(T, &k, size, ret, &created);
+        return get(T, &k, size, false, ALLOC_UID_NOBODY, ret, &created);
 }
 
 int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
                   const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size,
                   struct alloc **ret)
+{
+        return alloc_get_vmm_as(T, device, key, fd, size, ALLOC_UID_NOBODY, ret);
+}
+
+int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                     const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
+                     struct alloc **ret)
 {
         struct key k = { .kind = PROTO_KIND_CUDA_VMM };
         struct alloc *a;
@@ -153,7 +164,7 @@ int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
 
         memcpy(k.device, device, ALLOC_UUID_LEN);
         memcpy(k.alloc_key, key, ALLOC_KEY_LEN);
-        r = get(T, &k, size, &a, &created);
+        r = get(T, &k, size, true, uid, &a, &created);
         if (r < 0)
                 return r;
         if (created)

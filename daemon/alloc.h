@@ -28,6 +28,7 @@
 #define ALLOC_UUID_LEN   16u
 #define ALLOC_HANDLE_LEN 64u
 #define ALLOC_KEY_LEN    16u
+#define ALLOC_UID_NOBODY UINT32_MAX     /* a creator no peer matches */
 
 struct alloc {
         struct hmap_node node;
@@ -35,6 +36,7 @@ struct alloc {
         uint64_t size;                  /* alloc_size */
         uint64_t buffer_id;             /* cuda-ipc */
         uint32_t regs;                  /* registrations using it */
+        uint32_t uid;                   /* cuda-vmm: the creator's; only it may join */
         int fd;                         /* cuda-vmm: kept; else -1 */
         uint8_t kind;                   /* PROTO_KIND_CUDA_IPC or _VMM */
         uint8_t device[ALLOC_UUID_LEN];
@@ -65,6 +67,14 @@ int alloc_get_ipc(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
 int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
                   const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size,
                   struct alloc **ret);
+/* alloc_get_vmm() for a peer of uid: a key already in the table is joined
+ * only by the uid that created its entry (-EPERM otherwise), since alloc.key
+ * is shown to every consumer and a squatter could otherwise claim a key
+ * first with another fd.  alloc_get_vmm() creates entries no peer may join
+ * (adopt's, under fresh random keys). */
+int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                     const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
+                     struct alloc **ret);
 /* Drops a reference; frees the entry (closing its fd) with the last.
  * NULL-safe. */
 void alloc_put(struct alloc_table *T, struct alloc *a);

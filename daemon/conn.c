@@ -1,9 +1,12 @@
 /* conn.c: client connections. */
+#include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,9 +14,11 @@
 #include "log.h"
 #include "ops.h"
 #include "waits.h"
+#include "watch.h"
 
 #define READS_PER_WAKEUP 16     /* fairness: then let other connections run */
 #define IOV_BATCH 64
+#define SHUTDOWN_GRACE_MS 1000  /* for peers to take their last frames */
 
 static void on_poll(uv_poll_t *h, int status, int events);
 static void on_closed(uv_handle_t *h);
@@ -24,6 +29,28 @@ static void set_events(struct conn *c, int events)
                 return;
         if (uv_poll_start(&c->poll, events, on_poll) == 0)
                 c->events = events;
+}
+
+/* Backpressure: a peer that does not read its replies is not read either,
+ * once more than two of the largest replies wait.  max_output stays the
+ * hard cap, for replies that others' actions queue (events, wakeups). */
+static bool backlogged(const struct conn *c)
+{
+        return c->out_bytes > 2 * (uint64_t)c->d->cfg.max_frame + PROTO_HDR_LEN;
+}
+
+/* What to poll for now: reads unless doomed or backlogged; writes while
+ * bytes wait, while doomed (closing happens in the writable wakeup), or to
+ * come back for frames left buffered by backpressure. */
+static int wanted_events(const struct conn *c)
+{
+        int ev = 0;
+
+        if (!c->doomed && !backlogged(c))
+                ev |= UV_READABLE;
+        if (c->out_head || c->doomed || c->paused)
+                ev |= UV_WRITABLE;
+        return ev;
 }
 
 int conn_new(struct daemon *d, int fd, struct conn **ret)
@@ -76,6 +103,8 @@ int conn_new(struct daemon *d, int fd, struct conn **ret)
         return 0;
 }
 
+static void grace_done(struct daemon *d);
+
 static void chunk_free(struct daemon *d, struct chunk *k)
 {
         if (k->pin)
@@ -110,6 +139,7 @@ void conn_close(struct conn *c)
                 c->next->prev = c->prev;
         d->n_conns--;
 
+        watch_conn_closed(c);
         waits_cancel_conn(c);
         registry_party_gone(d->reg, &c->party);
         proto_fdq_clear(&c->fdq);
@@ -122,6 +152,8 @@ void conn_close(struct conn *c)
         c->out_tail = NULL;
         c->out_bytes = 0;
         uv_close((uv_handle_t *)&c->poll, on_closed);
+        if (d->grace && !d->conns)
+                grace_done(d);
 }
 
 void conn_doom(struct conn *c)
@@ -136,6 +168,22 @@ void conn_doom(struct conn *c)
 }
 
 int conn_send(struct conn *c, struct proto_out *o, struct reg *pin)
+{
+        return conn_send_fd(c, o, pin, pin ? pin->fd : -1);
+}
+
+/* The peer would wait forever for a reply that was dropped, so a connection
+ * that cannot queue one ends instead. */
+static int send_failed(struct conn *c, int err)
+{
+        log_warn("connection %" PRIu64 " (pid %u): cannot queue a frame: %s; closing it",
+                 c->id, c->party.pid, strerror(-err));
+        c->discard = true;
+        conn_doom(c);
+        return err;
+}
+
+int conn_send_fd(struct conn *c, struct proto_out *o, struct reg *pin, int fd)
 {
         struct chunk *k;
         int r;
@@ -155,15 +203,19 @@ int conn_send(struct conn *c, struct proto_out *o, struct reg *pin)
         }
         k = calloc(1, sizeof(*k));
         if (!k)
-                return -ENOMEM;
+                return send_failed(c, -ENOMEM);
         k->buf = proto_out_release(o, &k->len);
         if (!k->buf) {
                 free(k);
-                return -ENOMEM;
+                return send_failed(c, -ENOMEM);
         }
+        k->fd = -1;
         if (pin) {
+                /* The pin keeps the registration, and so fd, open. */
+                assert(fd >= 0);
                 registry_pin(pin);
                 k->pin = pin;
+                k->fd = fd;
         }
         if (c->out_tail)
                 c->out_tail->next = k;
@@ -178,16 +230,21 @@ int conn_send(struct conn *c, struct proto_out *o, struct reg *pin)
         return 0;
 }
 
+void conn_pack_error_event(struct proto_out *o, int err, const char *message, bool fatal)
+{
+        proto_out_init(o);
+        msgpack_pack_map(&o->pk, 4);
+        proto_pack_kstr(&o->pk, "event", "error");
+        proto_pack_kstr(&o->pk, "code", proto_code_from_errno(err));
+        proto_pack_kstr(&o->pk, "message", message);
+        proto_pack_kbool(&o->pk, "fatal", fatal);
+}
+
 void conn_send_error_event(struct conn *c, int err, const char *message, bool fatal)
 {
         struct proto_out o;
 
-        proto_out_init(&o);
-        msgpack_pack_map(&o.pk, 4);
-        proto_pack_kstr(&o.pk, "event", "error");
-        proto_pack_kstr(&o.pk, "code", proto_code_from_errno(err));
-        proto_pack_kstr(&o.pk, "message", message);
-        proto_pack_kbool(&o.pk, "fatal", fatal);
+        conn_pack_error_event(&o, err, message, fatal);
         (void)conn_send(c, &o, NULL);
         proto_out_free(&o);
         if (fatal)
@@ -208,7 +265,7 @@ static int write_some(struct conn *c)
                 /* A chunk with an fd starts its own sendmsg(), so the fd goes
                  * with its first byte; fd-less chunks after it share it. */
                 if (k->pin && k->off == 0)
-                        fds[nfds++] = k->pin->fd;
+                        fds[nfds++] = k->fd;
                 for (; k && n < IOV_BATCH; k = k->next) {
                         if (n > 0 && k->pin)
                                 break;
@@ -253,21 +310,17 @@ void conn_flush(struct conn *c)
                 return;
         }
         r = write_some(c);
-        if (r == -EAGAIN) {
-                set_events(c, c->doomed ? UV_WRITABLE : UV_READABLE | UV_WRITABLE);
-                return;
-        }
-        if (r < 0) {
+        if (r < 0 && r != -EAGAIN) {
                 log_debug("connection %" PRIu64 " (pid %u): write failed: %s", c->id,
                           c->party.pid, strerror(-r));
                 conn_close(c);
                 return;
         }
-        if (c->doomed) {
+        if (c->doomed && !c->out_head) {
                 conn_close(c);
                 return;
         }
-        set_events(c, UV_READABLE);
+        set_events(c, wanted_events(c));
 }
 
 static void fatal(struct conn *c, int err, const char *message)
@@ -277,14 +330,23 @@ static void fatal(struct conn *c, int err, const char *message)
         conn_send_error_event(c, err, message, true);
 }
 
-/* Dispatches every complete frame.  Stops when the connection is doomed. */
+/* Dispatches every complete frame.  Stops when the connection is doomed,
+ * or backlogged: then the rest waits in the reader (paused) until a flush
+ * has drained the output. */
 static void process_frames(struct conn *c)
 {
+        c->paused = false;
         while (!c->doomed && !c->closed) {
                 const uint8_t *body;
                 uint32_t len;
                 uint64_t off;
-                int r = proto_reader_next(&c->rd, &body, &len, &off);
+                int r;
+
+                if (backlogged(c)) {
+                        c->paused = true;
+                        return;
+                }
+                r = proto_reader_next(&c->rd, &body, &len, &off);
 
                 if (r == 0)
                         return;
@@ -297,9 +359,36 @@ static void process_frames(struct conn *c)
         }
 }
 
+/* Logs how close the daemon is to its fd limit: a full fd table makes the
+ * kernel drop the fds of a message (MSG_CTRUNC) as too many fds would. */
+static void log_fd_use(struct conn *c)
+{
+        struct rlimit rl = { 0 };
+        struct dirent *e;
+        long n = 0;
+        DIR *dir;
+
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+        dir = opendir("/proc/self/fd");
+        if (!dir) {
+                log_warn("connection %" PRIu64 " (pid %u): fds of a message were dropped; "
+                         "cannot count open fds (%m), limit %llu", c->id, c->party.pid,
+                         (unsigned long long)rl.rlim_cur);
+                return;
+        }
+        while ((e = readdir(dir)))
+                n += e->d_name[0] != '.';
+        closedir(dir);
+        log_warn("connection %" PRIu64 " (pid %u): fds of a message were dropped: more than "
+                 "%u in one message, or the daemon is out of fds (%ld open, limit %llu)",
+                 c->id, c->party.pid, PROTO_MAX_PENDING_FDS, n - 1,
+                 (unsigned long long)rl.rlim_cur);
+}
+
 static void read_some(struct conn *c)
 {
-        for (int i = 0; i < READS_PER_WAKEUP && !c->doomed && !c->closed; i++) {
+        for (int i = 0; i < READS_PER_WAKEUP && !c->doomed && !c->closed && !c->paused &&
+             !backlogged(c); i++) {
                 int fds[PROTO_MAX_PENDING_FDS];
                 unsigned nfds = 0;
                 uint8_t *p;
@@ -307,15 +396,21 @@ static void read_some(struct conn *c)
                 ssize_t n;
                 int r = proto_reader_space(&c->rd, &p, &room);
 
+                /* The reader is never full here: complete frames are
+                 * consumed after each read, and reading stops while they
+                 * are paused. */
+                assert(r != -ENOBUFS);
                 if (r < 0) {
-                        fatal(c, r == -ENOMEM ? -ENOMEM : -EIO, "cannot buffer the frame");
+                        fatal(c, -ENOMEM, "out of memory buffering the frame");
                         return;
                 }
                 n = proto_recv(c->fd, p, room, fds, PROTO_MAX_PENDING_FDS, &nfds);
                 if (n == -EAGAIN)
                         return;
                 if (n == -EMSGSIZE) {
-                        fatal(c, -ENOBUFS, "too many fds in one message");
+                        log_fd_use(c);
+                        fatal(c, -ENOBUFS, "too many fds in one message, or the daemon is "
+                              "out of file descriptors");
                         return;
                 }
                 if (n < 0) {
@@ -325,9 +420,13 @@ static void read_some(struct conn *c)
                         return;
                 }
                 if (n == 0) {
+                        /* A half-close: the peer may still read the replies
+                         * to what it sent, so flush them before closing. */
                         for (unsigned k = 0; k < nfds; k++)
                                 close(fds[k]);
-                        conn_close(c);
+                        log_debug("connection %" PRIu64 " (pid %u): end of input", c->id,
+                                  c->party.pid);
+                        conn_doom(c);
                         return;
                 }
                 proto_reader_commit(&c->rd, (size_t)n);
@@ -357,10 +456,63 @@ static void on_poll(uv_poll_t *h, int status, int events)
                 return;
         }
         c->busy = true;
+        if (c->paused)
+                process_frames(c);
         if ((events & UV_READABLE) && !c->doomed)
                 read_some(c);
         if (c->closed)
                 return;
         c->busy = false;
         conn_flush(c);
+}
+
+/* Shutdown: what did not flush within the grace period is dropped. */
+static void on_grace_closed(uv_handle_t *h)
+{
+        free(h);
+}
+
+static void grace_done(struct daemon *d)
+{
+        uv_timer_t *t = d->grace;
+
+        d->grace = NULL;
+        uv_close((uv_handle_t *)t, on_grace_closed);
+}
+
+static void on_grace(uv_timer_t *t)
+{
+        struct daemon *d = t->data;
+
+        if (d->conns)
+                log_info("closing %u connections that did not take their last frames",
+                         d->n_conns);
+        grace_done(d);
+        while (d->conns)
+                conn_close(d->conns);
+}
+
+void conns_shutdown(struct daemon *d)
+{
+        struct conn *c, *next;
+        uv_timer_t *t;
+
+        for (c = d->conns; c; c = next) {
+                next = c->next;
+                waits_shutdown_conn(c);
+                conn_send_error_event(c, -ESHUTDOWN, "the daemon is shutting down", true);
+                conn_flush(c);          /* non-blocking; may close c */
+        }
+        if (!d->conns || d->grace)
+                return;
+        t = malloc(sizeof(*t));
+        if (!t || uv_timer_init(d->loop, t) < 0) {
+                free(t);
+                while (d->conns)
+                        conn_close(d->conns);
+                return;
+        }
+        t->data = d;
+        d->grace = t;
+        (void)uv_timer_start(t, on_grace, SHUTDOWN_GRACE_MS, 0);
 }

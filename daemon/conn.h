@@ -22,7 +22,8 @@ struct waiter;
 
 struct chunk {
         struct chunk *next;
-        struct reg *pin;                /* its fd travels with byte 0 */
+        struct reg *pin;                /* keeps fd open; fd travels with byte 0 */
+        int fd;                         /* with pin: pin->fd or pin->ro_fd */
         size_t len, off;                /* off: bytes already written */
         uint8_t *buf;
 };
@@ -46,6 +47,7 @@ struct conn {
         bool doomed : 1;                /* to be closed once it is safe */
         bool busy : 1;                  /* inside its own read callback */
         bool discard : 1;               /* doomed for its backlog: do not flush */
+        bool paused : 1;                /* frames left in rd by backpressure */
 };
 
 static inline struct conn *conn_from_party(struct reg_party *p)
@@ -67,9 +69,18 @@ void conn_doom(struct conn *c);
  * queued); -ENOBUFS if the connection exceeded its output limit (it is
  * doomed). */
 int conn_send(struct conn *c, struct proto_out *o, struct reg *pin);
+/* conn_send() with an fd of pin other than pin->fd (e.g. pin->ro_fd).  On
+ * -ENOMEM the connection is doomed, since its peer would wait forever. */
+int conn_send_fd(struct conn *c, struct proto_out *o, struct reg *pin, int fd);
+/* Starts o as an error event frame (the one place that packs them). */
+void conn_pack_error_event(struct proto_out *o, int err, const char *message, bool fatal);
 /* Queues an error event; with fatal, dooms the connection after it. */
 void conn_send_error_event(struct conn *c, int err, const char *message, bool fatal);
 /* Writes what the socket takes now. */
 void conn_flush(struct conn *c);
+/* Daemon shutdown: answers waiting lookups and sends every connection a
+ * fatal shutting_down event, writes what the sockets take without blocking,
+ * and closes the rest after a short grace period. */
+void conns_shutdown(struct daemon *d);
 
 #endif

@@ -9,6 +9,7 @@
 #include "cuda_reg.h"
 #include "daemon.h"
 #include "log.h"
+#include "watch.h"
 
 uint64_t now_unix_ms(void)
 {
@@ -71,6 +72,7 @@ static void on_freed(struct reg *r, void *userdata)
         struct daemon *d = userdata;
 
         log_debug("freeing registration %" PRIu64 " (%s)", r->id, r->name);
+        watch_reg_freed(r);
         if (r->cuda) {
                 /* A cuda-vmm fd is the allocation entry's, shared. */
                 reg_cuda_free(&d->allocs, r->cuda);
@@ -78,7 +80,9 @@ static void on_freed(struct reg *r, void *userdata)
         } else if (r->fd >= 0) {
                 close(r->fd);
         }
-        r->fd = -1;
+        if (r->ro_fd >= 0)
+                close(r->ro_fd);
+        r->fd = r->ro_fd = -1;
 }
 
 int daemon_init(struct daemon *d)
@@ -87,6 +91,10 @@ int daemon_init(struct daemon *d)
                 .released = on_released,
                 .freed = on_freed,
                 .revoked = on_revoked,
+                .added = watch_on_added,
+                .removed = watch_on_removed,
+                .leased = watch_on_leased,
+                .unleased = watch_on_unleased,
         };
         int r;
 
@@ -104,8 +112,7 @@ int daemon_init(struct daemon *d)
 
 void daemon_close_connections(struct daemon *d)
 {
-        while (d->conns)
-                conn_close(d->conns);
+        conns_shutdown(d);
 }
 
 void daemon_done(struct daemon *d)

@@ -10,22 +10,12 @@
 #include <uv.h>
 
 #include "alloc.h"
+#include "config.h"
 #include "hmap.h"
 #include "registry.h"
 
 struct conn;
 struct gpu;
-
-struct config {
-        const char *socket_path;
-        mode_t socket_mode;
-        uint32_t max_frame;
-        uint32_t max_connections;
-        uint32_t max_registrations;     /* live ones, per connection */
-        uint32_t max_leases;            /* per connection */
-        uint32_t max_waits;             /* per connection */
-        uint64_t max_output;            /* unsent reply bytes per connection */
-};
 
 struct daemon {
         uv_loop_t *loop;
@@ -40,6 +30,7 @@ struct daemon {
         uint64_t requests, errors;      /* replies sent, and those that failed */
         uint64_t start_ms;              /* uv_now() at startup */
         bool stopping;
+        uv_timer_t *grace;              /* shutdown: ends connections slow to flush */
 };
 
 /* Unix time in milliseconds. */
@@ -47,7 +38,8 @@ uint64_t now_unix_ms(void);
 
 /* Creates the registry and tables; d->loop and d->cfg must be set. */
 int daemon_init(struct daemon *d);
-/* Closes every connection (their handles finish closing in the loop). */
+/* Shuts every connection down: a fatal shutting_down event, then closing
+ * once flushed or after a short grace period (handles finish in the loop). */
 void daemon_close_connections(struct daemon *d);
 /* Frees the registry and tables once the loop has no handles left. */
 void daemon_done(struct daemon *d);

@@ -19,8 +19,6 @@ int host_check_fd(int fd, uint64_t offset, uint64_t size, const char **ret_why)
                 why = "memfd is not sealed against shrinking (F_SEAL_SHRINK)";
         else if (fstat(fd, &st) < 0)
                 why = "cannot stat the memfd";
-        else if (size < 1)
-                why = "size must be at least 1";
         else if (offset > UINT64_MAX - size || (uint64_t)st.st_size < offset + size)
                 why = "memfd is smaller than offset + size";
         if (why) {

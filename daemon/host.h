@@ -5,8 +5,8 @@
 #include <stdint.h>
 
 /* The fd must be a memfd sealed against shrinking (so the consumer's mapping
- * cannot lose its pages under it) that holds offset + size bytes.  Returns 0
- * or -EBADF with a static reason. */
+ * cannot lose its pages under it) that holds offset + size bytes; size is at
+ * least 1 (register checks).  Returns 0 or -EBADF with a static reason. */
 int host_check_fd(int fd, uint64_t offset, uint64_t size, const char **ret_why);
 
 #endif

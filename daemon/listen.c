@@ -153,12 +153,7 @@ static void refuse(struct listener *l, int fd)
         struct proto_out o;
         int r;
 
-        proto_out_init(&o);
-        msgpack_pack_map(&o.pk, 4);
-        proto_pack_kstr(&o.pk, "event", "error");
-        proto_pack_kstr(&o.pk, "code", proto_code_from_errno(-ENOBUFS));
-        proto_pack_kstr(&o.pk, "message", "too many connections");
-        proto_pack_kbool(&o.pk, "fatal", true);
+        conn_pack_error_event(&o, -ENOBUFS, "too many connections", true);
         r = proto_out_finish(&o, l->d->cfg.max_frame);
         if (r == 0) {
                 struct iovec iov = { .iov_base = o.sb.data, .iov_len = o.sb.size };

@@ -1,6 +1,8 @@
 /* main.c: gpuipcd's command line, startup and ordered shutdown. */
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,136 +14,92 @@
 #include <uv.h>
 
 #include "gpuipc.h"
+#include "config.h"
 #include "daemon.h"
 #include "listen.h"
 #include "log.h"
+#include "metrics_http.h"
+#include "ops.h"
+#include "watch.h"
 #include "proto.h"
 #include "sd.h"
-
-#define MIN_FRAME 1024u
 
 static struct daemon daemon_state;
 static struct listener listener;
 static uv_signal_t sig_term, sig_int;
+static uv_timer_t watchdog;
+static bool watchdog_on;
 
 static void usage(FILE *f)
 {
+        const struct config_key_info *k;
+        size_t n;
+
         fprintf(f,
                 "Usage: gpuipcd [OPTION]...\n"
                 "Broker zero-copy buffer handoff between processes over an AF_UNIX socket.\n"
                 "\n"
-                "  --socket PATH            socket to listen on (default: $GPUIPC_SOCKET,\n"
-                "                           else " GPUIPC_DEFAULT_SOCKET ")\n"
-                "  --socket-mode OCTAL      permissions of the socket (default 0660)\n"
-                "  --max-frame N            largest frame body, %u to %u (default %u)\n"
-                "  --max-connections N      open connections (default 1024)\n"
-                "  --max-registrations N    live registrations per connection (default 16384)\n"
-                "  --max-leases N           leases per connection (default 16384)\n"
-                "  --max-waits N            waiting lookups per connection (default 256)\n"
-                "  --max-output N           unsent reply bytes per connection before it is\n"
-                "                           closed (default 16777216)\n"
-                "  --log-level 0-7          most verbose syslog level logged (default 6)\n"
-                "  -h, --help               show this help\n"
-                "  -V, --version            show the version\n"
+                "Every setting below is also a key of the configuration file\n"
+                "(" CONFIG_DEFAULT_PATH " and " CONFIG_DEFAULT_PATH ".d/*.conf,\n"
+                "'key=value' lines; see gpuipcd.conf(5)); flags win over files.\n"
+                "\n");
+        k = config_keys(&n);
+        for (size_t i = 0; i < n; i++) {
+                char lhs[64];
+                snprintf(lhs, sizeof(lhs), "--%s %s", k[i].name, k[i].arg);
+                fprintf(f, "  %-26s %s\n", lhs, k[i].help);
+        }
+        fprintf(f,
+                "  --config PATH              read PATH and PATH.d/*.conf instead of\n"
+                "                             " CONFIG_DEFAULT_PATH "\n"
+                "  --no-config                read no configuration file\n"
+                "  -h, --help                 show this help\n"
+                "  -V, --version              show the version\n"
                 "\n"
                 "Under systemd, a passed listening socket (LISTEN_FDS) is used instead of\n"
-                "--socket, and readiness is reported through NOTIFY_SOCKET.\n",
-                MIN_FRAME, PROTO_MAX_FRAME_LIMIT, PROTO_MAX_FRAME);
+                "--socket, readiness is reported through NOTIFY_SOCKET, and WATCHDOG_USEC\n"
+                "is honoured.\n");
 }
 
-/* Parses an unsigned number in [min, max]; base 0 accepts 0x and 0 prefixes. */
-static int parse_num(const char *opt, const char *s, int base, uint64_t min, uint64_t max,
-                     uint64_t *ret)
+#define OPT_CONFIG    0x100
+#define OPT_NO_CONFIG 0x101
+#define OPT_KEY       0x200     /* + index into config_keys() */
+
+/* Defaults, then the configuration files, then the flags: the flags are
+ * collected first so that --config can name the file they override. */
+static int parse_args(int argc, char **argv, struct config *cfg)
 {
-        unsigned long long v;
-        char *end;
+        struct option opts[64];
+        const struct config_key_info *keys;
+        const char *path = CONFIG_DEFAULT_PATH;
+        bool explicit_path = false, no_config = false;
+        int (*flags)[2];        /* key index, argv index of the value */
+        char err[600];
+        size_t nkeys, nopts = 0, nflags = 0;
+        int c, r = 0;
 
-        errno = 0;
-        if (!*s || *s == '-')
-                goto bad;
-        v = strtoull(s, &end, base);
-        if (errno || *end || v < min || v > max)
-                goto bad;
-        *ret = v;
-        return 0;
-bad:
-        fprintf(stderr, "gpuipcd: --%s: '%s' is not a number from %" PRIu64 " to %" PRIu64 "\n",
-                opt, s, min, max);
-        return -EINVAL;
-}
+        keys = config_keys(&nkeys);
+        assert(nkeys + 5 <= sizeof(opts) / sizeof(opts[0]));
+        for (size_t i = 0; i < nkeys; i++)
+                opts[nopts++] = (struct option) { keys[i].name, required_argument, NULL,
+                                                  OPT_KEY + (int)i };
+        opts[nopts++] = (struct option) { "config", required_argument, NULL, OPT_CONFIG };
+        opts[nopts++] = (struct option) { "no-config", no_argument, NULL, OPT_NO_CONFIG };
+        opts[nopts++] = (struct option) { "help", no_argument, NULL, 'h' };
+        opts[nopts++] = (struct option) { "version", no_argument, NULL, 'V' };
+        opts[nopts] = (struct option) { 0 };
 
-static int parse_args(int argc, char **argv, struct config *cfg, int *ret_level)
-{
-        enum {
-                OPT_SOCKET = 0x100, OPT_MODE, OPT_FRAME, OPT_CONNS, OPT_REGS, OPT_LEASES,
-                OPT_WAITS, OPT_OUTPUT, OPT_LEVEL,
-        };
-        static const struct option opts[] = {
-                { "socket",            required_argument, NULL, OPT_SOCKET },
-                { "socket-mode",       required_argument, NULL, OPT_MODE },
-                { "max-frame",         required_argument, NULL, OPT_FRAME },
-                { "max-connections",   required_argument, NULL, OPT_CONNS },
-                { "max-registrations", required_argument, NULL, OPT_REGS },
-                { "max-leases",        required_argument, NULL, OPT_LEASES },
-                { "max-waits",         required_argument, NULL, OPT_WAITS },
-                { "max-output",        required_argument, NULL, OPT_OUTPUT },
-                { "log-level",         required_argument, NULL, OPT_LEVEL },
-                { "help",              no_argument,       NULL, 'h' },
-                { "version",           no_argument,       NULL, 'V' },
-                {}
-        };
-        const char *env = getenv("GPUIPC_SOCKET");
-        uint64_t v;
-        int c, idx = -1, r = 0;
-
-        *cfg = (struct config) {
-                .socket_path = env && *env ? env : GPUIPC_DEFAULT_SOCKET,
-                .socket_mode = 0660,
-                .max_frame = PROTO_MAX_FRAME,
-                .max_connections = 1024,
-                .max_registrations = 16384,
-                .max_leases = 16384,
-                .max_waits = 256,
-                .max_output = 16u << 20,
-        };
-        *ret_level = LOG_LVL_INFO;
-        while (r == 0 && (c = getopt_long(argc, argv, "hV", opts, &idx)) >= 0) {
-                const char *o = idx >= 0 ? opts[idx].name : "option";
+        flags = calloc((size_t)argc + 1, sizeof(*flags));
+        if (!flags)
+                return -ENOMEM;
+        while (r == 0 && (c = getopt_long(argc, argv, "hV", opts, NULL)) >= 0) {
                 switch (c) {
-                case OPT_SOCKET:
-                        cfg->socket_path = optarg;
+                case OPT_CONFIG:
+                        path = optarg;
+                        explicit_path = true;
                         break;
-                case OPT_MODE:
-                        if ((r = parse_num(o, optarg, 8, 0, 07777, &v)) == 0)
-                                cfg->socket_mode = (mode_t)v;
-                        break;
-                case OPT_FRAME:
-                        if ((r = parse_num(o, optarg, 0, MIN_FRAME, PROTO_MAX_FRAME_LIMIT, &v)) == 0)
-                                cfg->max_frame = (uint32_t)v;
-                        break;
-                case OPT_CONNS:
-                        if ((r = parse_num(o, optarg, 0, 1, 1u << 20, &v)) == 0)
-                                cfg->max_connections = (uint32_t)v;
-                        break;
-                case OPT_REGS:
-                        if ((r = parse_num(o, optarg, 0, 1, UINT32_MAX, &v)) == 0)
-                                cfg->max_registrations = (uint32_t)v;
-                        break;
-                case OPT_LEASES:
-                        if ((r = parse_num(o, optarg, 0, 1, UINT32_MAX, &v)) == 0)
-                                cfg->max_leases = (uint32_t)v;
-                        break;
-                case OPT_WAITS:
-                        if ((r = parse_num(o, optarg, 0, 0, UINT32_MAX, &v)) == 0)
-                                cfg->max_waits = (uint32_t)v;
-                        break;
-                case OPT_OUTPUT:
-                        if ((r = parse_num(o, optarg, 0, 1, UINT64_MAX >> 1, &v)) == 0)
-                                cfg->max_output = v;
-                        break;
-                case OPT_LEVEL:
-                        if ((r = parse_num(o, optarg, 10, 0, 7, &v)) == 0)
-                                *ret_level = (int)v;
+                case OPT_NO_CONFIG:
+                        no_config = true;
                         break;
                 case 'h':
                         usage(stdout);
@@ -150,7 +108,13 @@ static int parse_args(int argc, char **argv, struct config *cfg, int *ret_level)
                         printf("gpuipcd %s (protocol %u)\n", GPUIPC_VERSION, PROTO_VERSION);
                         exit(EXIT_SUCCESS);
                 default:
-                        r = -EINVAL;
+                        if (c < OPT_KEY || c >= OPT_KEY + (int)nkeys) {
+                                r = -EINVAL;
+                                break;
+                        }
+                        flags[nflags][0] = c - OPT_KEY;
+                        flags[nflags][1] = optind - 1;
+                        nflags++;
                         break;
                 }
         }
@@ -158,10 +122,27 @@ static int parse_args(int argc, char **argv, struct config *cfg, int *ret_level)
                 fprintf(stderr, "gpuipcd: unexpected argument '%s'\n", argv[optind]);
                 r = -EINVAL;
         }
-        /* A connection must be able to queue at least one largest reply. */
-        if (r == 0 && cfg->max_output < (uint64_t)cfg->max_frame + PROTO_HDR_LEN) {
-                fprintf(stderr, "gpuipcd: --max-output must be at least --max-frame + %u\n",
-                        PROTO_HDR_LEN);
+        if (r == 0 && no_config && explicit_path) {
+                fprintf(stderr, "gpuipcd: --config and --no-config exclude each other\n");
+                r = -EINVAL;
+        }
+        config_defaults(cfg);
+        if (r == 0 && !no_config) {
+                r = config_load(cfg, path, explicit_path, err, sizeof(err));
+                if (r < 0) {
+                        fprintf(stderr, "gpuipcd: %s\n", err);
+                        free(flags);
+                        return -EBADF;  /* not a usage error: no usage text */
+                }
+        }
+        for (size_t i = 0; r == 0 && i < nflags; i++) {
+                r = config_set(cfg, keys[flags[i][0]].name, argv[flags[i][1]], err, sizeof(err));
+                if (r < 0)
+                        fprintf(stderr, "gpuipcd: --%s\n", err);
+        }
+        free(flags);
+        if (r == 0 && config_check(cfg, err, sizeof(err)) < 0) {
+                fprintf(stderr, "gpuipcd: %s\n", err);
                 r = -EINVAL;
         }
         return r;
@@ -177,14 +158,76 @@ static void on_signal(uv_signal_t *h, int signum)
         log_info("received %s, shutting down (%u connections, %" PRIu64 " registrations)",
                  strsignal(signum), d->n_conns, registry_counters(d->reg)->registrations);
         listener_close(&listener);
+        mhttp_stop();
+        if (watchdog_on)
+                uv_close((uv_handle_t *)&watchdog, NULL);
+        watchdog_on = false;
         (void)sd_notify_send("STOPPING=1");
         daemon_close_connections(d);
         uv_close((uv_handle_t *)&sig_term, NULL);
         uv_close((uv_handle_t *)&sig_int, NULL);
 }
 
+/* WATCHDOG=1 with a STATUS= line, at half of systemd's interval: a loop
+ * that stops turning stops the pings and gets the service restarted. */
+static void on_watchdog(uv_timer_t *t)
+{
+        struct daemon *d = t->data;
+        char msg[160];
+
+        snprintf(msg, sizeof(msg), "WATCHDOG=1\nSTATUS=%" PRIu32 " connections, %" PRIu64
+                 " registrations, %" PRIu64 " leases", d->n_conns,
+                 registry_counters(d->reg)->live, registry_counters(d->reg)->leases);
+        (void)sd_notify_send(msg);
+}
+
+/* $WATCHDOG_USEC, when set for this process ($WATCHDOG_PID unset or ours). */
+static void start_watchdog(struct daemon *d)
+{
+        const char *usec_s = getenv("WATCHDOG_USEC"), *pid_s = getenv("WATCHDOG_PID");
+        unsigned long long usec;
+        char *end;
+
+        if (!usec_s || !*usec_s)
+                return;
+        if (pid_s && *pid_s && strtoll(pid_s, &end, 10) != (long long)getpid())
+                return;
+        errno = 0;
+        usec = strtoull(usec_s, &end, 10);
+        if (errno || *end || usec < 2000) {
+                log_warn("ignoring WATCHDOG_USEC='%s'", usec_s);
+                return;
+        }
+        uv_timer_init(d->loop, &watchdog);
+        watchdog.data = d;
+        uv_timer_start(&watchdog, on_watchdog, 0, usec / 2000);
+        watchdog_on = true;
+        log_debug("watchdog: pinging every %llu ms", usec / 2000);
+}
+
+/* admin-group by name, resolved once: NSS may block, the loop must not. */
+static int resolve_admin_group(const struct config *cfg)
+{
+        struct group *g;
+
+        if (!cfg->admin_group[0]) {
+                ops_admin_set_group(false, 0);
+                return 0;
+        }
+        errno = 0;
+        g = getgrnam(cfg->admin_group);
+        if (!g) {
+                log_error("admin-group '%s': %s", cfg->admin_group,
+                          errno ? strerror(errno) : "no such group");
+                return -ENOENT;
+        }
+        ops_admin_set_group(true, g->gr_gid);
+        return 0;
+}
+
 static int start(struct daemon *d)
 {
+        char err[300];
         char status[256];
         int r, fd;
 
@@ -205,6 +248,15 @@ static int start(struct daemon *d)
                 listener_close(&listener);
                 return r;
         }
+        if (d->cfg.metrics_listen[0]) {
+                r = mhttp_start(d, d->cfg.metrics_listen, err, sizeof(err));
+                if (r < 0) {
+                        log_error("%s", err);
+                        listener_close(&listener);
+                        return r;
+                }
+                log_info("serving metrics on %s", d->cfg.metrics_listen);
+        }
         sig_term.data = sig_int.data = d;
         uv_signal_init(d->loop, &sig_term);
         uv_signal_init(d->loop, &sig_int);
@@ -220,6 +272,7 @@ static int start(struct daemon *d)
         r = sd_notify_send(status);
         if (r < 0)
                 log_warn("cannot notify systemd: %s", strerror(-r));
+        start_watchdog(d);
         return 0;
 }
 
@@ -241,13 +294,16 @@ int main(int argc, char **argv)
 {
         struct daemon *d = &daemon_state;
         uv_loop_t loop;
-        int level, r;
+        int r;
 
-        if (parse_args(argc, argv, &d->cfg, &level) < 0) {
-                usage(stderr);
+        r = parse_args(argc, argv, &d->cfg);
+        if (r == -EBADF)
+                return 1;
+        if (r < 0) {
+                fprintf(stderr, "Try 'gpuipcd --help'.\n");
                 return 2;
         }
-        log_set_level(level);
+        log_set_level(d->cfg.log_level);
         signal(SIGPIPE, SIG_IGN);
         raise_fd_limit();
 
@@ -257,6 +313,8 @@ int main(int argc, char **argv)
                 return 1;
         }
         d->loop = &loop;
+        if (resolve_admin_group(&d->cfg) < 0)
+                return 1;
         r = daemon_init(d);
         if (r < 0) {
                 log_error("cannot set up: %s", strerror(-r));
@@ -268,11 +326,13 @@ int main(int argc, char **argv)
                 /* Let the handles that did open finish closing. */
                 uv_run(&loop, UV_RUN_DEFAULT);
                 daemon_done(d);
+                watch_done();
                 uv_loop_close(&loop);
                 return 1;
         }
         uv_run(&loop, UV_RUN_DEFAULT);
         daemon_done(d);
+        watch_done();
         r = uv_loop_close(&loop);
         if (r < 0)
                 log_warn("event loop still had handles at exit: %s", uv_strerror(r));

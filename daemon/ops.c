@@ -9,7 +9,9 @@
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
 #include "log.h"
+#include "metrics.h"
 #include "ops.h"
+#include "watch.h"
 
 #define SERVER_NAME "gpuipcd " GPUIPC_VERSION
 
@@ -28,6 +30,9 @@ static const struct op {
         { "stat",       op_stat,       true },
         { "stats",      op_stats,      true },
         { "adopt",      op_adopt,      true },
+        { "watch",      op_watch,      true },
+        { "revoke",     op_revoke,     true },
+        { "metrics",    op_metrics,    true },
 };
 
 int req_fail(struct req *q, int err, const char *fmt, ...)
@@ -38,6 +43,14 @@ int req_fail(struct req *q, int err, const char *fmt, ...)
         vsnprintf(q->msg, sizeof(q->msg), fmt, ap);
         va_end(ap);
         return err;
+}
+
+int req_fail_name(struct req *q, const char *what, const char *name, size_t len,
+                  const char *why)
+{
+        /* Echo at most a valid name's worth of what the peer sent. */
+        return req_fail(q, -EINVAL, "%s '%.*s': %s", what,
+                        (int)(len > PROTO_NAME_MAX ? PROTO_NAME_MAX : len), name, why);
 }
 
 void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields)
@@ -61,7 +74,12 @@ void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message)
 
 int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin)
 {
-        int r = conn_send(c, o, pin);
+        return reply_send_fd(c, seq, o, pin, pin ? pin->fd : -1);
+}
+
+int reply_send_fd(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin, int fd)
+{
+        int r = conn_send_fd(c, o, pin, fd);
 
         if (r == -EMSGSIZE) {
                 ops_reply_error(c, seq, -EMSGSIZE, "the reply would exceed max_frame");
@@ -92,11 +110,12 @@ void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle)
                 pk->callback(pk->data, (const char *)r->meta, r->meta_len);
         }
         proto_pack_str(pk, "owner");
-        msgpack_pack_map(pk, 4);
+        msgpack_pack_map(pk, 5);
         proto_pack_ku64(pk, "pid", r->pid);
         proto_pack_ku64(pk, "uid", r->uid);
         proto_pack_ku64(pk, "gid", r->gid);
         proto_pack_kbool(pk, "connected", r->owner != NULL);
+        proto_pack_kstr(pk, "exe", watch_reg_exe(r->id));
         proto_pack_ku64(pk, "created_ms", r->created_ms);
         proto_pack_ku64(pk, "leases", r->leases);
         proto_pack_kbool(pk, "ephemeral", r->ephemeral);
@@ -121,9 +140,7 @@ int req_target(struct req *q, struct target *ret)
         if (rn < 0 && ri < 0)
                 return req_fail(q, -EINVAL, "name or id is required");
         if (rn == 0 && proto_name_check(t.name, t.name_len, &why) < 0)
-                return req_fail(q, -EINVAL, "name '%.*s': %s",
-                                (int)(t.name_len > PROTO_NAME_MAX ? PROTO_NAME_MAX : t.name_len),
-                                t.name, why);
+                return req_fail_name(q, "name", t.name, t.name_len, why);
         t.by_id = ri == 0;
         *ret = t;
         return 0;
@@ -161,6 +178,7 @@ int op_hello(struct req *q)
         proto_out_free(&o);
         if (r == 0 && !c->hello) {
                 c->hello = true;
+                watch_conn_hello(c);
                 log_debug("connection %" PRIu64 " (pid %u): hello, client '%.*s'", c->id,
                           c->party.pid, (int)client_len, client);
         }
@@ -244,8 +262,10 @@ static int prepare_and_run(struct req *q, uint64_t off)
         int r;
 
         r = proto_get_u64(q->m, "fds", &nfds);
-        if (r == -EINVAL || nfds > PROTO_MAX_FDS)
+        if (r == -EINVAL || nfds > PROTO_MAX_FDS) {
+                proto_fdq_drop_frame(&c->fdq, off, q->end);
                 return req_fail(q, -EINVAL, "fds must be a uint from 0 to %u", PROTO_MAX_FDS);
+        }
         if (nfds > 0) {
                 r = proto_fdq_take(&c->fdq, off, (unsigned)nfds, q->fds);
                 if (r < 0)
@@ -258,33 +278,58 @@ static int prepare_and_run(struct req *q, uint64_t off)
         if (r < 0)
                 return req_fail(q, -EINVAL, "op must be a str");
         op = find_op(name, len);
+        q->op = op ? op->name : NULL;
+        /* Before hello, even an unknown op is hello_required, as documented. */
+        if ((!op || op->needs_hello) && !c->hello)
+                return req_fail(q, -EPROTO, "the first request must be hello");
         if (!op)
                 return req_fail(q, -ENOSYS, "unknown op '%.*s'", (int)(len > 64 ? 64 : len),
                                 name);
-        if (op->needs_hello && !c->hello)
-                return req_fail(q, -EPROTO, "the first request must be hello");
         return op->fn(q);
+}
+
+/* A frame refused before dispatch must not leave its fds for the next
+ * frame to claim: closes the fds it declares, or when that is unknown,
+ * every fd that arrived with its bytes. */
+static void drop_refused_fds(struct req *q, uint64_t off)
+{
+        uint64_t n;
+
+        if (q->m && proto_get_u64(q->m, "fds", &n) == 0 && n <= PROTO_MAX_FDS) {
+                if (n > 0 && proto_fdq_take(&q->c->fdq, off, (unsigned)n, q->fds) == 0)
+                        q->nfds = (unsigned)n;  /* closed on the way out */
+                return;
+        }
+        proto_fdq_drop_frame(&q->c->fdq, off, q->end);
 }
 
 void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t off)
 {
-        struct req q = { .c = c };
+        struct req q = { .c = c, .end = off + PROTO_HDR_LEN + len };
         struct proto_msg m;
         const char *why = "malformed frame";
+        uint64_t t0;
         int r;
 
         r = proto_decode(body, len, &m, &why);
         if (r < 0) {
+                drop_refused_fds(&q, off);
                 error_event(c, r == -ENOMEM ? -ENOMEM : -EBADMSG,
                             r == -ENOMEM ? "out of memory decoding the frame" : why);
                 goto out;
         }
         q.m = m.root;
         if (proto_get_u64(q.m, "seq", &q.seq) < 0) {
+                drop_refused_fds(&q, off);
                 error_event(c, -EINVAL, "request has no uint seq");
                 goto out;
         }
+        /* Requests are timed from here: decoding is the same for all. */
+        t0 = uv_hrtime();
+        watch_set_actor(&c->party);
         r = prepare_and_run(&q, off);
+        watch_set_actor(NULL);
+        metrics_request(q.op, r, uv_hrtime() - t0);
         if (r < 0) {
                 log_debug("connection %" PRIu64 " (pid %u): seq %" PRIu64 ": %s: %s", c->id,
                           c->party.pid, q.seq, proto_code_from_errno(r), q.msg);

@@ -21,6 +21,8 @@ struct req {
         uint64_t seq;
         int fds[PROTO_MAX_FDS];         /* set an entry to -1 to keep that fd */
         unsigned nfds;
+        uint64_t end;                   /* stream offset just past the frame */
+        const char *op;                 /* the op table's name, once found */
         char msg[REQ_MSG_MAX];
 };
 
@@ -28,20 +30,27 @@ void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t of
 
 /* Formats the error message of q and returns err. */
 int req_fail(struct req *q, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* req_fail() with -EINVAL for an invalid name (or prefix) what: echoes at
+ * most PROTO_NAME_MAX bytes of it and the reason why. */
+int req_fail_name(struct req *q, const char *what, const char *name, size_t len,
+                  const char *why);
 
 /* Starts a reply map of nfields fields besides seq, and packs seq. */
 void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields);
 /* Sends a finished reply, counting it; a reply over max_frame is turned
  * into a too_large error. */
 int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin);
+/* reply_send() with an fd of pin other than pin->fd (its ro_fd). */
+int reply_send_fd(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin, int fd);
 void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message);
 
 /* Packs the registration record of r; with_handle adds a cuda-ipc handle
  * or a cuda-vmm alloc.key (lookup replies only). */
 void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle);
 void pack_record(msgpack_packer *pk, const struct reg *r);
-/* Answers a lookup of r for c: a lease, the record and r's fd. */
-void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r);
+/* Answers a lookup of r for c: a lease, the record and an fd (for host, the
+ * read-only one unless writable, which needs the owner's uid or root). */
+void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable);
 
 /* Validates a request's meta map and packs its known keys into o.  Returns 0
  * (o empty when meta has none of them), or -EINVAL with req_fail(). */
@@ -70,5 +79,11 @@ int op_unregister(struct req *q);
 int op_list(struct req *q);
 int op_stat(struct req *q);
 int op_stats(struct req *q);
+/* ops_admin.c */
+int op_watch(struct req *q);
+int op_revoke(struct req *q);
+int op_metrics(struct req *q);
+/* Members of gid may revoke (set false: root only). */
+void ops_admin_set_group(bool set, gid_t gid);
 
 #endif

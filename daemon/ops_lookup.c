@@ -7,15 +7,32 @@
 #include "ops.h"
 #include "waits.h"
 
-void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r)
+/* A host lookup gets the read-only fd: a read-write one would let any
+ * consumer punch holes in, truncate (up to the seals) or seal the producer's
+ * memfd.  The read-write fd goes only to the owner's uid and root, who could
+ * write the producer's memory anyway.  (CUDA kinds have one fd; writable
+ * does not apply to them.) */
+static bool may_write(const struct conn *c, const struct reg *r)
+{
+        return c->party.uid == r->uid || c->party.uid == 0;
+}
+
+void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable)
 {
         struct registry *R = c->d->reg;
         struct proto_out o;
         bool has_fd = r->kind != PROTO_KIND_CUDA_IPC;
+        int fd = r->kind == PROTO_KIND_HOST && !writable ? r->ro_fd : r->fd;
         struct lease *l;
-        char msg[128];
+        char msg[PROTO_NAME_MAX + 128];
         int k;
 
+        if (writable && r->kind == PROTO_KIND_HOST && !may_write(c, r)) {
+                snprintf(msg, sizeof(msg), "%s belongs to uid %u; only that uid or root may "
+                         "map it writable", r->name, r->uid);
+                ops_reply_error(c, seq, -EPERM, msg);
+                return;
+        }
         if (c->party.n_leases >= c->d->cfg.max_leases) {
                 snprintf(msg, sizeof(msg), "this connection holds %u leases (--max-leases)",
                          c->party.n_leases);
@@ -36,7 +53,7 @@ void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r)
         /* The queued frame pins r, so the fd outlives a release or an
          * unregister that comes before the kernel has taken it.  A
          * cuda-ipc record carries a handle instead of an fd. */
-        k = reply_send(c, seq, &o, has_fd ? r : NULL);
+        k = reply_send_fd(c, seq, &o, has_fd ? r : NULL, has_fd ? fd : -1);
         proto_out_free(&o);
         if (k < 0)
                 registry_lease_undo(R, l);
@@ -48,6 +65,7 @@ int op_lookup(struct req *q)
         struct registry *R = c->d->reg;
         struct target t;
         uint64_t wait_ms = 0;
+        bool writable = false;
         struct reg *r;
         int k;
 
@@ -59,6 +77,9 @@ int op_lookup(struct req *q)
                 return req_fail(q, -EINVAL, "wait_ms must be a uint");
         if (wait_ms > PROTO_WAIT_MAX_MS)
                 return req_fail(q, -EINVAL, "wait_ms is above %u", PROTO_WAIT_MAX_MS);
+        k = proto_get_bool(q->m, "writable", &writable);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "writable must be a bool");
         if (t.by_id) {
                 r = registry_find_id(R, t.id);
                 if (!r || !r->live)
@@ -70,7 +91,7 @@ int op_lookup(struct req *q)
                         return req_fail(q, -ENOENT, "no registration named %.*s",
                                         (int)t.name_len, t.name);
                 if (!r) {
-                        k = waits_add(c, q->seq, t.name, t.name_len, wait_ms);
+                        k = waits_add(c, q->seq, t.name, t.name_len, wait_ms, writable);
                         if (k == -ENOBUFS)
                                 return req_fail(q, k, "this connection has %u waiting "
                                                 "lookups (--max-waits)", c->n_waits);
@@ -79,7 +100,7 @@ int op_lookup(struct req *q)
                         return 0;
                 }
         }
-        ops_lookup_answer(c, q->seq, r);
+        ops_lookup_answer(c, q->seq, r, writable);
         return 0;
 }
 

@@ -29,8 +29,7 @@ int op_list(struct req *q)
         while (plen > 0 && prefix[plen - 1] == '/')
                 plen--;
         if (plen > 0 && proto_name_check(prefix, plen, &why) < 0)
-                return req_fail(q, -EINVAL, "prefix '%.*s': %s",
-                                (int)(plen > PROTO_NAME_MAX ? PROTO_NAME_MAX : plen), prefix, why);
+                return req_fail_name(q, "prefix", prefix, plen, why);
         k = proto_get_u64(q->m, "after", &after);
         if (k == -EINVAL)
                 return req_fail(q, -EINVAL, "after must be a uint");
@@ -50,17 +49,21 @@ int op_list(struct req *q)
                 pack_record(&pk, r);
                 if (sb.size > budget) {
                         sb.size = before;       /* drop the record that did not fit */
-                        more = true;
-                        break;
+                        if (before > 0) {
+                                more = true;
+                                break;
+                        }
+                        /* register refuses records this large, so this is
+                         * only a guard: one that fits no reply must not
+                         * stop paging forever.  Skip it; next moves on. */
+                        last = r;
+                        continue;
                 }
                 count++;
                 last = r;
         }
-        if (more && count == 0) {
-                msgpack_sbuffer_destroy(&sb);
-                return req_fail(q, -EMSGSIZE, "registration %" PRIu64 " does not fit in "
-                                "max_frame", r->id);
-        }
+        /* Only skipped records: next still moves the cursor past them. */
+        more = more || (count == 0 && last);
         if (count > 0 && !sb.data) {
                 msgpack_sbuffer_destroy(&sb);
                 return req_fail(q, -ENOMEM, "out of memory listing registrations");

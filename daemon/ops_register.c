@@ -1,7 +1,10 @@
 /* ops_register.c: register and unregister, and buffer metadata. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_reg.h"
 #include "host.h"
@@ -124,9 +127,7 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         if (r < 0)
                 return req_fail(q, -EINVAL, r == -ENOENT ? "name is required" : "name must be a str");
         if (proto_name_check(p->name, p->name_len, &why) < 0)
-                return req_fail(q, -EINVAL, "name '%.*s': %s",
-                                (int)(p->name_len > PROTO_NAME_MAX ? PROTO_NAME_MAX : p->name_len),
-                                p->name, why);
+                return req_fail_name(q, "name", p->name, p->name_len, why);
         r = proto_get_str(q->m, "kind", &s, &len);
         if (r < 0)
                 return req_fail(q, -EINVAL, r == -ENOENT ? "kind is required" : "kind must be a str");
@@ -152,6 +153,45 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         return 0;
 }
 
+/* Opens a read-only copy of a host memfd, for lookups: an fd opened
+ * O_RDONLY cannot write, fallocate, ftruncate or add seals.  Costs one
+ * more fd per host registration. */
+static int open_read_only(int fd)
+{
+        char path[64];
+        int r;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        r = open(path, O_RDONLY | O_CLOEXEC);
+        return r < 0 ? -errno : r;
+}
+
+/* Slack for the lookup reply fields that grow after register: seq and the
+ * lease id (packed here at their widest already), the lease and alloc
+ * counts, and state "unregistered" instead of "live". */
+#define LOOKUP_REPLY_SLACK 32u
+
+/* Whether a lookup reply for r fits max_frame; a registration whose reply
+ * does not could never be looked up, nor listed. */
+static int lookup_reply_fits(const struct reg *r, uint32_t max_frame)
+{
+        struct proto_out o;
+        bool fits;
+
+        reply_start(&o, UINT64_MAX, 3);
+        proto_pack_ku64(&o.pk, "lease", UINT64_MAX);
+        proto_pack_str(&o.pk, "reg");
+        pack_record_ex(&o.pk, r, true);
+        proto_pack_ku64(&o.pk, "fds", 1);
+        if (!o.sb.data) {
+                proto_out_free(&o);
+                return -ENOMEM;
+        }
+        fits = o.sb.size - PROTO_HDR_LEN + LOOKUP_REPLY_SLACK <= max_frame;
+        proto_out_free(&o);
+        return fits;
+}
+
 int op_register(struct req *q)
 {
         struct conn *c = q->c;
@@ -163,7 +203,7 @@ int op_register(struct req *q)
         struct proto_out o;
         struct reg *existing, *r;
         const char *why;
-        int k;
+        int k, ro_fd = -1;
 
         msgpack_sbuffer_init(&sb);
         k = register_params(q, &p, &meta, &ephemeral_given);
@@ -195,6 +235,12 @@ int op_register(struct req *q)
                         k = req_fail(q, k, "%s", why);
                         goto out;
                 }
+                ro_fd = open_read_only(q->fds[0]);
+                if (ro_fd < 0) {
+                        k = req_fail(q, ro_fd == -EMFILE || ro_fd == -ENFILE ? -ENOBUFS : -EIO,
+                                     "cannot open the memfd read-only: %s", strerror(-ro_fd));
+                        goto out;
+                }
                 p.fd = q->fds[0];
         } else {
                 /* Takes the allocation reference (and a cuda-vmm fd). */
@@ -211,8 +257,20 @@ int op_register(struct req *q)
                 k = req_fail(q, k, "cannot add the registration: %s", strerror(-k));
                 goto out;
         }
-        if (p.kind == PROTO_KIND_HOST)
-                q->fds[0] = -1;         /* the registration owns it now */
+        if (p.kind == PROTO_KIND_HOST) {
+                q->fds[0] = -1;         /* the registration owns them now */
+                r->ro_fd = ro_fd;
+                ro_fd = -1;
+        }
+        k = lookup_reply_fits(r, d->cfg.max_frame);
+        if (k <= 0) {
+                registry_unregister(d->reg, r);         /* frees r, closing its fds */
+                k = k < 0 ? req_fail(q, k, "out of memory")
+                          : req_fail(q, -EMSGSIZE, "the record of %.*s (name, meta) would not "
+                                     "fit a lookup reply within max_frame (%u)",
+                                     (int)p.name_len, p.name, d->cfg.max_frame);
+                goto out;
+        }
 
         reply_start(&o, q->seq, 2);
         proto_pack_ku64(&o.pk, "id", r->id);
@@ -223,7 +281,10 @@ int op_register(struct req *q)
         log_debug("registered %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u", r->name,
                   r->id, r->size, c->party.pid);
         waits_wake(d, r);
+        k = 0;
 out:
+        if (ro_fd >= 0)
+                close(ro_fd);
         msgpack_sbuffer_destroy(&sb);
         return k;
 }

@@ -101,9 +101,13 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
         /* The daemon cannot check a VMM fd without CUDA: any fd is taken, and
          * alloc_key names the allocation. */
         r = ipc ? alloc_get_ipc(T, uuid, handle, buffer_id, alloc_size, &rc->alloc)
-                : alloc_get_vmm(T, uuid, key, &q->fds[0], alloc_size, &rc->alloc);
+                : alloc_get_vmm_as(T, uuid, key, &q->fds[0], alloc_size, q->c->party.uid,
+                                   &rc->alloc);
         if (r < 0) {
                 reg_cuda_free(T, rc);
+                if (r == -EPERM)
+                        return req_fail(q, r, "this alloc_key is registered by another uid; "
+                                        "only that uid may register more of it");
                 if (r == -EINVAL)
                         return req_fail(q, r, "this allocation (%s) is already registered "
                                         "with another alloc_size", ipc ? "handle and buffer_id"

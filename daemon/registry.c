@@ -88,6 +88,8 @@ static void lease_destroy_ex(struct registry *R, struct lease *l, bool quiet)
         struct reg_party *h = l->holder;
         bool marks_done = false;
 
+        if (R->cb.unleased)
+                R->cb.unleased(r, l, R->userdata);
         hmap_remove(&R->leases, &l->by_id);
         if (l->prev)
                 l->prev->next = l->next;
@@ -187,6 +189,7 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         r->revocable = p->revocable;
         r->cuda = p->cuda;
         r->fd = p->fd;
+        r->ro_fd = -1;                  /* set by the caller, which opens it */
         r->id = R->next_id;
 
         h = hmap_hash_str(r->name, r->name_len);
@@ -220,6 +223,8 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         R->cnt.registrations++;
         R->cnt.live++;
         R->cnt.bytes[r->kind] += r->size;
+        if (R->cb.added)
+                R->cb.added(r, R->userdata);
         *ret = r;
         return 0;
 fail:
@@ -263,6 +268,8 @@ int registry_unregister(struct registry *R, struct reg *r)
 {
         if (!r->live)
                 return -ENOENT;
+        if (R->cb.removed)
+                R->cb.removed(r, R->userdata);
         hmap_remove(&R->names, &r->by_name);
         r->live = false;
         R->cnt.live--;
@@ -300,6 +307,8 @@ int registry_lease(struct registry *R, struct reg *r, struct reg_party *holder,
         holder->n_leases++;
         r->leases++;
         R->cnt.leases++;
+        if (R->cb.leased)
+                R->cb.leased(r, l, R->userdata);
         *ret = l;
         return 0;
 }
@@ -377,6 +386,36 @@ void registry_unpin(struct registry *R, struct reg *r)
         reg_maybe_free(R, r);
 }
 
+/* Paging cursor probes: see first_after(). */
+#define ITER_PROBES 256u
+
+/* The first registration with an id above after, which is gone.  Ids are
+ * handed out in order, so the ids just above a recent cursor mostly name
+ * registrations still there: probing the id table for after+1, after+2, ...
+ * costs O(1) per id freed since, without walking the list.  Only a gap of
+ * more than ITER_PROBES freed ids falls back to a walk, from whichever end of
+ * the list is nearer by id (ids are dense enough for that to be a fair guess). */
+static struct reg *first_after(const struct registry *R, uint64_t after)
+{
+        struct reg *r;
+
+        if (after < R->head->id)
+                return R->head;
+        for (uint64_t id = after + 1; id - after <= ITER_PROBES && id <= R->tail->id; id++) {
+                r = find_id_any(R, id);
+                if (r)
+                        return r;
+        }
+        if (after - R->head->id < R->tail->id - after) {
+                for (r = R->head; r->id <= after; r = r->next)
+                        ;
+        } else {
+                for (r = R->tail; r->prev && r->prev->id > after; r = r->prev)
+                        ;
+        }
+        return r;
+}
+
 struct reg *registry_iter(const struct registry *R, const struct reg *prev, uint64_t after,
                           const char *prefix, size_t prefix_len)
 {
@@ -388,13 +427,10 @@ struct reg *registry_iter(const struct registry *R, const struct reg *prev, uint
                 r = find_id_any(R, after);
                 if (r) {
                         r = r->next;
-                } else if (R->tail && R->tail->id <= after) {
+                } else if (!R->tail || R->tail->id <= after) {
                         r = NULL;
                 } else {
-                        /* The cursor's registration is gone: walk to the
-                         * first larger id. */
-                        for (r = R->head; r && r->id <= after; r = r->next)
-                                ;
+                        r = first_after(R, after);
                 }
         }
         for (; r; r = r->next)

@@ -50,6 +50,7 @@ struct reg {
         uint32_t pins;                  /* queued sends that still need fd */
         uint32_t pid, uid, gid;         /* the owner's credentials */
         int fd;
+        int ro_fd;                      /* host: a read-only open of fd, or -1 */
         uint16_t name_len;
         uint8_t kind;
         bool ephemeral : 1;
@@ -89,6 +90,14 @@ struct registry_callbacks {
         /* The owner of revocable r is gone; l is one of its leases.  Runs
          * for each lease, before an ephemeral r leaves the namespace. */
         void (*revoked)(struct reg *r, struct lease *l, void *userdata);
+        /* Optional observers (watch, metrics): r entered the namespace; r
+         * is leaving it; lease l was taken; l is about to be dropped (also
+         * by registry_lease_undo and when its holder goes).  They must not
+         * call back into the registry. */
+        void (*added)(struct reg *r, void *userdata);
+        void (*removed)(struct reg *r, void *userdata);
+        void (*leased)(struct reg *r, struct lease *l, void *userdata);
+        void (*unleased)(struct reg *r, struct lease *l, void *userdata);
 };
 
 #define REGISTRY_KINDS 4u

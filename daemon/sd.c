@@ -1,6 +1,7 @@
 /* sd.c: sd_notify and LISTEN_FDS, reimplemented from the documented protocol. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "sd.h"
 
 #define SD_LISTEN_FDS_START 3
@@ -63,14 +65,25 @@ int sd_listen_fd(int *ret_fd)
         }
         errno = 0;
         pid = strtol(pid_s, &end, 10);
-        if (errno || *end || pid != (long)getpid()) {
+        if (errno || end == pid_s || *end || pid != (long)getpid()) {
                 unset_listen_env();
                 return 0;
         }
+        errno = 0;
         nfds = strtol(fds_s, &end, 10);
-        unset_listen_env();
-        if (*end || nfds < 1)
+        if (errno || end == fds_s || *end || nfds < 1 || nfds > INT_MAX - SD_LISTEN_FDS_START) {
+                log_warn("ignoring LISTEN_FDS=%s: not a count of fds", fds_s);
+                unset_listen_env();
                 return 0;
+        }
+        unset_listen_env();
+        /* One socket is served; the others would leak into the daemon's
+         * life.  (The unit should pass exactly one.) */
+        for (long i = 1; i < nfds; i++) {
+                log_warn("closing fd %ld passed by systemd: only one listening socket is "
+                         "used", SD_LISTEN_FDS_START + i);
+                close((int)(SD_LISTEN_FDS_START + i));
+        }
 
         flags = fcntl(fd, F_GETFD);
         if (flags < 0 || fcntl(fd, F_SETFD, flags | FD_CLOEXEC) < 0)

@@ -20,6 +20,7 @@ struct waiter {
         struct waitq *q;
         struct conn *c;
         uint64_t seq;
+        bool writable;                  /* the lookup asked for the read-write fd */
         uv_timer_t timer;
 };
 
@@ -82,7 +83,8 @@ static void on_timeout(uv_timer_t *t)
         ops_reply_error(c, seq, -ETIMEDOUT, msg);
 }
 
-int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms)
+int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
+              bool writable)
 {
         struct daemon *d = c->d;
         uint64_t h = hmap_hash_str(name, len);
@@ -126,6 +128,7 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         /* Fails only for a NULL callback. */
         (void)uv_timer_start(&w->timer, on_timeout, ms, 0);
         w->seq = seq;
+        w->writable = writable;
         w->c = c;
         w->q = q;
         w->qprev = q->tail;
@@ -153,10 +156,11 @@ void waits_wake(struct daemon *d, struct reg *r)
                 struct waiter *w = q->head;
                 struct conn *c = w->c;
                 uint64_t seq = w->seq;
+                bool writable = w->writable;
                 bool last = w->qnext == NULL;
 
                 waiter_end(d, w);
-                ops_lookup_answer(c, seq, r);
+                ops_lookup_answer(c, seq, r, writable);
                 if (last)
                         break;
         }
@@ -166,4 +170,14 @@ void waits_cancel_conn(struct conn *c)
 {
         while (c->waits)
                 waiter_end(c->d, c->waits);
+}
+
+void waits_shutdown_conn(struct conn *c)
+{
+        while (c->waits) {
+                uint64_t seq = c->waits->seq;
+
+                waiter_end(c->d, c->waits);
+                ops_reply_error(c, seq, -ESHUTDOWN, "the daemon is shutting down");
+        }
 }

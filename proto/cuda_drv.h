@@ -83,7 +83,8 @@ const char *cuda_path(const struct cuda *cu);
         X(cuIpcGetMemHandle) X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle)       \
         X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy_v2)                    \
         X(cuEventSynchronize) X(cuStreamWaitEvent)                                \
-        X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle)
+        X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle)           \
+        X(cuDeviceGetAttribute)
 
 struct cuda {
         void *dl;

@@ -164,6 +164,10 @@ unsigned proto_fdq_drop_stale(struct proto_fdq *q, uint64_t frame_off);
 /* Moves n fds of the frame at frame_off into fds[]; when fewer than n are
  * queued for it, closes those that are and returns -EBADF. */
 int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, unsigned n, int *fds);
+/* For a frame [frame_off, frame_end) refused without knowing its fds:
+ * closes the stale ones and every fd that arrived with the frame's bytes,
+ * up to the read that brought its last byte. */
+void proto_fdq_drop_frame(struct proto_fdq *q, uint64_t frame_off, uint64_t frame_end);
 /* Closes every queued fd. */
 void proto_fdq_clear(struct proto_fdq *q);
 

@@ -137,6 +137,26 @@ int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, unsigned n, int *fds
         return 0;
 }
 
+void proto_fdq_drop_frame(struct proto_fdq *q, uint64_t frame_off, uint64_t frame_end)
+{
+        unsigned k;
+
+        proto_fdq_drop_stale(q, frame_off);
+        /* Reads that ended inside the frame brought only its bytes; the
+         * read that brought its last byte may have brought the next frame's
+         * first ones too, but the fds are the garbled frame's as likely. */
+        for (k = 0; k < q->n && q->stamp[k] < frame_end; k++)
+                ;
+        if (k < q->n) {
+                uint64_t last = q->stamp[k];
+                while (k < q->n && q->stamp[k] == last)
+                        k++;
+        }
+        for (unsigned i = 0; i < k; i++)
+                close(q->fd[i]);
+        fdq_remove_front(q, k);
+}
+
 void proto_fdq_clear(struct proto_fdq *q)
 {
         for (unsigned i = 0; i < q->n; i++)

@@ -27,6 +27,10 @@ int stats_main(int argc, char **argv);
 int put_main(int argc, char **argv);
 int get_main(int argc, char **argv);
 int rm_main(int argc, char **argv);
+int watch_main(int argc, char **argv);
+int revoke_main(int argc, char **argv);
+int metrics_main(int argc, char **argv);
+int doctor_main(int argc, char **argv);
 
 /* The socket chosen by --socket, or NULL for the library's default
  * ($GPUIPC_SOCKET, else the compiled-in path). */

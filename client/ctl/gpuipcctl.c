@@ -24,6 +24,10 @@ static const struct {
         { "put",   put_main,   "register the contents of a file (or stdin) under a name" },
         { "get",   get_main,   "write a registered buffer to stdout (or a file)" },
         { "rm",    rm_main,    "unregister a name" },
+        { "watch", watch_main, "print registry events as they happen" },
+        { "revoke", revoke_main, "take a name and all its leases away (admin)" },
+        { "metrics", metrics_main, "print the daemon's metrics (Prometheus text format)" },
+        { "doctor", doctor_main, "explain why buffer handoff may not work from here" },
 };
 
 static void usage(FILE *f)
@@ -32,7 +36,7 @@ static void usage(FILE *f)
                    "       gpuipcctl --help | --version\n\n"
                    "Subcommands:\n");
         for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
-                fprintf(f, "  %-6s %s\n", subcommands[i].name, subcommands[i].description);
+                fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].description);
         fprintf(f, "\n'gpuipcctl <subcommand> --help' describes each one.\n\n"
                    "Options:\n"
                    "  --socket PATH  the daemon's socket (default: $GPUIPC_SOCKET, else %s)\n"

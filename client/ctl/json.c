@@ -83,9 +83,11 @@ void json_info(FILE *f, const gpuipc_info *in, const char *ind)
                 json_str(f, in->user_values[i]);
         }
         fprintf(f, "},\n%s  \"owner\": {\"pid\": %" PRIu32 ", \"uid\": %" PRIu32
-                   ", \"gid\": %" PRIu32 ", \"connected\": %s},\n",
+                   ", \"gid\": %" PRIu32 ", \"connected\": %s, \"exe\": ",
                 ind, in->owner_pid, in->owner_uid, in->owner_gid,
                 in->flags & GPUIPC_INFO_OWNER_GONE ? "false" : "true");
+        json_str(f, in->owner_exe ? in->owner_exe : "");
+        fputs("},\n", f);
         fprintf(f, "%s  \"leases\": %" PRIu32 ",\n%s  \"ephemeral\": %s,\n", ind, in->leases, ind,
                 in->flags & GPUIPC_INFO_EPHEMERAL ? "true" : "false");
         fprintf(f, "%s  \"state\": \"%s\",\n%s  \"created_ms\": %" PRIu64 "\n%s}", ind,

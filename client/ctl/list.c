@@ -1,6 +1,7 @@
 /* list.c: gpuipcctl list: registrations as a table or as JSON. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <string.h>
 
 #include "ctl.h"
 
@@ -8,8 +9,10 @@ static const char usage[] =
         "Usage: gpuipcctl list [--socket PATH] [PREFIX] [--json]\n\n"
         "Lists the live registrations, all of them or those in namespace PREFIX,\n"
         "ordered by id.  OWNER is pid/uid, marked '-' when the registering\n"
-        "connection has ended.  CUDA records get a second line with their device\n"
-        "UUID and allocation.  --json prints an array of objects instead.\n";
+        "connection has ended; EXE is its executable ('-' when the daemon could\n"
+        "not read it).  CUDA records get a second line with their device UUID and\n"
+        "allocation.  A summary of bytes per device ('host' for host memory)\n"
+        "follows.  --json prints an array of objects instead.\n";
 
 static int opt(int ch, const char *arg, void *data)
 {
@@ -17,22 +20,55 @@ static int opt(int ch, const char *arg, void *data)
         return 0;
 }
 
+#define SUMMARY_MAX 64
+
+/* Bytes per device, "host" for host buffers, in order of first appearance. */
+static void print_summary(const gpuipc_list *l)
+{
+        struct { const char *dev; uint64_t bytes, n; } sum[SUMMARY_MAX];
+        size_t ns = 0;
+        char size[32];
+
+        for (size_t i = 0; i < gpuipc_list_count(l); i++) {
+                const gpuipc_info *in = gpuipc_list_get(l, i);
+                const char *dev = in->kind == GPUIPC_KIND_HOST || !in->device[0] ? "host"
+                                                                              : in->device;
+                size_t k;
+                for (k = 0; k < ns && strcmp(sum[k].dev, dev) != 0; k++)
+                        ;
+                if (k == ns) {
+                        if (ns == SUMMARY_MAX)
+                                continue;
+                        sum[ns].dev = dev;
+                        sum[ns].bytes = sum[ns].n = 0;
+                        ns++;
+                }
+                sum[k].bytes += in->size;
+                sum[k].n++;
+        }
+        for (size_t k = 0; k < ns; k++)
+                printf("%s: %s in %" PRIu64 " registration%s\n", sum[k].dev,
+                       ctl_size(sum[k].bytes, size, sizeof(size)), sum[k].n,
+                       sum[k].n == 1 ? "" : "s");
+}
+
 static void print_table(const gpuipc_list *l)
 {
         char size[32], age[32], owner[48];
 
-        printf("%-6s %-32s %-8s %10s %6s %-14s %5s %s\n", "ID", "NAME", "KIND", "SIZE", "LEASES",
-               "OWNER", "AGE", "STATE");
+        printf("%-6s %-32s %-8s %10s %6s %-14s %5s %-13s %s\n", "ID", "NAME", "KIND", "SIZE",
+               "LEASES", "OWNER", "AGE", "STATE", "EXE");
         for (size_t i = 0; i < gpuipc_list_count(l); i++) {
                 const gpuipc_info *in = gpuipc_list_get(l, i);
 
                 snprintf(owner, sizeof(owner), "%" PRIu32 "/%" PRIu32 "%s", in->owner_pid,
                          in->owner_uid, in->flags & GPUIPC_INFO_OWNER_GONE ? "-" : "");
-                printf("%-6" PRIu64 " %-32s %-8s %10s %6" PRIu32 " %-14s %5s %s%s\n", in->id,
+                printf("%-6" PRIu64 " %-32s %-8s %10s %6" PRIu32 " %-14s %5s %-13s %s\n", in->id,
                        in->name, ctl_kind(in->kind), ctl_size(in->size, size, sizeof(size)),
                        in->leases, owner, ctl_age(in->created_ms, age, sizeof(age)),
-                       in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live",
-                       in->flags & GPUIPC_INFO_EPHEMERAL ? ",ephemeral" : "");
+                       in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" :
+                       in->flags & GPUIPC_INFO_EPHEMERAL ? "live,ephem" : "live",
+                       in->owner_exe && in->owner_exe[0] ? in->owner_exe : "-");
                 /* Device records: a second, indented line. */
                 if (in->kind != GPUIPC_KIND_HOST)
                         printf("       device %s, alloc %" PRIu64 " (%s, %" PRIu32 " regs), offset %"
@@ -85,8 +121,10 @@ int list_main(int argc, char **argv)
         }
         if (json)
                 print_json(l);
-        else
+        else {
                 print_table(l);
+                print_summary(l);
+        }
         gpuipc_list_free(l);
         gpuipc_client_free(c);
         return ctl_flush(argv[0]);

@@ -58,6 +58,7 @@ static void print_text(const gpuipc_info *in)
         printf("owner:     pid %" PRIu32 ", uid %" PRIu32 ", gid %" PRIu32 " (%s)\n",
                in->owner_pid, in->owner_uid, in->owner_gid,
                in->flags & GPUIPC_INFO_OWNER_GONE ? "disconnected" : "connected");
+        printf("exe:       %s\n", in->owner_exe && in->owner_exe[0] ? in->owner_exe : "-");
         printf("created:   %s.%03" PRIu64 "Z (%s ago)\n", when, in->created_ms % 1000,
                ctl_age(in->created_ms, age, sizeof(age)));
         printf("dtype:     %s\n", in->dtype[0] ? in->dtype : "-");

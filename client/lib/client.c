@@ -87,6 +87,7 @@ void gpuipc__client_unref(gpuipc_client *c)
         proto_fdq_clear(&c->fdq);
         proto_reader_free(&c->rd);
         gpuipc__relev_clear(c);
+        gpuipc__watch_clear(c);
         free(c);
 }
 

@@ -45,6 +45,11 @@ int gpuipc__cu_get(gpuipc_client *c, struct cuda **ret_cu)
         return 0;
 }
 
+const char *gpuipc__cu_why(void)
+{
+        return cu_why;
+}
+
 int gpuipc__cu_fail(gpuipc_client *c, const struct cuda *cu, CUresult res, const char *what)
 {
         char text[160];

@@ -23,6 +23,8 @@
 /* The loaded, initialised driver.  -ENOTSUP when there is none; with c,
  * gpuipc_errmsg() then says why ("CUDA driver unavailable: ..."). */
 int gpuipc__cu_get(gpuipc_client *c, struct cuda **ret_cu);
+/* Why gpuipc__cu_get() failed, once it has; "" before. */
+const char *gpuipc__cu_why(void);
 /* Sets the error text for a failed driver call and returns its errno
  * (-EIO for an unmapped result).  c may be NULL. */
 int gpuipc__cu_fail(gpuipc_client *c, const struct cuda *cu, CUresult res, const char *what);

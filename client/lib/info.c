@@ -85,7 +85,7 @@ void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m)
 /* The fields of a record, checked, before they are copied out. */
 struct rec {
         gpuipc_info info;               /* the scalar fields */
-        const msgpack_object *name, *device, *dtype, *shape, *strides, *user;
+        const msgpack_object *name, *device, *dtype, *shape, *strides, *user, *exe;
         size_t bytes;                   /* size of the block to allocate */
 };
 
@@ -180,7 +180,8 @@ static int parse_owner(const msgpack_object *owner, struct rec *r)
         if (opt_u32(owner, "pid", &r->info.owner_pid) < 0 ||
             opt_u32(owner, "uid", &r->info.owner_uid) < 0 ||
             opt_u32(owner, "gid", &r->info.owner_gid) < 0 ||
-            proto_get_bool(owner, "connected", &connected) == -EINVAL)
+            proto_get_bool(owner, "connected", &connected) == -EINVAL ||
+            opt_str(owner, "exe", &r->exe) < 0)
                 return -EBADMSG;
         if (!connected)
                 r->info.flags |= GPUIPC_INFO_OWNER_GONE;
@@ -245,7 +246,8 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
                 return -EBADMSG;
         if (r->info.kind != GPUIPC_KIND_HOST && parse_cuda(reg, r) < 0)
                 return -EBADMSG;
-        r->bytes += str_bytes(r->name) + str_bytes(r->device) + str_bytes(r->dtype);
+        r->bytes += str_bytes(r->name) + str_bytes(r->device) + str_bytes(r->dtype) +
+                    str_bytes(r->exe);
         return 0;
 }
 
@@ -303,6 +305,7 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         info->name = put_str(&pos, r.name);
         info->device = put_str(&pos, r.device);
         info->dtype = put_str(&pos, r.dtype);
+        info->owner_exe = put_str(&pos, r.exe);
         *ret_info = info;
         return 0;
 }

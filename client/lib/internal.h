@@ -51,6 +51,10 @@ struct gpuipc_client {
         unsigned revoked_n;
         int last_err;
         char errmsg[GPUIPC__ERRMSG_MAX];
+        /* Watch events not yet read, oldest first (admin.c). */
+        struct gpuipc__wev *wev_head, *wev_tail;
+        unsigned wev_n;
+        uint64_t wev_dropped;
 };
 
 /* A reply to one request.  The body is a private copy, so the decoded
@@ -108,6 +112,14 @@ void gpuipc__released_events_take(gpuipc_client *c, uint64_t id, uint8_t **ret,
 /* True when a `revoked` event arrived for registration id. */
 bool gpuipc__revoked(const gpuipc_client *c, uint64_t id);
 void gpuipc__relev_clear(gpuipc_client *c);
+
+/* ---- admin.c ----------------------------------------------------------- */
+
+#define GPUIPC__WATCH_QUEUE_MAX 4096u
+
+/* Queues a `watch` event (root is its map). */
+void gpuipc__watch_push(gpuipc_client *c, const msgpack_object *root);
+void gpuipc__watch_clear(gpuipc_client *c);
 
 /* ---- info.c ------------------------------------------------------------ */
 

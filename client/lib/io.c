@@ -200,6 +200,10 @@ static int handle_event(gpuipc_client *c, const msgpack_object *root, bool in_ca
                         c->revoked[c->revoked_n++ % GPUIPC__REVOKED_MAX] = id;
                 return 0;
         }
+        if (proto_obj_str_eq(ev, "watch")) {
+                gpuipc__watch_push(c, root);
+                return 0;
+        }
         if (!proto_obj_str_eq(ev, "error"))
                 return 0;       /* unknown or reserved events are ignored */
         err = error_code(root);

@@ -83,10 +83,14 @@ int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned f
         if (!v)
                 return gpuipc__end(c, -ENOMEM);
         v->device = -1;
-        seq = gpuipc__request(c, &o, "lookup", 1 + (wait_ms > 0));
+        seq = gpuipc__request(c, &o, "lookup",
+                              1 + (wait_ms > 0) + !!(flags & GPUIPC_LOOKUP_WRITABLE));
         proto_pack_kstr(&o.pk, "name", name);
         if (wait_ms > 0)
                 proto_pack_ku64(&o.pk, "wait_ms", wait_ms);
+        /* The daemon hands out a read-only fd unless asked (and allowed). */
+        if (flags & GPUIPC_LOOKUP_WRITABLE)
+                proto_pack_kbool(&o.pk, "writable", true);
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
         if (r < 0) {
                 free(v);

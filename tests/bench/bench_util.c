@@ -203,7 +203,7 @@ pid_t daemon_start(const char *bin, const char *path, uint64_t nofile, uint64_t 
         if (pid < 0)
                 die("fork: %s", strerror(errno));
         if (pid == 0) {
-                execl(bin, bin, "--socket", path, "--max-registrations", "4000000",
+                execl(bin, bin, "--no-config", "--socket", path, "--max-registrations", "4000000",
                       "--max-leases", "100000000", "--max-connections", "4096",
                       "--max-output", "268435456", "--log-level", "3", (char *)NULL);
                 fprintf(stderr, "bench: exec %s: %s\n", bin, strerror(errno));

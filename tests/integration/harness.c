@@ -1,6 +1,7 @@
 /* harness.c: see harness.h. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -152,6 +153,13 @@ void h_daemon_start(struct h_daemon *d, const char *const *extra_args)
         snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s", notify_path);
 
         argv[argc++] = (char *)daemon_path;
+        /* A real /etc/gpuipcd on the test machine must not change results,
+         * unless the test names a configuration file itself. */
+        bool own_config = false;
+        for (int i = 0; extra_args && extra_args[i]; i++)
+                own_config |= strcmp(extra_args[i], "--config") == 0;
+        if (!own_config)
+                argv[argc++] = "--no-config";
         for (int i = 0; extra_args && extra_args[i] && argc < 28; i++) {
                 /* a --socket of the caller's replaces the default */
                 if (strcmp(extra_args[i], "--socket") == 0 && extra_args[i + 1])

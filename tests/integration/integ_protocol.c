@@ -929,7 +929,8 @@ Test(protocol, register_meta_limits)
                 recv_reply(fd, 10 + (uint64_t)mc, mc == META_OK ? "" : "bad_request", &f);
                 h_frame_free(&f);
         }
-        cr_expect_eq(h_daemon_fd_settle(&h_d, base + 1, 2000), base + 1,
+        /* the accepted one holds the memfd and its read-only copy */
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base + 2, 2000), base + 2,
                      "refused registrations left fds in the daemon");
         /* the accepted record carries its meta back */
         {

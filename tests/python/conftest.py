@@ -63,7 +63,7 @@ class Daemon:
         if "GPUIPC_DAEMON_ASAN_OPTIONS" in env:
             env["ASAN_OPTIONS"] = env["GPUIPC_DAEMON_ASAN_OPTIONS"]
         self.log = open(os.path.join(tmpdir, "gpuipcd.log"), "w+")
-        self.proc = subprocess.Popen([DAEMON, "--socket", self.sock, *args], env=env,
+        self.proc = subprocess.Popen([DAEMON, "--no-config", "--socket", self.sock, *args], env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15
         while True:

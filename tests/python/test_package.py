@@ -20,6 +20,9 @@ int main(void) {
 %s
   printf("gpuipc_info SIZE %zu 0\ngpuipc_stats SIZE %zu 0\ngpuipc_meta SIZE %zu 0\n",
          sizeof(gpuipc_info), sizeof(gpuipc_stats), sizeof(gpuipc_meta));
+  printf("gpuipc_event SIZE %zu 0\ngpuipc_cuda_device SIZE %zu 0\n"
+         "gpuipc_cuda_status SIZE %zu 0\n", sizeof(gpuipc_event),
+         sizeof(gpuipc_cuda_device), sizeof(gpuipc_cuda_status));
   return 0;
 }
 """
@@ -30,7 +33,9 @@ def test_struct_layouts_match_the_header(tmp_path):
     if not cc:
         pytest.skip("no C compiler")
     structs = {"gpuipc_info": _lib.gpuipc_info, "gpuipc_stats": _lib.gpuipc_stats,
-               "gpuipc_meta": _lib.gpuipc_meta}
+               "gpuipc_meta": _lib.gpuipc_meta, "gpuipc_event": _lib.gpuipc_event,
+               "gpuipc_cuda_device": _lib.gpuipc_cuda_device,
+               "gpuipc_cuda_status": _lib.gpuipc_cuda_status}
     lines = [f"F({n}, {f})" for n, cls in structs.items() for f, _ in cls._fields_]
     src = tmp_path / "offsets.c"
     src.write_text(OFFSETS_C.replace("%s", "\n".join(lines), 1))

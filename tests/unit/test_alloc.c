@@ -360,3 +360,22 @@ Test(registry_cuda, mark_fires_early_while_newer_leases_remain)
         registry_party_gone(R, &owner);
         registry_free(R);
 }
+
+/* A known alloc_key is joined only by its creator's uid (no squatting). */
+Test(alloc, vmm_key_joined_only_by_its_creator_uid)
+{
+        static const uint8_t k1[ALLOC_KEY_LEN] = { 9 };
+        int fd = memfd_create("vmm", 0), other = reopen(fd), same = reopen(fd);
+        struct alloc *a, *b = NULL, *c = NULL;
+
+        cr_assert_eq(alloc_get_vmm_as(&T, dev0, k1, &fd, 4096, 1000, &a), 0);
+        cr_assert_eq(alloc_get_vmm_as(&T, dev0, k1, &other, 4096, 1001, &b), -EPERM);
+        cr_assert_null(b);
+        cr_assert(fd_open(other));
+        close(other);
+        cr_assert_eq(alloc_get_vmm_as(&T, dev0, k1, &same, 4096, 1000, &c), 0);
+        cr_assert_eq(c, a);
+        cr_assert_eq(a->regs, 2);
+        alloc_put(&T, c);
+        alloc_put(&T, a);
+}

@@ -80,6 +80,42 @@ class gpuipc_info(Structure):
         ("alloc_regs", c_uint32),
         ("buffer_id", c_uint64),
         ("has_event", c_int),
+        ("owner_exe", c_char_p),
+    ]
+
+
+class gpuipc_event(Structure):
+    _fields_ = [
+        ("type", c_char_p),
+        ("id", c_uint64),
+        ("name", c_char_p),
+        ("kind", c_int),                # enum gpuipc_kind
+        ("size", c_uint64),
+        ("leases", c_uint32),
+        ("lease", c_uint64),
+        ("pid", c_uint32),
+        ("uid", c_uint32),
+        ("time_ms", c_uint64),
+        ("dropped", c_uint64),
+    ]
+
+
+class gpuipc_cuda_device(Structure):
+    _fields_ = [
+        ("ordinal", c_int),
+        ("uuid", c_char_p),
+        ("vmm_posix_fd", c_int),
+        ("legacy_ipc", c_int),
+    ]
+
+
+class gpuipc_cuda_status(Structure):
+    _fields_ = [
+        ("available", c_int),
+        ("reason", c_char_p),
+        ("driver_version", c_uint32),
+        ("n_devices", c_uint32),
+        ("devices", POINTER(gpuipc_cuda_device)),
     ]
 
 
@@ -160,6 +196,15 @@ _PROTOTYPES = {
     "gpuipc_stat": (c_int, [_client_p, c_char_p, POINTER(_list_p)]),
     "gpuipc_stats_get": (c_int, [_client_p, POINTER(POINTER(gpuipc_stats))]),
     "gpuipc_stats_free": (None, [POINTER(gpuipc_stats)]),
+    # operating
+    "gpuipc_watch": (c_int, [_client_p, c_char_p]),
+    "gpuipc_next_event": (c_int, [_client_p, c_int, POINTER(POINTER(gpuipc_event))]),
+    "gpuipc_event_free": (None, [POINTER(gpuipc_event)]),
+    "gpuipc_revoke": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
+    # char ** that the caller free()s: kept as a void pointer to free it.
+    "gpuipc_metrics_get": (c_int, [_client_p, POINTER(c_void_p)]),
+    "gpuipc_cuda_status_get": (c_int, [POINTER(POINTER(gpuipc_cuda_status))]),
+    "gpuipc_cuda_status_free": (None, [POINTER(gpuipc_cuda_status)]),
 }
 
 
@@ -169,7 +214,10 @@ def _candidates() -> List[str]:
     if env:
         return [env]
     d = os.path.dirname(os.path.abspath(__file__))
-    while True:
+    # An installed package uses the installed library, never a build tree
+    # that happens to lie above it.
+    installed = any(part in ("site-packages", "dist-packages") for part in d.split(os.sep))
+    while not installed:
         p = os.path.join(d, "build", "libgpuipc.so.1")
         if os.path.exists(p):
             out.append(p)

@@ -175,6 +175,7 @@ class Info:
     alloc_regs: int = 0
     buffer_id: int = 0
     has_event: bool = False
+    owner_exe: str = ""                # the registering process's executable
 
     @property
     def ephemeral(self) -> bool:
@@ -214,7 +215,8 @@ class Info:
             owner_gid=int(i.owner_gid), leases=int(i.leases), flags=int(i.flags),
             created_ms=int(i.created_ms), alloc_id=int(i.alloc_id),
             alloc_size=int(i.alloc_size), alloc_regs=int(i.alloc_regs),
-            buffer_id=int(i.buffer_id), has_event=bool(i.has_event))
+            buffer_id=int(i.buffer_id), has_event=bool(i.has_event),
+            owner_exe=_lib.cstr(i.owner_exe))
 
 
 # ---- lifetime ---------------------------------------------------------------

@@ -43,7 +43,7 @@ final class TestSupport {
             Files.deleteIfExists(Paths.get(socket));
             this.log = Paths.get(socket + ".log");
             ProcessBuilder pb = new ProcessBuilder(buildDir().resolve("gpuipcd").toString(),
-                    "--socket", socket, "--log-level", "6");
+                    "--no-config", "--socket", socket, "--log-level", "6");
             pb.redirectErrorStream(true).redirectOutput(log.toFile());
             process = pb.start();
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);

@@ -1,0 +1,36 @@
+/* metrics.c: gpuipcctl metrics: the Prometheus text, as a scrape gets it. */
+#include <getopt.h>
+#include <stdlib.h>
+
+#include "ctl.h"
+
+static const char usage[] =
+        "Usage: gpuipcctl metrics [--socket PATH]\n\n"
+        "Prints the daemon's metrics in the Prometheus text exposition format\n"
+        "(the same text that metrics-listen serves at GET /metrics).\n";
+
+int metrics_main(int argc, char **argv)
+{
+        gpuipc_client *c;
+        char *text;
+        int idx, r;
+
+        r = ctl_parse(argc, argv, usage, NULL, NULL, NULL, NULL, &idx);
+        if (r >= 0)
+                return r;
+        if (idx < argc)
+                return ctl_usage(argv[0], "unexpected argument '%s'", argv[idx]);
+        r = ctl_connect(argv[0], &c);
+        if (r != EXIT_OK)
+                return r;
+        r = gpuipc_metrics_get(c, &text);
+        if (r < 0) {
+                r = ctl_fail(argv[0], c, r);
+                gpuipc_client_free(c);
+                return r;
+        }
+        fputs(text, stdout);
+        free(text);
+        gpuipc_client_free(c);
+        return ctl_flush(argv[0]);
+}

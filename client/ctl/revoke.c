@@ -1,0 +1,38 @@
+/* revoke.c: gpuipcctl revoke: take a registration and its leases away. */
+#include <getopt.h>
+#include <inttypes.h>
+
+#include "ctl.h"
+
+static const char usage[] =
+        "Usage: gpuipcctl revoke [--socket PATH] NAME\n\n"
+        "Removes NAME from the namespace and revokes every lease on it: the\n"
+        "holders are told (a 'revoked' event) and their leases are dropped, so\n"
+        "the daemon frees the buffer.  Memory a holder already mapped stays\n"
+        "mapped in that process until it lets go.  Needs root or membership in\n"
+        "the daemon's admin-group.\n";
+
+int revoke_main(int argc, char **argv)
+{
+        gpuipc_client *c;
+        uint32_t n = 0;
+        int idx, r;
+
+        r = ctl_parse(argc, argv, usage, NULL, NULL, NULL, NULL, &idx);
+        if (r >= 0)
+                return r;
+        if (argc - idx != 1)
+                return ctl_usage(argv[0], "expected exactly one NAME");
+        r = ctl_connect(argv[0], &c);
+        if (r != EXIT_OK)
+                return r;
+        r = gpuipc_revoke(c, argv[idx], &n);
+        if (r < 0) {
+                r = ctl_fail(argv[0], c, r);
+                gpuipc_client_free(c);
+                return r;
+        }
+        printf("revoked %s (%" PRIu32 " lease%s)\n", argv[idx], n, n == 1 ? "" : "s");
+        gpuipc_client_free(c);
+        return ctl_flush(argv[0]);
+}

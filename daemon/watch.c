@@ -1,0 +1,340 @@
+/* watch.c: watch subscriptions, owner executables, per-device bytes. */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "cuda_drv.h"
+#include "cuda_reg.h"
+#include "daemon.h"
+#include "proto.h"
+#include "watch.h"
+
+#define CONN_KEY(id) ((id) | (1ull << 63))      /* conn entries beside reg ids */
+
+struct watcher {
+        struct watcher *prev, *next;
+        struct conn *c;
+        uint16_t plen;
+        char prefix[PROTO_NAME_MAX + 1];
+};
+
+/* One per connection that said hello and per registration not yet freed. */
+struct entry {
+        struct hmap_node node;
+        uint64_t key;
+        int16_t bytes_slot;             /* registrations: index in bytes[], or -1 */
+        char exe[];
+};
+
+struct bytes_slot {
+        uint64_t bytes;
+        uint64_t count;                 /* registrations */
+        uint8_t kind;
+        char device[CUDA_UUID_STR_LEN + 1];
+};
+
+static struct watcher *watchers;
+static uint32_t n_watchers;
+static struct reg_party *actor;
+static struct hmap entries;
+static bool entries_ready;
+static struct bytes_slot bytes[WATCH_DEVICES_MAX];
+static unsigned n_bytes;
+
+static struct entry *entry_find(uint64_t key)
+{
+        uint64_t h = hmap_hash_u64(key);
+
+        if (!entries_ready)
+                return NULL;
+        for (struct hmap_node *n = hmap_bucket(&entries, h); n; n = n->next) {
+                struct entry *e = container_of(n, struct entry, node);
+                if (e->key == key)
+                        return e;
+        }
+        return NULL;
+}
+
+/* Adds an entry for key with a copy of exe; best effort (the record then
+ * shows ""). */
+static struct entry *entry_add(uint64_t key, const char *exe)
+{
+        size_t n = strlen(exe);
+        struct entry *e;
+
+        if (!entries_ready) {
+                hmap_init(&entries);
+                entries_ready = true;
+        }
+        e = malloc(sizeof(*e) + n + 1);
+        if (!e)
+                return NULL;
+        e->key = key;
+        e->bytes_slot = -1;
+        memcpy(e->exe, exe, n + 1);
+        if (hmap_insert(&entries, &e->node, hmap_hash_u64(key)) < 0) {
+                free(e);
+                return NULL;
+        }
+        return e;
+}
+
+static void entry_drop(uint64_t key)
+{
+        struct entry *e = entry_find(key);
+
+        if (!e)
+                return;
+        hmap_remove(&entries, &e->node);
+        free(e);
+}
+
+/* ---- subscriptions ------------------------------------------------------ */
+
+static struct watcher *watcher_of(const struct conn *c)
+{
+        for (struct watcher *w = watchers; w; w = w->next)
+                if (w->c == c)
+                        return w;
+        return NULL;
+}
+
+int watch_add(struct conn *c, const char *prefix, size_t plen)
+{
+        struct watcher *w = watcher_of(c);
+
+        assert(plen <= PROTO_NAME_MAX);
+        if (!w) {
+                if (n_watchers >= WATCH_MAX)
+                        return -ENOBUFS;
+                w = calloc(1, sizeof(*w));
+                if (!w)
+                        return -ENOMEM;
+                w->c = c;
+                w->next = watchers;
+                if (watchers)
+                        watchers->prev = w;
+                watchers = w;
+                n_watchers++;
+        }
+        memcpy(w->prefix, prefix, plen);
+        w->prefix[plen] = '\0';
+        w->plen = (uint16_t)plen;
+        return 0;
+}
+
+bool watch_remove(struct conn *c)
+{
+        struct watcher *w = watcher_of(c);
+
+        if (!w)
+                return false;
+        if (w->prev)
+                w->prev->next = w->next;
+        else
+                watchers = w->next;
+        if (w->next)
+                w->next->prev = w->prev;
+        n_watchers--;
+        free(w);
+        return true;
+}
+
+uint32_t watch_count(void)
+{
+        return n_watchers;
+}
+
+void watch_set_actor(struct reg_party *p)
+{
+        actor = p;
+}
+
+static bool in_prefix(const struct watcher *w, const struct reg *r)
+{
+        if (w->plen == 0)
+                return true;
+        if (r->name_len < w->plen || memcmp(r->name, w->prefix, w->plen) != 0)
+                return false;
+        return r->name_len == w->plen || r->name[w->plen] == '/';
+}
+
+/* Sends one event to every subscriber whose prefix covers r.  Runs inside
+ * registry calls: conn_send only queues (and dooms a watcher that does not
+ * read, like any client over its output limit). */
+static void emit(const char *type, const struct reg *r, const struct lease *l, uint32_t pid,
+                 uint32_t uid, uint32_t leases)
+{
+        struct proto_out o;
+        bool packed = false;
+
+        for (struct watcher *w = watchers; w; w = w->next) {
+                if (w->c->closed || !in_prefix(w, r))
+                        continue;
+                if (!packed) {
+                        proto_out_init(&o);
+                        msgpack_pack_map(&o.pk, 10 + (l != NULL));
+                        proto_pack_kstr(&o.pk, "event", "watch");
+                        proto_pack_kstr(&o.pk, "type", type);
+                        proto_pack_ku64(&o.pk, "id", r->id);
+                        proto_pack_str(&o.pk, "name");
+                        proto_pack_strn(&o.pk, r->name, r->name_len);
+                        proto_pack_kstr(&o.pk, "kind", proto_kind_name(r->kind));
+                        proto_pack_ku64(&o.pk, "size", r->size);
+                        proto_pack_ku64(&o.pk, "leases", leases);
+                        proto_pack_ku64(&o.pk, "pid", pid);
+                        proto_pack_ku64(&o.pk, "uid", uid);
+                        proto_pack_ku64(&o.pk, "time_ms", now_unix_ms());
+                        if (l)
+                                proto_pack_ku64(&o.pk, "lease", l->id);
+                        packed = true;
+                }
+                /* conn_send finishes o in place: send a copy to each. */
+                {
+                        struct proto_out one;
+                        proto_out_init(&one);
+                        msgpack_sbuffer_write(&one.sb, o.sb.data + PROTO_HDR_LEN,
+                                              o.sb.size - PROTO_HDR_LEN);
+                        (void)conn_send(w->c, &one, NULL);
+                        proto_out_free(&one);
+                }
+        }
+        if (packed)
+                proto_out_free(&o);
+}
+
+void watch_emit_revoked(struct reg *r, const struct reg_party *by)
+{
+        emit("revoked", r, NULL, by ? by->pid : r->pid, by ? by->uid : r->uid, r->leases);
+}
+
+/* ---- executables ------------------------------------------------------- */
+
+void watch_conn_hello(struct conn *c)
+{
+        char path[64], exe[WATCH_EXE_MAX + 1];
+        ssize_t n;
+
+        if (entry_find(CONN_KEY(c->id)))
+                return;
+        snprintf(path, sizeof(path), "/proc/%" PRIu32 "/exe", c->party.pid);
+        n = readlink(path, exe, sizeof(exe) - 1);
+        /* Unreadable (another user's process without CAP_SYS_PTRACE, another
+         * PID namespace) or longer than we keep: "" rather than a guess. */
+        if (n < 0 || (size_t)n >= sizeof(exe) - 1)
+                n = 0;
+        exe[n] = '\0';
+        (void)entry_add(CONN_KEY(c->id), exe);
+}
+
+void watch_conn_closed(struct conn *c)
+{
+        watch_remove(c);
+        entry_drop(CONN_KEY(c->id));
+}
+
+const char *watch_reg_exe(uint64_t id)
+{
+        struct entry *e = entry_find(id);
+
+        return e ? e->exe : "";
+}
+
+/* ---- bytes per device -------------------------------------------------- */
+
+static int bytes_slot(unsigned kind, const char *device)
+{
+        for (unsigned i = 0; i < n_bytes; i++)
+                if (bytes[i].kind == kind && strcmp(bytes[i].device, device) == 0)
+                        return (int)i;
+        if (n_bytes == WATCH_DEVICES_MAX)
+                return -1;
+        bytes[n_bytes].kind = (uint8_t)kind;
+        snprintf(bytes[n_bytes].device, sizeof(bytes[0].device), "%s", device);
+        bytes[n_bytes].bytes = bytes[n_bytes].count = 0;
+        return (int)n_bytes++;
+}
+
+void watch_bytes_each(void (*fn)(unsigned kind, const char *device, uint64_t count,
+                                 uint64_t b, void *data),
+                      void *data)
+{
+        for (unsigned i = 0; i < n_bytes; i++)
+                if (bytes[i].count > 0)
+                        fn(bytes[i].kind, bytes[i].device, bytes[i].count, bytes[i].bytes, data);
+}
+
+/* ---- registry callbacks ------------------------------------------------ */
+
+void watch_on_added(struct reg *r, void *userdata)
+{
+        const struct entry *ce = r->owner ? entry_find(CONN_KEY(conn_from_party(r->owner)->id))
+                                          : NULL;
+        char device[CUDA_UUID_STR_LEN + 1] = "";
+        struct entry *e;
+        int slot;
+
+        if (r->cuda)
+                cuda_uuid_format(r->cuda->device, device);
+        e = entry_add(r->id, ce ? ce->exe : "");
+        slot = bytes_slot(r->kind, device);
+        if (e && slot >= 0) {
+                e->bytes_slot = (int16_t)slot;
+                bytes[slot].bytes += r->size;
+                bytes[slot].count++;
+        }
+        emit("registered", r, NULL, r->pid, r->uid, r->leases);
+}
+
+void watch_on_removed(struct reg *r, void *userdata)
+{
+        const struct reg_party *by = actor ? actor : NULL;
+
+        /* Between requests it is the owner's connection ending. */
+        emit("unregistered", r, NULL, by ? by->pid : r->pid, by ? by->uid : r->uid, r->leases);
+}
+
+void watch_on_leased(struct reg *r, struct lease *l, void *userdata)
+{
+        emit("leased", r, l, l->holder->pid, l->holder->uid, r->leases);
+}
+
+void watch_on_unleased(struct reg *r, struct lease *l, void *userdata)
+{
+        /* Runs before the registry drops it: count what remains. */
+        emit("released", r, l, l->holder->pid, l->holder->uid, r->leases - 1);
+}
+
+void watch_reg_freed(struct reg *r)
+{
+        struct entry *e = entry_find(r->id);
+
+        if (e && e->bytes_slot >= 0) {
+                bytes[e->bytes_slot].bytes -= r->size;
+                bytes[e->bytes_slot].count--;
+        }
+        entry_drop(r->id);
+}
+
+void watch_done(void)
+{
+        while (watchers)
+                watch_remove(watchers->c);
+        if (!entries_ready)
+                return;
+        /* Every registration was freed through watch_reg_freed and every
+         * connection closed; anything left is freed bucket by bucket. */
+        for (size_t b = 0; entries.buckets && b <= entries.mask; b++)
+                while (entries.buckets[b]) {
+                        struct entry *e = container_of(entries.buckets[b], struct entry, node);
+                        hmap_remove(&entries, &e->node);
+                        free(e);
+                }
+        hmap_free(&entries);
+        entries_ready = false;
+}

@@ -8,6 +8,7 @@
 #   make deps         install the Debian build dependencies (as root)
 #   make check-gpu    the real-GPU suite (tests/gpu; needs an NVIDIA GPU)
 #   make fuzz         the frame decoder under libFuzzer (clang), FUZZ_SECONDS
+#   make fuzz-ops     the request handlers under libFuzzer, likewise
 #
 # V=1 shows the full commands.  SANITIZE=1 builds with ASan+UBSan into
 # build/sanitize.  CC=clang works as well as gcc.
@@ -24,6 +25,8 @@ SBINDIR    ?= $(PREFIX)/sbin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MANDIR     ?= $(PREFIX)/share/man
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DESTDIR    ?=
 
 ifeq ($(SANITIZE),1)
@@ -151,7 +154,8 @@ $(BUILDDIR)/tests/cuda/test_double: tests/cuda/test_double.c $(CUDA_DOUBLE)
 	$(Q)$(CC) $(DOUBLE_CFLAGS) $(SANFLAGS) -o $@ $< -ldl -lpthread
 
 TEST_BINS := $(UNIT_BIN) $(filter $(BUILDDIR)/tests/integ_%,$(INTEG_BIN)) $(INTEG_HELPER_BIN) \
-             $(CUDA_DOUBLE) $(BUILDDIR)/tests/cuda/test_double $(BUILDDIR)/tests/fuzz-replay
+             $(CUDA_DOUBLE) $(BUILDDIR)/tests/cuda/test_double $(BUILDDIR)/tests/fuzz-replay \
+             $(BUILDDIR)/tests/fuzz-ops-replay
 
 tests: all $(TEST_BINS)
 
@@ -160,7 +164,8 @@ tests: all $(TEST_BINS)
 # Bindings and other suites add themselves through fragments beside their
 # sources: each appends its test target to CHECK_EXTRA.
 CHECK_EXTRA :=
--include client/python/python.mk client/java/java.mk tests/bench/bench.mk
+-include client/python/python.mk client/java/java.mk tests/bench/bench.mk \
+         tests/systemd/systemd.mk packaging/packaging.mk
 
 check-run: tests $(CHECK_EXTRA)
 	$(Q)set -e; for t in $(filter $(BUILDDIR)/tests/test_% $(BUILDDIR)/tests/integ_%,$(TEST_BINS)); do \
@@ -170,6 +175,8 @@ check-run: tests $(CHECK_EXTRA)
 	$(Q)$(BUILDDIR)/tests/cuda/test_double $(CUDA_DOUBLE)
 	@echo "== $(BUILDDIR)/tests/fuzz-replay tests/fuzz/corpus"
 	$(Q)$(BUILDDIR)/tests/fuzz-replay tests/fuzz/corpus
+	@echo "== $(BUILDDIR)/tests/fuzz-ops-replay tests/fuzz/corpus-ops"
+	$(Q)$(BUILDDIR)/tests/fuzz-ops-replay tests/fuzz/corpus-ops
 
 # The frame decoder under libFuzzer (clang): `make fuzz` runs it for
 # FUZZ_SECONDS; check-run replays tests/fuzz/corpus through the same entry
@@ -187,6 +194,26 @@ $(BUILDDIR)/tests/fuzz-replay: $(CODEC_SRC) tests/fuzz/fuzz-frame.c tests/fuzz/r
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -std=gnu11 -g -O1 -Wall -Wextra -D_GNU_SOURCE -Iproto $(SANFLAGS) -o $@ $^ \
 		$(MSGPACK_LIBS)
+
+# The request handlers under libFuzzer: a daemon in-process, frames built
+# from the input; its corpus is replayed by make check too.
+FUZZ_OPS_SRC := $(filter-out daemon/main.c,$(DAEMON_SRC)) $(PROTO_SRC) tests/fuzz/fuzz-ops.c
+
+$(BUILDDIR)/fuzz/fuzz-ops: $(FUZZ_OPS_SRC)
+	@mkdir -p $(dir $@)
+	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined $(CPPFLAGS) -Idaemon -o $@ $^ $(UV_LIBS) \
+		$(MSGPACK_LIBS) -ldl
+
+$(BUILDDIR)/tests/fuzz-ops-replay: tests/fuzz/fuzz-ops.c tests/fuzz/replay.c $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter $(CPPFLAGS) \
+		-Idaemon $(SANFLAGS) -o $@ $^ $(UV_LIBS) $(MSGPACK_LIBS) -ldl
+
+fuzz-ops: $(BUILDDIR)/fuzz/fuzz-ops
+	@mkdir -p $(BUILDDIR)/fuzz/corpus-ops
+	$< -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/corpus-ops tests/fuzz/corpus-ops
 
 fuzz: $(BUILDDIR)/fuzz/fuzz-frame
 	@mkdir -p $(BUILDDIR)/fuzz/corpus
@@ -231,9 +258,12 @@ deps:
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		build-essential pkg-config libuv1-dev libmsgpack-dev libcriterion-dev \
-		python3 python3-pytest python3-numpy python3-msgpack default-jdk-headless junit5
+		python3 python3-pytest python3-numpy python3-msgpack default-jdk-headless junit5 \
+		dpkg-dev debhelper fakeroot
 
-$(BUILDDIR)/gpuipc.pc: packaging/gpuipc.pc.in
+# Regenerated every time: it records PREFIX and LIBDIR, which may differ
+# between two installs from one build.
+$(BUILDDIR)/gpuipc.pc: packaging/gpuipc.pc.in FORCE
 	@mkdir -p $(dir $@)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
 		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
@@ -250,11 +280,20 @@ install: all $(BUILDDIR)/gpuipc.pc
 	install -v -m 0644 $(LIBA) $(DESTDIR)$(LIBDIR)/
 	install -v -m 0644 client/gpuipc.h $(DESTDIR)$(INCLUDEDIR)/
 	install -v -m 0644 $(BUILDDIR)/gpuipc.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	install -v -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(PREFIX)/lib/sysusers.d \
+		$(DESTDIR)$(PREFIX)/lib/tmpfiles.d
+	sed 's|^ExecStart=/usr/sbin/gpuipcd|ExecStart=$(SBINDIR)/gpuipcd|' systemd/gpuipcd.service \
+		> $(DESTDIR)$(SYSTEMDUNITDIR)/gpuipcd.service
+	install -v -m 0644 systemd/gpuipcd.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
+	install -v -m 0644 systemd/gpuipcd.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/gpuipcd.conf
+	install -v -m 0644 systemd/gpuipcd.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/gpuipcd.conf
+	for s in 1 3 5 8; do install -v -d $(DESTDIR)$(MANDIR)/man$$s; \
+		install -v -m 0644 docs/man/*.$$s $(DESTDIR)$(MANDIR)/man$$s/; done
 
 clean:
 	rm -rf build
 
-.PHONY: all tests check check-run check-gpu fuzz gpu-tests ensure-deps run deps install clean
-.SECONDARY:
+.PHONY: FORCE all tests check check-run check-gpu fuzz fuzz-ops gpu-tests ensure-deps run deps install clean
+.PRECIOUS: $(BUILDDIR)/obj/%.o
 
 -include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,61 @@
+#!/bin/bash
+# Builds the Debian packages gpuipcd, libgpuipc1, libgpuipc-dev and
+# python3-gpuipc into build/deb/ (make deb).
+#
+# dpkg-buildpackage wants debian/ at the source root, and the tree keeps it
+# in packaging/debian/.  So: copy the working tree's files (tracked ones and
+# untracked ones git does not ignore; never build/) into a temporary
+# directory, copy packaging/debian there as debian/ (its unit files are
+# symbolic links to systemd/, copied as files), and build binary packages
+# only, unsigned.
+#
+#   packaging/build-deb.sh [--deps]   --deps: apt-get the build dependencies
+#                                     first (root)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$ROOT/build/deb
+
+if [ "${1:-}" = --deps ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                dpkg-dev debhelper fakeroot build-essential pkg-config libuv1-dev libmsgpack-dev
+fi
+for tool in dpkg-buildpackage dh; do
+        command -v $tool >/dev/null 2>&1 || {
+                echo "build-deb.sh: $tool not found: apt-get install dpkg-dev debhelper" \
+                     "(or run with --deps)" >&2
+                exit 1
+        }
+done
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpuipcd-deb.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+SRC=$TMP/gpuipcd-$(sed -n '1s/^gpuipcd (\([^)]*\)).*/\1/p' "$ROOT/packaging/debian/changelog")
+mkdir -p "$SRC"
+
+cd "$ROOT"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        # --others --exclude-standard: files not committed yet, without
+        # what .gitignore names (build/, caches).  Files deleted in the work
+        # tree but still in the index are skipped.
+        git ls-files -z --cached --others --exclude-standard |
+                while IFS= read -r -d '' f; do
+                        case $f in build/*|debian/*) continue ;; esac
+                        [ -e "$f" ] || [ -L "$f" ] || continue
+                        printf '%s\0' "$f"
+                done | xargs -0 cp --parents -P -t "$SRC"
+else
+        tar -C "$ROOT" --exclude=./build --exclude=./debian --exclude=.git -cf - . |
+                tar -C "$SRC" -xf -
+fi
+rm -rf "$SRC/debian"
+cp -RL "$ROOT/packaging/debian" "$SRC/debian"
+
+cd "$SRC"
+echo "== dpkg-buildpackage -us -uc -b in $SRC"
+dpkg-buildpackage -us -uc -b
+mkdir -p "$OUT"
+rm -f "$OUT"/*.deb "$OUT"/*.buildinfo "$OUT"/*.changes
+cp "$TMP"/*.deb "$TMP"/*.buildinfo "$TMP"/*.changes "$OUT"/
+echo "== packages in $OUT:"
+ls -l "$OUT"

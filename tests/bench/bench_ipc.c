@@ -117,7 +117,7 @@ static bool running(struct worker *w, uint64_t i)
 }
 
 #define WARMUP 200
-#define REG_QUOTA 12000u
+#define REG_QUOTA 6000u       /* two daemon fds per host registration */
 
 static void start_clock(struct worker *w)
 {
@@ -203,9 +203,10 @@ static void run_lib(struct worker *w)
         size_t nviews = 0, cap = 0;
         char name[64];
 
-        /* The daemon holds one fd per host registration and its fd limit
-         * may be low (20000 here): register-only loops reconnect, untimed,
-         * after their share of REG_QUOTA (closing drops ephemeral ones). */
+        /* The daemon holds two fds per host registration (the memfd and
+         * the read-only copy lookups get) and its fd limit may be low (20000
+         * here): register-only loops reconnect, untimed, after their share
+         * of REG_QUOTA (closing drops ephemeral ones). */
         uint64_t quota = REG_QUOTA / (uint64_t)sp->conns, held = 0;
 
         gk(NULL, gpuipc_connect(G.sock, &c), "gpuipc_connect");
@@ -679,13 +680,13 @@ static int run_scale(const char *bin, uint64_t max, bool cuda, struct scale_row 
         pid_t pid;
 
         snprintf(sock, sizeof(sock), "%s/scale.sock", tmpdir_get());
-        pid = daemon_start(bin, sock, cuda ? 0 : max + 4096, &nofile);
+        pid = daemon_start(bin, sock, cuda ? 0 : 2 * max + 4096, &nofile);
         *ret_nofile = nofile;
-        if (!cuda && nofile < max + 256) {
-                fprintf(stderr, "bench: RLIMIT_NOFILE for gpuipcd is %" PRIu64 " (one fd per "
+        if (!cuda && nofile < 2 * max + 256) {
+                fprintf(stderr, "bench: RLIMIT_NOFILE for gpuipcd is %" PRIu64 " (two fds per "
                         "host registration): host scale capped at %" PRIu64 "\n", nofile,
-                        nofile - 300);
-                max = nofile > 600 ? nofile - 300 : 0;
+                        (nofile - 300) / 2);
+                max = nofile > 600 ? (nofile - 300) / 2 : 0;
         }
         usleep(100000);
         rss0 = proc_rss(pid);

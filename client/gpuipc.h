@@ -68,6 +68,8 @@ typedef struct gpuipc_meta {
 #define GPUIPC_LOOKUP_WRITABLE 0x1u     /* map read-write (default read-only) */
 #define GPUIPC_LOOKUP_NO_SYNC  0x2u     /* do not wait for the producer's event;
                                          * use gpuipc_view_wait_stream() */
+#define GPUIPC_LOOKUP_COPY_TO_DEVICE 0x4u /* gpuipc_lookup_device(): copy when the
+                                         * device cannot reach the buffer */
 
 /* Flags of gpuipc_info.flags. */
 #define GPUIPC_INFO_EPHEMERAL    0x1u
@@ -263,6 +265,36 @@ GPUIPC_EXPORT int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint6
  * tells when; at once when 0). */
 GPUIPC_EXPORT int gpuipc_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases);
 
+/* Like gpuipc_lookup(), for a consumer that works on device ordinal
+ * `device` of this process (-1: the buffer's own device, which is what
+ * gpuipc_lookup() does).  Devices are matched by UUID, so ordinals may
+ * differ from the producer's under any CUDA_VISIBLE_DEVICES.  When device
+ * is another GPU than the buffer's, the allocation is mapped for device
+ * with peer access: cuda-ipc opened in device's primary context with lazy
+ * peer enabling, cuda-vmm mapped with access granted to device only.
+ * gpuipc_view_device() is then `device`, and the pointer is valid there.
+ * Within one process an allocation is opened once per consumer device.
+ *  - -EXDEV when device cannot access the buffer's device
+ *    (cuDeviceCanAccessPeer says no); gpuipc_errmsg() names both devices
+ *    by UUID and ordinal.  With GPUIPC_LOOKUP_COPY_TO_DEVICE the library
+ *    instead opens the buffer on its own device (which must be visible in
+ *    this process: -ENODEV otherwise), waits for the producer's event,
+ *    and copies the buffer into memory it allocates on device: the view
+ *    is then a snapshot, no longer shared with the producer (writes go
+ *    nowhere), gpuipc_view_copied() says so, and the copy is freed with
+ *    the view.  The flag changes nothing where peer access works.
+ *  - -ENODEV when device, or the buffer's device, is not visible here;
+ *    -EINVAL for device < -1.
+ * Host buffers ignore device (their views are on no device).  In the
+ * producer's own process a cuda-ipc view is the producer's pointer:
+ * enabling peer access to it from device is the caller's business. */
+GPUIPC_EXPORT int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms,
+                                       unsigned flags, int device, gpuipc_view **ret_view);
+/* 1 when v is a private copy made by GPUIPC_LOOKUP_COPY_TO_DEVICE (a
+ * snapshot taken at lookup time), 0 when it maps the shared buffer or v
+ * is NULL. */
+GPUIPC_EXPORT int gpuipc_view_copied(const gpuipc_view *v);
+
 /* For a device view: the device ordinal in this process (or -1 for host
  * memory), and making stream wait for the producer's event (a no-op when
  * there is none).  gpuipc_view_data() is then the CUdeviceptr. */
@@ -345,12 +377,39 @@ typedef struct gpuipc_cuda_status {
         uint32_t driver_version;        /* e.g. 13000; 0 when unknown */
         uint32_t n_devices;
         const gpuipc_cuda_device *devices;
+        /* n_devices * n_devices entries: peer_access[i * n_devices + j] is 1
+         * when device i can access device j's memory (cuDeviceCanAccessPeer;
+         * 1 for i == j), 0 when not, -1 when the driver cannot say.  NULL
+         * when n_devices is 0. */
+        const int *peer_access;
 } gpuipc_cuda_status;
 
 /* Fills *ret_status; fails only for lack of memory.  Free it with
  * gpuipc_cuda_status_free(). */
 GPUIPC_EXPORT int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status);
 GPUIPC_EXPORT void gpuipc_cuda_status_free(gpuipc_cuda_status *s);
+
+/* ---- access rules ------------------------------------------------------ */
+
+#define GPUIPC_ACCESS_IDS_MAX 32        /* uids, and gids, one rule may list */
+
+/* Who besides the owner's uid (and root) may look a registration up, list,
+ * stat and watch it.  group is a group name the daemon resolves to a gid at
+ * register time (NULL: none); public_ nonzero allows every peer that can
+ * reach the socket. */
+typedef struct gpuipc_access {
+        const uint32_t *uids;
+        uint32_t n_uids;                /* at most GPUIPC_ACCESS_IDS_MAX */
+        const uint32_t *gids;
+        uint32_t n_gids;                /* at most GPUIPC_ACCESS_IDS_MAX */
+        const char *group;              /* at most 32 bytes */
+        int public_;
+} gpuipc_access;
+
+/* Sets the access rule of this client's later registrations (all kinds);
+ * the library copies a.  NULL restores the default, owner only.  -EINVAL
+ * for more than GPUIPC_ACCESS_IDS_MAX ids or a bad group name. */
+GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,16 @@ static const struct key {
           T_NUM, F(max_leases), 1, UINT32_MAX },
         { { "max-waits", "N", "waiting lookups per connection (default 256)" },
           T_NUM, F(max_waits), 0, UINT32_MAX },
+        { { "max-connections-per-uid", "N", "open connections of one uid (default 1024)" },
+          T_NUM, F(max_connections_per_uid), 1, 1u << 20 },
+        { { "max-registrations-per-uid", "N", "live registrations of one uid, counting durable "
+            "ones whose connection ended (default 65536)" },
+          T_NUM, F(max_registrations_per_uid), 1, UINT32_MAX },
+        { { "max-leases-per-uid", "N", "leases held by one uid (default 65536)" },
+          T_NUM, F(max_leases_per_uid), 1, UINT32_MAX },
+        { { "max-bytes-per-uid", "N", "bytes of host and cuda-vmm buffers one uid registered "
+            "and the daemon still holds; 0 for no limit (default 0)" },
+          T_NUM, F(max_bytes_per_uid), 0, UINT64_MAX >> 1 },
         { { "max-output", "N", "unsent reply bytes per connection before it is closed "
             "(default 16777216)" }, T_NUM, F(max_output), 1, UINT64_MAX >> 1 },
         { { "log-level", "LEVEL", "most verbose level logged: 0-7 or err, warning, notice, "
@@ -63,6 +73,9 @@ void config_defaults(struct config *cfg)
                 .max_registrations = 16384,
                 .max_leases = 16384,
                 .max_waits = 256,
+                .max_connections_per_uid = 1024,
+                .max_registrations_per_uid = 65536,
+                .max_leases_per_uid = 65536,
                 .max_output = 16u << 20,
                 .log_level = 6,
         };

@@ -29,6 +29,10 @@ struct config {
         uint32_t max_registrations;     /* live ones, per connection */
         uint32_t max_leases;            /* per connection */
         uint32_t max_waits;             /* per connection */
+        uint32_t max_connections_per_uid;
+        uint32_t max_registrations_per_uid; /* live ones, orphaned durable ones too */
+        uint32_t max_leases_per_uid;    /* by the holder's uid */
+        uint64_t max_bytes_per_uid;     /* host + cuda-vmm held; 0: no limit */
         uint64_t max_output;            /* unsent reply bytes per connection */
         int log_level;                  /* 0-7, syslog priorities */
         char admin_group[CONFIG_GROUP_MAX + 1];   /* "" for none: root only */

@@ -13,6 +13,7 @@
 #include "conn.h"
 #include "log.h"
 #include "ops.h"
+#include "quota.h"
 #include "waits.h"
 #include "watch.h"
 
@@ -97,6 +98,7 @@ int conn_new(struct daemon *d, int fd, struct conn **ret)
                 d->conns->prev = c;
         d->conns = c;
         d->n_conns++;
+        quota_conn(d, c->party.uid, 1);
         log_debug("connection %" PRIu64 " opened: pid %u uid %u gid %u", c->id,
                   c->party.pid, c->party.uid, c->party.gid);
         *ret = c;
@@ -138,6 +140,7 @@ void conn_close(struct conn *c)
         if (c->next)
                 c->next->prev = c->prev;
         d->n_conns--;
+        quota_conn(d, c->party.uid, -1);
 
         watch_conn_closed(c);
         waits_cancel_conn(c);

@@ -14,6 +14,7 @@
 
 #include <uv.h>
 
+#include "access.h"
 #include "daemon.h"
 #include "proto.h"
 #include "registry.h"
@@ -42,6 +43,8 @@ struct conn {
         uint64_t out_bytes;             /* unsent bytes */
         struct waiter *waits;
         uint32_t n_waits;
+        uint32_t n_groups;
+        gid_t groups[PEER_GROUPS_MAX];  /* supplementary, from SO_PEERGROUPS at hello */
         bool hello : 1;
         bool closed : 1;                /* conn_close() ran; freed on uv_close */
         bool doomed : 1;                /* to be closed once it is safe */

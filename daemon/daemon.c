@@ -9,6 +9,7 @@
 #include "cuda_reg.h"
 #include "daemon.h"
 #include "log.h"
+#include "quota.h"
 #include "watch.h"
 
 uint64_t now_unix_ms(void)
@@ -72,6 +73,7 @@ static void on_freed(struct reg *r, void *userdata)
         struct daemon *d = userdata;
 
         log_debug("freeing registration %" PRIu64 " (%s)", r->id, r->name);
+        quota_uncharge(d, r);
         watch_reg_freed(r);
         if (r->cuda) {
                 /* A cuda-vmm fd is the allocation entry's, shared. */
@@ -85,20 +87,47 @@ static void on_freed(struct reg *r, void *userdata)
         r->fd = r->ro_fd = -1;
 }
 
+/* The per-uid counts, then the watchers. */
+static void on_added(struct reg *r, void *userdata)
+{
+        quota_reg(userdata, r->uid, 1);
+        quota_charge(userdata, r);
+        watch_on_added(r, userdata);
+}
+
+static void on_removed(struct reg *r, void *userdata)
+{
+        quota_reg(userdata, r->uid, -1);
+        watch_on_removed(r, userdata);
+}
+
+static void on_leased(struct reg *r, struct lease *l, void *userdata)
+{
+        quota_lease(userdata, l->holder->uid, 1);
+        watch_on_leased(r, l, userdata);
+}
+
+static void on_unleased(struct reg *r, struct lease *l, void *userdata)
+{
+        quota_lease(userdata, l->holder->uid, -1);
+        watch_on_unleased(r, l, userdata);
+}
+
 int daemon_init(struct daemon *d)
 {
         static const struct registry_callbacks cb = {
                 .released = on_released,
                 .freed = on_freed,
                 .revoked = on_revoked,
-                .added = watch_on_added,
-                .removed = watch_on_removed,
-                .leased = watch_on_leased,
-                .unleased = watch_on_unleased,
+                .added = on_added,
+                .removed = on_removed,
+                .leased = on_leased,
+                .unleased = on_unleased,
         };
         int r;
 
         hmap_init(&d->waits);
+        hmap_init(&d->uids);
         alloc_table_init(&d->allocs);
         d->start_ms = uv_now(d->loop);
         r = gpu_new(&d->gpu);
@@ -122,4 +151,5 @@ void daemon_done(struct daemon *d)
         alloc_table_done(&d->allocs);
         d->gpu = gpu_free(d->gpu);
         hmap_free(&d->waits);
+        quota_done(d);
 }

@@ -27,6 +27,7 @@ struct daemon {
         uint32_t n_conns;
         uint64_t next_conn_id;
         struct hmap waits;              /* name -> struct waitq */
+        struct hmap uids;               /* uid -> what it holds (quota.c) */
         uint64_t requests, errors;      /* replies sent, and those that failed */
         uint64_t start_ms;              /* uv_now() at startup */
         bool stopping;

@@ -11,6 +11,7 @@
 #include "conn.h"
 #include "listen.h"
 #include "log.h"
+#include "quota.h"
 
 #define BACKLOG 128
 #define ACCEPT_RETRY_MS 100
@@ -148,12 +149,12 @@ int listener_adopt(struct listener *l, struct daemon *d, int fd)
 
 /* A connection over --max-connections gets one fatal event and is closed;
  * its socket buffer is empty, so the small frame fits without waiting. */
-static void refuse(struct listener *l, int fd)
+static void refuse(struct listener *l, int fd, const char *why)
 {
         struct proto_out o;
         int r;
 
-        conn_pack_error_event(&o, -ENOBUFS, "too many connections", true);
+        conn_pack_error_event(&o, -ENOBUFS, why, true);
         r = proto_out_finish(&o, l->d->cfg.max_frame);
         if (r == 0) {
                 struct iovec iov = { .iov_base = o.sb.data, .iov_len = o.sb.size };
@@ -164,6 +165,24 @@ static void refuse(struct listener *l, int fd)
 }
 
 static void on_accept(uv_poll_t *h, int status, int events);
+
+/* Whether the peer's uid has max-connections-per-uid open already. */
+static bool over_uid_limit(struct daemon *d, int fd, char *why, size_t len)
+{
+        struct ucred cred;
+        socklen_t clen = sizeof(cred);
+        uint64_t n;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0)
+                return false;   /* conn_new fails on it too */
+        n = quota_of(d, cred.uid).conns;
+        if (n < d->cfg.max_connections_per_uid)
+                return false;
+        snprintf(why, len, "too many connections: uid %u has %llu open "
+                 "(max-connections-per-uid %u)", (unsigned)cred.uid, (unsigned long long)n,
+                 d->cfg.max_connections_per_uid);
+        return true;
+}
 
 static void on_retry(uv_timer_t *t)
 {
@@ -177,6 +196,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
 {
         struct listener *l = h->data;
         struct daemon *d = l->d;
+        char why[160];
 
         for (;;) {
                 struct conn *c;
@@ -197,7 +217,12 @@ static void on_accept(uv_poll_t *h, int status, int events)
                 }
                 if (d->n_conns >= d->cfg.max_connections) {
                         log_info("refusing a connection: %u connections open", d->n_conns);
-                        refuse(l, fd);
+                        refuse(l, fd, "too many connections");
+                        continue;
+                }
+                if (over_uid_limit(d, fd, why, sizeof(why))) {
+                        log_info("refusing a connection: %s", why);
+                        refuse(l, fd, why);
                         continue;
                 }
                 r = conn_new(d, fd, &c);

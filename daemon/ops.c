@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
 #include "log.h"
@@ -97,7 +98,7 @@ void pack_record(msgpack_packer *pk, const struct reg *r)
 
 void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle)
 {
-        msgpack_pack_map(pk, (r->meta ? 11 : 10) + reg_cuda_record_fields(r, with_handle));
+        msgpack_pack_map(pk, (r->meta ? 12 : 11) + reg_cuda_record_fields(r, with_handle));
         proto_pack_ku64(pk, "id", r->id);
         proto_pack_str(pk, "name");
         proto_pack_strn(pk, r->name, r->name_len);
@@ -120,6 +121,7 @@ void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle)
         proto_pack_ku64(pk, "leases", r->leases);
         proto_pack_kbool(pk, "ephemeral", r->ephemeral);
         proto_pack_kstr(pk, "state", r->live ? "live" : "unregistered");
+        access_pack(pk, r);
         reg_cuda_pack_record(pk, r, with_handle);
 }
 
@@ -178,6 +180,7 @@ int op_hello(struct req *q)
         proto_out_free(&o);
         if (r == 0 && !c->hello) {
                 c->hello = true;
+                access_read_groups(c);
                 watch_conn_hello(c);
                 log_debug("connection %" PRIu64 " (pid %u): hello, client '%.*s'", c->id,
                           c->party.pid, (int)client_len, client);

@@ -5,42 +5,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "access.h"
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
 #include "watch.h"
-
-#define PEER_GROUPS_MAX 256     /* supplementary groups read per check */
-
-static bool admin_gid_set;
-static gid_t admin_gid;
-
-void ops_admin_set_group(bool set, gid_t gid)
-{
-        admin_gid_set = set;
-        admin_gid = gid;
-}
-
-/* Root, or a member of admin-group by the groups the peer had when it
- * connected (SO_PEERGROUPS: supplementary ones included, no /proc race). */
-static bool is_admin(const struct conn *c)
-{
-        gid_t groups[PEER_GROUPS_MAX];
-        socklen_t len = sizeof(groups);
-
-        if (c->party.uid == 0)
-                return true;
-        if (!admin_gid_set)
-                return false;
-        if (c->party.gid == admin_gid)
-                return true;
-        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
-                return false;   /* ERANGE past PEER_GROUPS_MAX: no */
-        for (size_t i = 0; i < len / sizeof(gid_t); i++)
-                if (groups[i] == admin_gid)
-                        return true;
-        return false;
-}
 
 int op_watch(struct req *q)
 {
@@ -115,7 +84,7 @@ int op_revoke(struct req *q)
         k = req_target(q, &t);
         if (k < 0)
                 return k;
-        if (!is_admin(q->c))
+        if (!access_is_admin(q->c))
                 return req_fail(q, -EPERM, "revoke needs root or membership in the "
                                 "admin-group");
         r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);

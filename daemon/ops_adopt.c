@@ -10,6 +10,7 @@
 #include "cuda_reg.h"
 #include "log.h"
 #include "ops.h"
+#include "quota.h"
 
 int op_adopt(struct req *q)
 {
@@ -71,6 +72,7 @@ int op_adopt(struct req *q)
         rc->alloc = a;
         alloc_put(&d->allocs, old);
         registry_set_kind(R, r, PROTO_KIND_CUDA_VMM);
+        quota_charge(d, r);     /* the daemon holds the copy now */
         r->offset = 0;
         r->fd = a->fd;
         r->ephemeral = false;

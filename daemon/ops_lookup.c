@@ -3,8 +3,10 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "access.h"
 #include "cuda_reg.h"
 #include "ops.h"
+#include "quota.h"
 #include "waits.h"
 
 /* A host lookup gets the read-only fd: a read-write one would let any
@@ -25,6 +27,7 @@ void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writabl
         int fd = r->kind == PROTO_KIND_HOST && !writable ? r->ro_fd : r->fd;
         struct lease *l;
         char msg[PROTO_NAME_MAX + 128];
+        uint64_t n;
         int k;
 
         if (writable && r->kind == PROTO_KIND_HOST && !may_write(c, r)) {
@@ -36,6 +39,14 @@ void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writabl
         if (c->party.n_leases >= c->d->cfg.max_leases) {
                 snprintf(msg, sizeof(msg), "this connection holds %u leases (--max-leases)",
                          c->party.n_leases);
+                ops_reply_error(c, seq, -ENOBUFS, msg);
+                return;
+        }
+        n = quota_of(c->d, c->party.uid).leases;
+        if (n >= c->d->cfg.max_leases_per_uid) {
+                snprintf(msg, sizeof(msg), "uid %u holds %" PRIu64 " leases "
+                         "(--max-leases-per-uid %u)", c->party.uid, n,
+                         c->d->cfg.max_leases_per_uid);
                 ops_reply_error(c, seq, -ENOBUFS, msg);
                 return;
         }
@@ -80,13 +91,17 @@ int op_lookup(struct req *q)
         k = proto_get_bool(q->m, "writable", &writable);
         if (k == -EINVAL)
                 return req_fail(q, -EINVAL, "writable must be a bool");
+        /* What the peer may not look up is answered as if it did not
+         * exist, and a waiting lookup keeps waiting for it. */
         if (t.by_id) {
                 r = registry_find_id(R, t.id);
-                if (!r || !r->live)
+                if (!r || !r->live || !access_may_lookup(c, r))
                         return req_fail(q, -ENOENT, "no live registration with id %" PRIu64,
                                         t.id);
         } else {
                 r = registry_find_name(R, t.name, t.name_len);
+                if (r && !access_may_lookup(c, r))
+                        r = NULL;
                 if (!r && wait_ms == 0)
                         return req_fail(q, -ENOENT, "no registration named %.*s",
                                         (int)t.name_len, t.name);

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 
+#include "access.h"
 #include "ops.h"
 
 #define LIST_MAX 1000u
@@ -42,6 +43,8 @@ int op_list(struct req *q)
         for (r = registry_iter(c->d->reg, NULL, after, prefix, plen); r;
              r = registry_iter(c->d->reg, r, 0, prefix, plen)) {
                 size_t before = sb.size;
+                if (!access_may_see(c, r))
+                        continue;
                 if (count == limit) {
                         more = true;
                         break;
@@ -94,6 +97,8 @@ int op_stat(struct req *q)
         if (k < 0)
                 return k;
         r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
+        if (r && !access_may_see(q->c, r))
+                r = NULL;       /* not revealed */
         if (!r)
                 return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
                                : req_fail(q, -ENOENT, "no registration named %.*s",

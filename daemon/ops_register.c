@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include "cuda_reg.h"
+#include "access.h"
 #include "host.h"
 #include "log.h"
 #include "ops.h"
+#include "quota.h"
 #include "waits.h"
 
 static int pack_int_array(struct req *q, msgpack_packer *pk, const msgpack_object *a,
@@ -192,6 +194,26 @@ static int lookup_reply_fits(const struct reg *r, uint32_t max_frame)
         return fits;
 }
 
+/* The per-uid limits: registrations (durable ones of ended connections
+ * included, so orphans cannot fill the daemon's fd table) and bytes held. */
+static int check_uid_limits(struct req *q, const struct reg_params *p)
+{
+        const struct config *cfg = &q->c->d->cfg;
+        uint32_t uid = q->c->party.uid;
+        struct uid_use u = quota_of(q->c->d, uid);
+
+        if (u.regs >= cfg->max_registrations_per_uid)
+                return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
+                                "(--max-registrations-per-uid %u)", uid, u.regs,
+                                cfg->max_registrations_per_uid);
+        if (cfg->max_bytes_per_uid > 0 && p->kind != PROTO_KIND_CUDA_IPC &&
+            (p->size > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - p->size))
+                return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes; %" PRIu64
+                                " more would pass --max-bytes-per-uid %" PRIu64, uid, u.bytes,
+                                p->size, cfg->max_bytes_per_uid);
+        return 0;
+}
+
 int op_register(struct req *q)
 {
         struct conn *c = q->c;
@@ -214,6 +236,12 @@ int op_register(struct req *q)
                 if (k < 0)
                         goto out;
         }
+        k = access_parse(q, &p.access);
+        if (k < 0)
+                goto out;
+        k = check_uid_limits(q, &p);
+        if (k < 0)
+                goto out;
         if (p.kind == PROTO_KIND_HOST && q->nfds != 1) {
                 k = req_fail(q, -EBADF, "a host registration carries exactly one fd (fds: 1)");
                 goto out;
@@ -225,8 +253,12 @@ int op_register(struct req *q)
         }
         existing = registry_find_name(d->reg, p.name, p.name_len);
         if (existing) {
-                k = req_fail(q, -EEXIST, "%.*s is already registered (id %" PRIu64 ")",
-                             (int)p.name_len, p.name, existing->id);
+                /* The name is taken whoever may see it; its id is not told. */
+                k = access_may_see(c, existing)
+                        ? req_fail(q, -EEXIST, "%.*s is already registered (id %" PRIu64 ")",
+                                   (int)p.name_len, p.name, existing->id)
+                        : req_fail(q, -EEXIST, "%.*s is already registered",
+                                   (int)p.name_len, p.name);
                 goto out;
         }
         if (p.kind == PROTO_KIND_HOST) {
@@ -252,6 +284,8 @@ int op_register(struct req *q)
         p.meta_len = sb.size;
         p.created_ms = now_unix_ms();
         k = registry_add(d->reg, &c->party, &p, &r);
+        if (k == 0)
+                p.access = NULL;        /* r's now */
         if (k < 0) {
                 reg_cuda_free(&d->allocs, p.cuda);
                 k = req_fail(q, k, "cannot add the registration: %s", strerror(-k));
@@ -283,6 +317,7 @@ int op_register(struct req *q)
         waits_wake(d, r);
         k = 0;
 out:
+        free(p.access);
         if (ro_fd >= 0)
                 close(ro_fd);
         msgpack_sbuffer_destroy(&sb);
@@ -303,6 +338,8 @@ int op_unregister(struct req *q)
         if (k < 0)
                 return k;
         r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
+        if (r && !access_may_see(c, r))
+                r = NULL;       /* not revealed */
         if (!r || !r->live)
                 return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
                                : req_fail(q, -ENOENT, "no registration named %.*s",

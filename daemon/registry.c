@@ -72,6 +72,7 @@ static void reg_destroy(struct registry *R, struct reg *r)
         }
         R->cnt.registrations--;
         R->cnt.bytes[r->kind] -= r->size;
+        free(r->access);
         free(r);
 }
 
@@ -147,6 +148,7 @@ struct registry *registry_free(struct registry *R)
                 R->head = r->next;
                 if (R->cb.freed)
                         R->cb.freed(r, R->userdata);
+                free(r->access);
                 free(r);
         }
         hmap_free(&R->names);
@@ -188,6 +190,7 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         r->ephemeral = p->ephemeral;
         r->revocable = p->revocable;
         r->cuda = p->cuda;
+        r->access = p->access;
         r->fd = p->fd;
         r->ro_fd = -1;                  /* set by the caller, which opens it */
         r->id = R->next_id;

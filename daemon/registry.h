@@ -22,6 +22,7 @@
 struct registry;
 struct lease;
 struct reg_cuda;
+struct reg_access;
 
 struct reg_party {
         struct reg *owned;              /* registrations it registered */
@@ -42,6 +43,8 @@ struct reg {
         uint64_t created_ms;
         const uint8_t *meta;            /* one packed msgpack map, or NULL */
         struct reg_cuda *cuda;          /* CUDA kinds: the daemon's, freed in freed */
+        struct reg_access *access;      /* extra readers; NULL: owner only; freed with r */
+        uint64_t charged;               /* bytes counted against the owner's uid */
         struct lease *held;             /* its leases, newest first */
         uint64_t lease_mark;            /* leases with a smaller id are marked */
         uint32_t marked;                /* marked leases still held */
@@ -79,6 +82,7 @@ struct reg_params {
         bool ephemeral;
         bool revocable;
         struct reg_cuda *cuda;          /* owned by the registration on success */
+        struct reg_access *access;      /* one malloc block, owned likewise */
         int fd;                         /* owned by the registration on success */
 };
 

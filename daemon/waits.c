@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "access.h"
 #include "conn.h"
 #include "ops.h"
 #include "waits.h"
@@ -151,18 +152,21 @@ void waits_wake(struct daemon *d, struct reg *r)
                                      hmap_hash_str(r->name, r->name_len));
 
         /* Each answer may end the queue; stop once it is gone.  A waiter's
-         * lease keeps r alive, and r stays live meanwhile. */
-        while (q) {
-                struct waiter *w = q->head;
+         * lease keeps r alive, and r stays live meanwhile.  A waiter that
+         * may not look r up keeps waiting, as if r were not there. */
+        struct waiter *w = q ? q->head : NULL;
+
+        while (w) {
+                struct waiter *next = w->qnext;
                 struct conn *c = w->c;
                 uint64_t seq = w->seq;
                 bool writable = w->writable;
-                bool last = w->qnext == NULL;
 
-                waiter_end(d, w);
-                ops_lookup_answer(c, seq, r, writable);
-                if (last)
-                        break;
+                if (access_may_lookup(c, r)) {
+                        waiter_end(d, w);       /* frees q with its last waiter */
+                        ops_lookup_answer(c, seq, r, writable);
+                }
+                w = next;
         }
 }
 

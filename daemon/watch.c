@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "conn.h"
 #include "cuda_drv.h"
 #include "cuda_reg.h"
@@ -174,7 +175,7 @@ static void emit(const char *type, const struct reg *r, const struct lease *l, u
         bool packed = false;
 
         for (struct watcher *w = watchers; w; w = w->next) {
-                if (w->c->closed || !in_prefix(w, r))
+                if (w->c->closed || !in_prefix(w, r) || !access_may_see(w->c, r))
                         continue;
                 if (!packed) {
                         proto_out_init(&o);

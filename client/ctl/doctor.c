@@ -22,7 +22,8 @@ static const char usage[] =
         "Usage: gpuipcctl doctor [--socket PATH] [--json]\n\n"
         "Checks, from this process: the socket and its permissions, the daemon's\n"
         "version, the CUDA driver here and in the daemon, the visible devices and\n"
-        "the handle types they support, and whether this process shares the\n"
+        "the handle types they support, the peer-access matrix of the visible GPUs\n"
+        "(cuDeviceCanAccessPeer for every pair), and whether this process shares the\n"
         "daemon's PID and IPC namespaces.  Prints one verdict per check (ok, warn,\n"
         "fail) and exits 1 if any check failed.\n";
 
@@ -37,6 +38,11 @@ struct check {
 static struct check checks[32];
 static unsigned n_checks;
 static bool failed;
+/* The peer-access matrix for --json: peer[i * n_peer + j] is 1 when device
+ * i can access device j's memory, 0 when not, -1 unknown. */
+#define PEER_MAX 16
+static int peer[PEER_MAX * PEER_MAX];
+static uint32_t n_peer;
 
 static void add(const char *name, const char *verdict, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
@@ -144,6 +150,44 @@ static void check_ns(const char *what, const char *ns, long pid)
                     "fail; host and cuda-vmm buffers (fds) are unaffected", a, b);
 }
 
+/* One line for the whole matrix: "0->1 yes, 1->0 no, ...". */
+static void check_peer(const gpuipc_cuda_status *s)
+{
+        char msg[MSG_MAX];
+        size_t len = 0;
+        bool all = true;
+        uint32_t n = s->n_devices;
+
+        if (!s->peer_access || n == 0)
+                return;
+        n_peer = n < PEER_MAX ? n : PEER_MAX;
+        for (uint32_t i = 0; i < n_peer; i++)
+                for (uint32_t j = 0; j < n_peer; j++)
+                        peer[i * n_peer + j] = s->peer_access[i * n + j];
+        if (n < 2) {
+                add("peer", "ok", "one visible GPU: no peer access to check");
+                return;
+        }
+        msg[0] = '\0';
+        for (uint32_t i = 0; i < n_peer; i++)
+                for (uint32_t j = 0; j < n_peer; j++) {
+                        int v = s->peer_access[i * n + j];
+                        if (i == j)
+                                continue;
+                        if (v != 1)
+                                all = false;
+                        if (len < sizeof(msg))
+                                len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s%d->%d %s",
+                                                        len ? ", " : "", s->devices[i].ordinal,
+                                                        s->devices[j].ordinal,
+                                                        v == 1 ? "yes" : v == 0 ? "NO" : "unknown");
+                }
+        add("peer", all ? "ok" : "warn", "peer access (device->memory of device, "
+            "cuDeviceCanAccessPeer): %s%s", msg, all ? "" :
+            "; a consumer on a GPU without peer access to the buffer's GPU needs "
+            "GPUIPC_LOOKUP_COPY_TO_DEVICE (a copy)");
+}
+
 static void check_cuda_here(void)
 {
         gpuipc_cuda_status *s = NULL;
@@ -175,6 +219,7 @@ static void check_cuda_here(void)
                     d->legacy_ipc == 1 ? "supported" :
                     d->legacy_ipc == 0 ? "NOT supported" : "unknown");
         }
+        check_peer(s);
         gpuipc_cuda_status_free(s);
 }
 
@@ -193,7 +238,20 @@ static void print_json(void)
                 json_str(stdout, checks[i].msg);
                 printf("}");
         }
-        printf("\n  ]\n}\n");
+        printf("\n  ]");
+        if (n_peer > 0) {
+                printf(",\n  \"peer_access\": [");
+                for (uint32_t i = 0; i < n_peer; i++) {
+                        printf("%s[", i ? ", " : "");
+                        for (uint32_t j = 0; j < n_peer; j++)
+                                printf("%s%s", j ? ", " : "",
+                                       peer[i * n_peer + j] == 1 ? "true" :
+                                       peer[i * n_peer + j] == 0 ? "false" : "null");
+                        printf("]");
+                }
+                printf("]");
+        }
+        printf("\n}\n");
 }
 
 int doctor_main(int argc, char **argv)

@@ -14,18 +14,39 @@
 
 static const char usage[] =
         "Usage: gpuipcctl put [--socket PATH] NAME [FILE] [--dtype T] [--shape 2,3]\n"
-        "                     [--meta KEY=VALUE]... [--ephemeral]\n\n"
+        "                     [--meta KEY=VALUE]... [--ephemeral]\n"
+        "                     [--allow-uid UID]... [--allow-gid GID]... [--allow-group G]\n"
+        "                     [--public]\n\n"
         "Copies FILE (default: stdin) into a new shared-memory buffer and registers\n"
         "it as NAME.  The daemon keeps the buffer after gpuipcctl exits (unless\n"
         "--ephemeral, which ends the registration with this connection).  Prints\n"
-        "the registration id.\n";
+        "the registration id.  By default only its uid (and root) may look it up;\n"
+        "--allow-* (at most 32 uids and 32 gids) and --public widen that.\n";
 
 struct put_opts {
         gpuipc_meta meta;
         int64_t shape[32];
         const char *keys[32], *values[32];
         unsigned flags;
+        gpuipc_access access;
+        uint32_t uids[GPUIPC_ACCESS_IDS_MAX], gids[GPUIPC_ACCESS_IDS_MAX];
+        bool has_access;
 };
+
+static int parse_id(const char *arg, const char *what, uint32_t *ids, uint32_t *n)
+{
+        char *end;
+        unsigned long v;
+
+        errno = 0;
+        v = strtoul(arg, &end, 10);
+        if (errno || !*arg || *end || *arg == '-' || v >= UINT32_MAX)
+                return ctl_usage("put", "bad --allow-%s '%s'", what, arg);
+        if (*n == GPUIPC_ACCESS_IDS_MAX)
+                return ctl_usage("put", "more than %d --allow-%s", GPUIPC_ACCESS_IDS_MAX, what);
+        ids[(*n)++] = (uint32_t)v;
+        return 0;
+}
 
 static int parse_shape(struct put_opts *o, const char *arg)
 {
@@ -76,6 +97,20 @@ static int opt(int ch, const char *arg, void *data)
                 return 0;
         case 'e':
                 o->flags |= GPUIPC_REGISTER_EPHEMERAL;
+                return 0;
+        case 'U':
+                o->has_access = true;
+                return parse_id(arg, "uid", o->uids, &o->access.n_uids);
+        case 'G':
+                o->has_access = true;
+                return parse_id(arg, "gid", o->gids, &o->access.n_gids);
+        case 'g':
+                o->has_access = true;
+                o->access.group = arg;
+                return 0;
+        case 'p':
+                o->has_access = true;
+                o->access.public_ = 1;
                 return 0;
         }
         return EXIT_USAGE;
@@ -136,6 +171,10 @@ int put_main(int argc, char **argv)
                 { "shape",     required_argument, NULL, 's' },
                 { "meta",      required_argument, NULL, 'm' },
                 { "ephemeral", no_argument,       NULL, 'e' },
+                { "allow-uid", required_argument, NULL, 'U' },
+                { "allow-gid", required_argument, NULL, 'G' },
+                { "allow-group", required_argument, NULL, 'g' },
+                { "public",    no_argument,       NULL, 'p' },
                 {},
         };
         struct put_opts o = {};
@@ -173,7 +212,11 @@ int put_main(int argc, char **argv)
                 r = ctl_error(argv[0], "input is empty: nothing to register");
                 goto out;
         }
-        r = gpuipc_register_fd(c, name, fd, 0, size, &o.meta, o.flags, &id);
+        o.access.uids = o.uids;
+        o.access.gids = o.gids;
+        r = o.has_access ? gpuipc_access_set(c, &o.access) : 0;
+        if (r == 0)
+                r = gpuipc_register_fd(c, name, fd, 0, size, &o.meta, o.flags, &id);
         if (r < 0) {
                 r = ctl_fail(argv[0], c, r);
                 goto out;

@@ -1,5 +1,6 @@
 /* cuda.c: the CUDA driver in the library: loading, errors, contexts and
  * devices by UUID. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -127,6 +128,36 @@ void gpuipc__cu_leave(struct cuda *cu, CUcontext saved)
         if (cu->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == saved)
                 return;
         (void)cu->cuCtxSetCurrent(saved);
+}
+
+/* cuDeviceCanAccessPeer is not in proto/cuda_drv.h's tables: resolved here,
+ * once, from the loaded library (NULL when it lacks it). */
+typedef CUresult (*can_peer_fn)(int *, CUdevice, CUdevice);
+static pthread_once_t can_peer_once = PTHREAD_ONCE_INIT;
+static can_peer_fn can_peer;
+static struct cuda *can_peer_cu;
+
+static void can_peer_resolve(void)
+{
+        can_peer = (can_peer_fn)dlsym(can_peer_cu->dl, "cuDeviceCanAccessPeer");
+}
+
+int gpuipc__cu_can_peer(struct cuda *cu, int dev, int peer)
+{
+        CUdevice d, p;
+        int can = 0;
+
+        if (dev == peer)
+                return 1;
+        can_peer_cu = cu;
+        pthread_once(&can_peer_once, can_peer_resolve);
+        if (!can_peer)
+                return -ENOTSUP;
+        if (cu->cuDeviceGet(&d, dev) != CUDA_SUCCESS || cu->cuDeviceGet(&p, peer) != CUDA_SUCCESS)
+                return -ENODEV;
+        if (can_peer(&can, d, p) != CUDA_SUCCESS)
+                return -EIO;
+        return can != 0;
 }
 
 int gpuipc__cu_uuid(gpuipc_client *c, struct cuda *cu, int ordinal, uint8_t ret[CUDA_UUID_LEN])

@@ -37,6 +37,11 @@ int gpuipc__cu_missing(gpuipc_client *c, const char *fn);
 int gpuipc__cu_enter(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext *ret_saved);
 void gpuipc__cu_leave(struct cuda *cu, CUcontext saved);
 
+/* 1 when device ordinal dev can access memory on device ordinal peer
+ * (cuDeviceCanAccessPeer; 1 for dev == peer), 0 when not; -ENOTSUP when
+ * the driver lacks the call, -ENODEV/-EIO when it fails. */
+int gpuipc__cu_can_peer(struct cuda *cu, int dev, int peer);
+
 /* UUID of device ordinal, binary and as the wire string. */
 int gpuipc__cu_uuid(gpuipc_client *c, struct cuda *cu, int ordinal, uint8_t ret[CUDA_UUID_LEN]);
 /* This process's ordinal of the device named by the wire string; -ENODEV

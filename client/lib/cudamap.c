@@ -4,7 +4,9 @@
  * views at their offsets; the last view closes it.  The driver's own
  * behaviour on a second open of one handle differs between versions (the
  * same pointer on 580, CUDA_ERROR_ALREADY_MAPPED before), so it is never
- * relied on.  Keys:
+ * relied on.  Keys, each with the consumer device (the ordinal of the
+ * context the allocation is opened in: one allocation mapped for two
+ * devices is two entries):
  *  - cuda-ipc: (device UUID, handle bytes, buffer_id).  When this process
  *    exported that allocation itself, the entry holds its own pointer and
  *    nothing is opened or closed (the driver refuses to open one's own
@@ -33,7 +35,7 @@ struct gpuipc__cumap {
         uint8_t handle[CUDA_IPC_HANDLE_LEN];
         uint64_t buffer_id;
         uint8_t key[GPUIPC__ALLOC_KEY_LEN];     /* cuda-vmm */
-        int ordinal;
+        int ordinal;                    /* the consumer device: opened in its context */
         bool own;                       /* the producer's pointer, not opened */
         CUdeviceptr base;
         uint64_t size;
@@ -56,7 +58,8 @@ uint64_t gpuipc__cumap_size(const struct gpuipc__cumap *m)
 
 static bool key_eq(const struct gpuipc__cumap *a, const struct gpuipc__cumap *b)
 {
-        if (a->kind != b->kind || memcmp(a->uuid, b->uuid, CUDA_UUID_LEN))
+        if (a->kind != b->kind || a->ordinal != b->ordinal ||
+            memcmp(a->uuid, b->uuid, CUDA_UUID_LEN))
                 return false;
         if (a->kind == GPUIPC_KIND_CUDA_IPC)
                 return a->buffer_id == b->buffer_id &&
@@ -259,14 +262,107 @@ static int view_event(gpuipc_client *c, struct cuda *cu, const msgpack_object *r
         return 0;
 }
 
+/* Fails with -EXDEV naming both devices: consumer cannot reach home. */
+static int peer_fail(gpuipc_client *c, struct cuda *cu, const gpuipc_info *info, int consumer,
+                     int home)
+{
+        uint8_t u[CUDA_UUID_LEN];
+        char us[CUDA_UUID_STR_LEN + 1] = "?";
+
+        if (gpuipc__cu_uuid(NULL, cu, consumer, u) == 0)
+                cuda_uuid_format(u, us);
+        return gpuipc__fail(c, -EXDEV, "%s lives on device %s (ordinal %d here), which device "
+                            "%s (ordinal %d here) cannot access: cuDeviceCanAccessPeer says "
+                            "no peer access between them; look it up with "
+                            "GPUIPC_LOOKUP_COPY_TO_DEVICE (copy_to_device) for a copy",
+                            info->name, info->device, home, us, consumer);
+}
+
+/* Which device to open the allocation on for a consumer on device
+ * (-1: home), and whether the view must be a copy. */
+static int pick_device(gpuipc_client *c, struct cuda *cu, const gpuipc_info *info,
+                       unsigned flags, int device, int home, int *ret_open, bool *ret_copy)
+{
+        int n = 0, can;
+
+        *ret_copy = false;
+        *ret_open = home;
+        if (device < 0 || device == home)
+                return 0;
+        if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS || device >= n)
+                return gpuipc__fail(c, -ENODEV, "no CUDA device %d in this process (%d devices)",
+                                    device, n);
+        can = gpuipc__cu_can_peer(cu, device, home);
+        if (can < 0)
+                return gpuipc__fail(c, can, "cannot tell whether device %d can access device %d "
+                                    "(cuDeviceCanAccessPeer): %s", device, home,
+                                    gpuipc_strerror(can));
+        if (can == 0 && !(flags & GPUIPC_LOOKUP_COPY_TO_DEVICE))
+                return peer_fail(c, cu, info, device, home);
+        *ret_copy = can == 0;
+        if (can)
+                *ret_open = device;
+        return 0;
+}
+
+/* Replaces v's mapping (current context: its home device's) by a copy in
+ * memory allocated on device; the producer's event was waited for. */
+static int view_copy(gpuipc_client *c, struct cuda *cu, int device, gpuipc_view *v)
+{
+        CUdeviceptr dst = 0, src = (CUdeviceptr)(uintptr_t)v->data;
+        size_t size = (size_t)v->info->size;
+        const char *what = "cuMemAlloc (copy to device)";
+        CUcontext saved;
+        CUresult res;
+        int r;
+
+        r = GPUIPC__CU_NEED(c, cu, cuMemAlloc_v2);
+        if (r == 0)
+                r = GPUIPC__CU_NEED(c, cu, cuMemFree_v2);
+        if (r == 0)
+                r = gpuipc__cu_enter(c, cu, device, &saved);
+        if (r < 0)
+                return r;
+        res = cu->cuMemAlloc_v2(&dst, size ? size : 1);
+        if (res == CUDA_SUCCESS) {
+                /* Unified addressing: the driver stages the copy when the
+                 * devices have no peer path. */
+                what = "cuMemcpyDtoD (copy to device)";
+                res = cu->cuMemcpyDtoD_v2(dst, src, size);
+        }
+        if (res == CUDA_SUCCESS) {
+                what = "cuCtxSynchronize (copy to device)";
+                res = cu->cuCtxSynchronize();
+        }
+        if (res != CUDA_SUCCESS) {
+                r = gpuipc__cu_fail(c, cu, res, what);
+                if (dst)
+                        (void)cu->cuMemFree_v2(dst);
+        }
+        gpuipc__cu_leave(cu, saved);
+        if (r < 0)
+                return r;
+        /* The snapshot needs neither the producer's event nor the mapping. */
+        if (v->event && cu->cuEventDestroy_v2)
+                (void)cu->cuEventDestroy_v2((CUevent)v->event);
+        v->event = NULL;
+        cumap_put(cu, v->cumap);
+        v->cumap = NULL;
+        v->copy = dst;
+        v->data = (uint8_t *)(uintptr_t)dst;
+        v->device = device;
+        return 0;
+}
+
 int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
-                        unsigned flags, gpuipc_view *v)
+                        unsigned flags, int device, gpuipc_view *v)
 {
         struct gpuipc__cumap k = {};
         const gpuipc_info *info = v->info;
         struct cuda *cu;
         CUcontext saved;
-        int fd = -1, r;
+        bool copy;
+        int fd = -1, home, r;
 
         r = gpuipc__cu_get(c, &cu);
         if (r < 0)
@@ -276,7 +372,10 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpui
                 if (r < 0)
                         return r;
         }
-        r = gpuipc__cu_ordinal(c, cu, info->device, k.uuid, &k.ordinal);
+        r = gpuipc__cu_ordinal(c, cu, info->device, k.uuid, &home);
+        if (r < 0)
+                return r;
+        r = pick_device(c, cu, info, flags, device, home, &k.ordinal, &copy);
         if (r < 0)
                 return r;
         r = view_key(c, reg, rp, info, &k, &fd);
@@ -295,7 +394,10 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpui
                 goto leave;
         }
         v->data = (uint8_t *)(uintptr_t)(gpuipc__cumap_base(v->cumap) + info->offset);
-        r = view_event(c, cu, reg, flags, v);
+        /* A copy is taken after the producer's writes, whatever NO_SYNC says. */
+        r = view_event(c, cu, reg, copy ? flags & ~GPUIPC_LOOKUP_NO_SYNC : flags, v);
+        if (r == 0 && copy)
+                r = view_copy(c, cu, device, v);
 leave:
         gpuipc__cu_leave(cu, saved);
 out:
@@ -309,7 +411,7 @@ void gpuipc__cuview_close(gpuipc_view *v)
         struct cuda *cu;
         CUcontext saved;
 
-        if (!v->cumap && !v->event)
+        if (!v->cumap && !v->event && !v->copy)
                 return;
         if (gpuipc__cu_get(NULL, &cu) < 0)
                 return;         /* cannot happen: the view was opened */
@@ -319,6 +421,11 @@ void gpuipc__cuview_close(gpuipc_view *v)
                 gpuipc__cu_leave(cu, saved);
         }
         v->event = NULL;
+        if (v->copy && gpuipc__cu_enter(NULL, cu, v->device, &saved) == 0) {
+                (void)cu->cuMemFree_v2((CUdeviceptr)v->copy);
+                gpuipc__cu_leave(cu, saved);
+        }
+        v->copy = 0;
         if (v->cumap)
                 cumap_put(cu, v->cumap);
         v->cumap = NULL;

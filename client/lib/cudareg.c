@@ -312,7 +312,7 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
         cuda_uuid_format(d.uuid, uuid);
         nmeta = gpuipc__meta_keys(meta);
         seq = gpuipc__request(c, &o, "register", 7 + ephemeral + (nmeta > 0) + d.has_event +
-                              (vmm ? 1 : 2));
+                              (vmm ? 1 : 2) + gpuipc__access_keys(c));
         proto_pack_kstr(&o.pk, "name", name);
         proto_pack_kstr(&o.pk, "kind", vmm ? "cuda-vmm" : "cuda-ipc");
         proto_pack_ku64(&o.pk, "size", size);
@@ -338,6 +338,7 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
                 proto_pack_str(&o.pk, "meta");
                 gpuipc__meta_pack(&o.pk, meta);
         }
+        gpuipc__access_pack(&o.pk, c);  /* issue 7: access rule, see access.c */
         r = gpuipc__call(c, &o, seq, vmm ? &d.fd : NULL, vmm ? 1 : 0, &rp);
         if (r < 0)
                 return gpuipc__end(c, r);

@@ -18,6 +18,7 @@ struct status {
         char reason[CUDA_WHY_MAX];
         gpuipc_cuda_device devs[GPUIPC__CU_MAX_DEVICES_OR_1];
         char uuids[GPUIPC__CU_MAX_DEVICES_OR_1][CUDA_UUID_STR_LEN + 1];
+        int peer[GPUIPC__CU_MAX_DEVICES_OR_1 * GPUIPC__CU_MAX_DEVICES_OR_1];
 };
 
 void gpuipc_cuda_status_free(gpuipc_cuda_status *s)
@@ -80,6 +81,14 @@ int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status)
                 d->legacy_ipc = ua;
                 st->s.n_devices++;
         }
+        for (uint32_t i = 0; i < st->s.n_devices; i++)
+                for (uint32_t j = 0; j < st->s.n_devices; j++) {
+                        int can = gpuipc__cu_can_peer(cu, st->devs[i].ordinal,
+                                                      st->devs[j].ordinal);
+                        st->peer[i * st->s.n_devices + j] = can < 0 ? -1 : can;
+                }
+        if (st->s.n_devices > 0)
+                st->s.peer_access = st->peer;
         *ret_status = &st->s;
         return 0;
 }

@@ -52,7 +52,7 @@ int gpuipc_view_release_after(gpuipc_view *v, void *event)
 }
 
 int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
-                        unsigned flags, gpuipc_view *v)
+                        unsigned flags, int device, gpuipc_view *v)
 {
         return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
 }

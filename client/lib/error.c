@@ -31,6 +31,7 @@ static const struct {
         { ECONNRESET,      "connection to the daemon was lost" },
         { ENOTCONN,        "not connected to the daemon" },
         { ENAMETOOLONG,    "socket path too long" },
+        { EXDEV,           "the consumer's GPU cannot access the buffer's GPU (no peer access)" },
 };
 
 const char *gpuipc_strerror(int err)

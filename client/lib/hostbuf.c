@@ -127,7 +127,8 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
                 return gpuipc__end(c, r);
 
         nmeta = gpuipc__meta_keys(meta);
-        seq = gpuipc__request(c, &o, "register", 5 + ephemeral + (nmeta > 0));
+        seq = gpuipc__request(c, &o, "register", 5 + ephemeral + (nmeta > 0) +
+                              gpuipc__access_keys(c));
         proto_pack_kstr(&o.pk, "name", name);
         proto_pack_kstr(&o.pk, "kind", "host");
         proto_pack_ku64(&o.pk, "size", size);
@@ -139,6 +140,7 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
                 proto_pack_str(&o.pk, "meta");
                 gpuipc__meta_pack(&o.pk, meta);
         }
+        gpuipc__access_pack(&o.pk, c);
         r = gpuipc__call(c, &o, seq, &fd, 1, &rp);
         if (r < 0)
                 return gpuipc__end(c, r);

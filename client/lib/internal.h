@@ -29,6 +29,16 @@ struct gpuipc__relev {
         uint8_t handles[];              /* n * GPUIPC__EVENT_LEN bytes */
 };
 
+/* The access rule of later registrations, copied from gpuipc_access_set. */
+struct gpuipc__access {
+        bool set;
+        bool public_;
+        uint32_t n_uids, n_gids;
+        uint32_t uids[GPUIPC_ACCESS_IDS_MAX];
+        uint32_t gids[GPUIPC_ACCESS_IDS_MAX];
+        char group[33];
+};
+
 struct gpuipc_client {
         unsigned refs;                  /* the caller's, plus one per view */
         int fd;                         /* -1 once closed */
@@ -55,6 +65,7 @@ struct gpuipc_client {
         struct gpuipc__wev *wev_head, *wev_tail;
         unsigned wev_n;
         uint64_t wev_dropped;
+        struct gpuipc__access access;   /* for register (access.c) */
 };
 
 /* A reply to one request.  The body is a private copy, so the decoded
@@ -130,6 +141,9 @@ uint32_t gpuipc__meta_keys(const gpuipc_meta *m);
 /* Packs the value of the `meta` key (a map).  m must have passed the check
  * and have at least one key. */
 void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m);
+/* 1 when register carries c's access map (gpuipc__access_pack packs it). */
+uint32_t gpuipc__access_keys(const gpuipc_client *c);
+void gpuipc__access_pack(msgpack_packer *pk, const gpuipc_client *c);
 /* Decodes a `reg` record into one heap block holding the gpuipc_info and
  * everything it points to; free() it.  -EBADMSG on a malformed record. */
 int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info);
@@ -159,6 +173,7 @@ struct gpuipc_view {
         struct gpuipc__cumap *cumap;    /* device views: the opened allocation */
         int device;                     /* device ordinal here, -1 for host */
         void *event;                    /* the producer's CUevent, opened, or NULL */
+        uint64_t copy;                  /* COPY_TO_DEVICE: our CUdeviceptr, or 0 */
 };
 
 /* Releases the lease (with an IPC event handle of GPUIPC__EVENT_LEN bytes,
@@ -168,10 +183,12 @@ int gpuipc__view_release(gpuipc_view *v, const uint8_t *event);
 /* ---- cuda*.c (cudastub.c when built without <cuda.h>) ------------------ */
 
 /* Opens a device view from a lookup reply whose record is already decoded
- * into v->info: maps the device, opens the allocation once per process,
- * and waits for the producer's event unless GPUIPC_LOOKUP_NO_SYNC. */
+ * into v->info: maps the device, opens the allocation once per process
+ * and consumer device (device: the consumer's ordinal, -1 for the
+ * buffer's own), and waits for the producer's event unless
+ * GPUIPC_LOOKUP_NO_SYNC. */
 int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg,
-                        struct gpuipc__reply *rp, unsigned flags, gpuipc_view *v);
+                        struct gpuipc__reply *rp, unsigned flags, int device, gpuipc_view *v);
 /* Undoes gpuipc__cuview_open(); NULL-safe parts. */
 void gpuipc__cuview_close(gpuipc_view *v);
 /* Opens n IPC event handles and synchronises each. */

@@ -27,7 +27,7 @@ static int send_release(gpuipc_client *c, uint64_t lease, const uint8_t *event)
 
 /* Builds the view from a lookup reply: record, fd, mapping. */
 static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned flags,
-                           gpuipc_view *v)
+                           int device, gpuipc_view *v)
 {
         const msgpack_object *reg;
         uint8_t *base;
@@ -40,7 +40,7 @@ static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned 
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has an impossible range");
         /* Only device records touch the CUDA driver. */
         if (v->info->kind != GPUIPC_KIND_HOST)
-                return gpuipc__cuview_open(c, reg, rp, flags, v);
+                return gpuipc__cuview_open(c, reg, rp, flags, device, v);
         r = gpuipc__reply_take_fd(rp, &fd);
         if (r < 0)
                 return gpuipc__fail(c, r, "gpuipcd's lookup reply carries no fd");
@@ -58,6 +58,12 @@ static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned 
 int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned flags,
                   gpuipc_view **ret_view)
 {
+        return gpuipc_lookup_device(c, name, timeout_ms, flags, -1, ret_view);
+}
+
+int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, unsigned flags,
+                         int device, gpuipc_view **ret_view)
+{
         struct gpuipc__reply rp;
         struct proto_out o;
         gpuipc_view *v;
@@ -72,8 +78,11 @@ int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned f
                 return r;
         if (!name || proto_name_check(name, strlen(name), &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
-        if (flags & ~(GPUIPC_LOOKUP_WRITABLE | GPUIPC_LOOKUP_NO_SYNC))
+        if (flags & ~(GPUIPC_LOOKUP_WRITABLE | GPUIPC_LOOKUP_NO_SYNC |
+                      GPUIPC_LOOKUP_COPY_TO_DEVICE))
                 return gpuipc__fail(c, -EINVAL, "unknown lookup flags");
+        if (device < -1)
+                return gpuipc__fail(c, -EINVAL, "invalid consumer device %d", device);
         if (timeout_ms < 0 || (uint64_t)timeout_ms > PROTO_WAIT_MAX_MS)
                 wait_ms = PROTO_WAIT_MAX_MS;
         else
@@ -101,7 +110,7 @@ int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned f
                 free(v);
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply has no lease");
         }
-        r = view_from_reply(c, &rp, flags, v);
+        r = view_from_reply(c, &rp, flags, device, v);
         gpuipc__reply_free(&rp);
         if (r < 0) {
                 /* We hold a lease we cannot use: give it back, keeping the
@@ -125,6 +134,11 @@ int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned f
 void *gpuipc_view_data(const gpuipc_view *v)
 {
         return v ? v->data : NULL;
+}
+
+int gpuipc_view_copied(const gpuipc_view *v)
+{
+        return v && v->copy ? 1 : 0;
 }
 
 size_t gpuipc_view_size(const gpuipc_view *v)

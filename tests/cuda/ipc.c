@@ -92,10 +92,13 @@ static CUresult open_locked(CUdeviceptr *pdptr, const struct mem_handle *h, unsi
         int phys = (int)h->phys;
         if (dbl_phys_to_ordinal(phys) < 0)
                 return CUDA_ERROR_INVALID_DEVICE;       /* hidden by CUDA_VISIBLE_DEVICES */
-        if (phys != cur->phys && (flags & CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) {
+        /* Memory of another device needs peer access, with or without the
+         * lazy flag (which only enables it). */
+        if (phys != cur->phys) {
                 if (!dbl_peer_ok(cur->phys, phys))
                         return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
-                cur->peer_mask |= 1u << phys;
+                if (flags & CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+                        cur->peer_mask |= 1u << phys;
         }
 
         char path[320];

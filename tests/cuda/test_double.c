@@ -1021,7 +1021,23 @@ static void role_dev2_consumer(int sock)
         recv_all(sock, &h, sizeof(h));
         CHECK_RC(p_cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
                  CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+        /* Without the lazy flag too: the memory is out of this device's reach. */
+        CHECK_RC(p_cuIpcOpenMemHandle(&p, h, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
         send_word(sock, 1);
+        /* VMM memory on physical 2 (ordinal 1): access for ordinal 0 (physical
+         * 1, no peer access) is refused; for its own device it is granted. */
+        CUmemAllocationProp prop = vmm_prop(1);
+        CUmemGenericAllocationHandle vh;
+        CUdeviceptr va = 0;
+        CUmemAccessDesc acc0 = rw_access(0), acc1 = rw_access(1);
+        OK(p_cuMemCreate(&vh, 2 * MiB, &prop, 0));
+        OK(p_cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+        OK(p_cuMemMap(va, 2 * MiB, 0, vh, 0));
+        CHECK_RC(p_cuMemSetAccess(va, 2 * MiB, &acc0, 1), CUDA_ERROR_INVALID_DEVICE);
+        OK(p_cuMemSetAccess(va, 2 * MiB, &acc1, 1));
+        OK(p_cuMemUnmap(va, 2 * MiB));
+        OK(p_cuMemAddressFree(va, 2 * MiB));
+        OK(p_cuMemRelease(vh));
         int can = -1;
         OK(p_cuDeviceCanAccessPeer(&can, 0, 1));
         CHECK(can == 0);

@@ -608,6 +608,17 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
         }
         if (rc == CUDA_SUCCESS && !whole_mappings((uintptr_t)ptr, size))
                 rc = CUDA_ERROR_INVALID_VALUE;
+        /* Access for a device other than the memory's needs peer capability. */
+        for (uintptr_t p = (uintptr_t)ptr; rc == CUDA_SUCCESS && p < (uintptr_t)ptr + size;) {
+                struct dbl_region *r = dbl_region_find(p);
+                for (size_t i = 0; i < count; i++) {
+                        int phys = dbl.visible[desc[i].location.id];
+                        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && phys != r->phys &&
+                            !dbl_peer_ok(phys, r->phys))
+                                rc = CUDA_ERROR_INVALID_DEVICE;
+                }
+                p += r->size;
+        }
         for (uintptr_t p = (uintptr_t)ptr; rc == CUDA_SUCCESS && p < (uintptr_t)ptr + size;) {
                 struct dbl_region *r = dbl_region_find(p);
                 if (mprotect((void *)r->base, r->size, prot) != 0)

@@ -5,7 +5,14 @@
  * program re-executed with a role), joined only through the daemon.  The
  * consumer checks the bytes with a kernel that reads through the view's
  * device pointer, so a pass means the consumer's GPU really reads the
- * producer's memory.  Prints "N passed, N failed" last. */
+ * producer's memory.  Prints "N passed, N failed, N skipped" last.
+ *
+ * Case "peer" (issue 9) needs two GPUs (else it is counted as skipped): the
+ * producer works on GPU 0 with
+ * CUDA_VISIBLE_DEVICES=0,1, the consumer sees CUDA_VISIBLE_DEVICES=1,0, so
+ * its ordinal 0 (where gpu_setup() loads the kernels) is physical GPU 1 and
+ * the buffers' home is its ordinal 1; it maps both kinds for its ordinal 0
+ * with gpuipc_lookup_device() and counts the bytes there. */
 #include <errno.h>
 #include <stdbool.h>
 #include <spawn.h>
@@ -126,6 +133,26 @@ static int produce_event(gpuipc_client *c, bool control)
         return 0;
 }
 
+static int produce_peer(gpuipc_client *c)
+{
+        gpuipc_cudabuf *b;
+        CUdeviceptr p;
+        uint64_t id;
+
+        CK(cuMemAlloc(&p, 8 * MiB));
+        fill(p, 8 * MiB, 53, 0, NULL);
+        GK(gpuipc_cudabuf_new(0, 8 * MiB, &b));
+        fill(gpuipc_cudabuf_ptr(b), 8 * MiB, 59, 0, NULL);
+        CK(cuCtxSynchronize());
+        GK(gpuipc_register_cuda(c, "gpu/peer/vmm", gpuipc_cudabuf_ptr(b), 8 * MiB, NULL, NULL, 0,
+                                NULL));
+        gpuipc_cudabuf_free(b);
+        GK(gpuipc_register_cuda(c, "gpu/peer/ipc", p + MiB, 4 * MiB, NULL, NULL, 0, &id));
+        GK(gpuipc_wait_released(c, id, 60000));
+        CK(cuMemFree(p));
+        return 0;
+}
+
 /* ---- consumers ------------------------------------------------------------ */
 
 static int consume_pool(gpuipc_client *c)
@@ -235,6 +262,61 @@ static int consume_event(gpuipc_client *c, bool control)
         return bad > 0 ? 0 : fail("the control read no stale bytes: the spin is too short");
 }
 
+/* One buffer of the peer case, looked up for this process's ordinal 0. */
+static int consume_peer_one(gpuipc_client *c, const char *name, uint64_t size, unsigned seed,
+                            uint64_t pattern_off, int can_peer, const char *here)
+{
+        unsigned flags = can_peer ? 0 : GPUIPC_LOOKUP_COPY_TO_DEVICE;
+        gpuipc_view *v;
+        double t0;
+        int r;
+
+        if (!can_peer) {
+                r = gpuipc_lookup_device(c, name, 30000, 0, 0, &v);
+                if (r != -EXDEV)
+                        return fail("%s without peer access: %d, expected -EXDEV", name, r);
+                printf("no peer access: %s\n", gpuipc_errmsg(c));
+        }
+        t0 = now_us();
+        GK(gpuipc_lookup_device(c, name, 30000, flags, 0, &v));
+        if (!strcmp(gpuipc_view_info(v)->device, here))
+                return fail("%s lives on %s, this process's device 0: not a cross-device case",
+                            name, here);
+        if (gpuipc_view_device(v) != 0 || gpuipc_view_copied(v) != !can_peer)
+                return fail("%s: device %d copied %d", name, gpuipc_view_device(v),
+                            gpuipc_view_copied(v));
+        if (count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v), size, seed, pattern_off))
+                return fail("%s: wrong bytes on the consumer's GPU", name);
+        printf("timing %s %s lookup_us=%.0f\n", name, can_peer ? "peer" : "copy", now_us() - t0);
+        GK(gpuipc_view_release(v));
+        return 0;
+}
+
+static int consume_peer(gpuipc_client *c)
+{
+        gpuipc_cuda_status *s;
+        char here[64];
+        int can, r;
+
+        GK(gpuipc_cuda_status_get(&s));
+        if (s->n_devices < 2 || !s->peer_access) {
+                gpuipc_cuda_status_free(s);
+                return fail("the consumer sees fewer than 2 GPUs");
+        }
+        snprintf(here, sizeof(here), "%s", s->devices[0].uuid);
+        can = s->peer_access[0 * s->n_devices + 1] == 1;
+        printf("peer: consumer GPU %s, peer access to GPU %s: %s\n", here, s->devices[1].uuid,
+               can ? "yes" : "no");
+        gpuipc_cuda_status_free(s);
+        r = consume_peer_one(c, "gpu/peer/ipc", 4 * MiB, 53, MiB, can, here);
+        if (r == 0)
+                r = consume_peer_one(c, "gpu/peer/vmm", 8 * MiB, 59, 0, can, here);
+        if (r == 0 && can && shim_count("cuIpcOpenMemHandle_v2") > 1)
+                r = fail("one cuda-ipc lookup opened %ld handles",
+                         shim_count("cuIpcOpenMemHandle_v2"));
+        return r;
+}
+
 /* ---- same process --------------------------------------------------------- */
 
 static int self_lookup(gpuipc_client *c)
@@ -270,7 +352,8 @@ static int role(const char *who, const char *name)
                     !strcmp(name, "vmm") ? produce_vmm(c) :
                     !strcmp(name, "adopt") ? produce_adopt(c) :
                     !strcmp(name, "event") ? produce_event(c, false) :
-                    !strcmp(name, "event-control") ? produce_event(c, true) : self_lookup(c);
+                    !strcmp(name, "event-control") ? produce_event(c, true) :
+                    !strcmp(name, "peer") ? produce_peer(c) : self_lookup(c);
         else
                 r = !strcmp(name, "pool") ? consume_pool(c) :
                     !strcmp(name, "share") ? consume_share(c) :
@@ -280,6 +363,7 @@ static int role(const char *who, const char *name)
                                                             GPUIPC_KIND_CUDA_VMM, 6 * MiB, 31,
                                                             MiB) :
                     !strcmp(name, "event") ? consume_event(c, false) :
+                    !strcmp(name, "peer") ? consume_peer(c) :
                     consume_event(c, true);
         gpuipc_client_free(c);
         return r == 0 ? 0 : 1;
@@ -293,6 +377,33 @@ static pid_t spawn_role(const char *self, const char *who, const char *name, cha
         if (posix_spawn(&pid, self, NULL, NULL, argv, env) != 0)
                 return -1;
         return pid;
+}
+
+/* environ with CUDA_VISIBLE_DEVICES=cvd; static storage, one at a time. */
+static char **env_with_cvd(const char *cvd)
+{
+        static char *env[512];
+        static char var[64];
+        size_t n = 0;
+
+        snprintf(var, sizeof(var), "CUDA_VISIBLE_DEVICES=%s", cvd);
+        for (char **e = environ; *e && n < sizeof(env) / sizeof(env[0]) - 2; e++)
+                if (strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) != 0)
+                        env[n++] = *e;
+        env[n++] = var;
+        env[n] = NULL;
+        return env;
+}
+
+/* GPUs visible to this process (cuInit here is harmless: roles are
+ * spawned, not forked). */
+static int gpu_count(void)
+{
+        int n = 0;
+
+        if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&n) != CUDA_SUCCESS)
+                return 0;
+        return n;
 }
 
 static int wait_ok(pid_t pid)
@@ -310,8 +421,9 @@ int main(int argc, char **argv)
         } cases[] = {
                 { "pool", false }, { "share", false }, { "vmm", true }, { "adopt", true },
                 { "event", false }, { "event-control", false }, { "self", false },
+                { "peer", false },
         };
-        int passed = 0, failed = 0;
+        int passed = 0, failed = 0, skipped = 0;
 
         if (argc == 3)
                 return role(argv[1], argv[2]);
@@ -322,8 +434,25 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 const char *n = cases[i].name;
                 bool ok;
-                pid_t prod = spawn_role(argv[0], "producer", n, environ), cons = -1;
+                pid_t prod, cons = -1;
 
+                if (!strcmp(n, "peer")) {
+                        if (gpu_count() < 2) {
+                                printf("SKIP: peer (needs 2 GPUs)\n");
+                                fflush(stdout);
+                                skipped++;
+                                continue;
+                        }
+                        prod = spawn_role(argv[0], "producer", n, env_with_cvd("0,1"));
+                        cons = spawn_role(argv[0], "consumer", n, env_with_cvd("1,0"));
+                        ok = wait_ok(cons);
+                        ok = wait_ok(prod) && ok;
+                        printf("%s: %s\n", ok ? "PASS" : "FAIL", n);
+                        fflush(stdout);
+                        ok ? passed++ : failed++;
+                        continue;
+                }
+                prod = spawn_role(argv[0], "producer", n, environ);
                 if (!strcmp(n, "self")) {
                         ok = wait_ok(prod);
                 } else if (cases[i].producer_first) {
@@ -339,6 +468,6 @@ int main(int argc, char **argv)
                 fflush(stdout);
                 ok ? passed++ : failed++;
         }
-        printf("%d passed, %d failed\n", passed, failed);
+        printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
         return failed ? 1 : 0;
 }

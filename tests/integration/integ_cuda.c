@@ -426,3 +426,197 @@ Test(cuda, stats_report_cuda)
         gpuipc_client_free(c);
         cr_assert_eq(h_wait(&prod, 10000), 0);
 }
+
+/* ---- consumers on another GPU (issue 9) ---------------------------------
+ *
+ * Two double devices; the producer works on physical 0 and the consumer
+ * sees CUDA_VISIBLE_DEVICES=1,0: physical 0 is its ordinal 1 (the buffer's
+ * home) and physical 1 its ordinal 0, the consumer device. */
+
+#define UUID_PHYS0 "GPU-67707569-7063-2d64-6f75-626c652d3000"
+#define UUID_PHYS1 "GPU-67707569-7063-2d64-6f75-626c652d3100"
+
+static void produce_vmm_on0(const char *name, const char *seed)
+{
+        const char *args[] = { "vmm", name, "0", "3145733", seed, NULL };
+        struct h_child prod;
+
+        h_spawn(&prod, "helper-cuda-producer", args, false);
+        cr_assert_eq(h_wait(&prod, 15000), 0);
+}
+
+static gpuipc_view *lookup_dev(gpuipc_client *c, const char *name, unsigned flags, int device)
+{
+        gpuipc_view *v = NULL;
+        int r = gpuipc_lookup_device(c, name, 0, flags, device, &v);
+
+        cr_assert_eq(r, 0, "lookup %s for device %d: %s", name, device, gpuipc_errmsg(c));
+        return v;
+}
+
+Test(cuda2, peer_ipc_other_device)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v0, *v0b, *vh;
+
+        produce_ipc(&prod, "p/buf", "0", "1", "1", "5", true);
+        setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
+        c = connect_client();
+        v0 = lookup_dev(c, "p/buf", 0, 0);
+        cr_assert_eq(gpuipc_view_device(v0), 0);
+        cr_assert_eq(gpuipc_view_copied(v0), 0);
+        cr_assert_str_eq(gpuipc_view_info(v0)->device, UUID_PHYS0);
+        check_pattern(gpuipc_view_data(v0), REG_SIZE, 5);
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 1);
+        /* Once per (allocation, consumer device). */
+        v0b = lookup_dev(c, "p/buf", 0, 0);
+        cr_assert_eq(gpuipc_view_data(v0b), gpuipc_view_data(v0));
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 1);
+        vh = lookup_dev(c, "p/buf", 0, -1);
+        cr_assert_eq(gpuipc_view_device(vh), 1);
+        check_pattern(gpuipc_view_data(vh), REG_SIZE, 5);
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 2);
+        cr_assert_eq(gpuipc_view_wait_stream(v0, NULL), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_release(v0), 0);
+        cr_assert_eq(gpuipc_view_release(vh), 0);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        cr_assert_eq(gpuipc_view_release(v0b), 0);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 2);
+        gpuipc_client_free(c);
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+}
+
+Test(cuda2, peer_vmm_other_device)
+{
+        gpuipc_client *c;
+        gpuipc_view *v0, *v0b, *vh;
+
+        produce_vmm_on0("pv/buf", "6");
+        setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
+        c = connect_client();
+        v0 = lookup_dev(c, "pv/buf", 0, 0);
+        cr_assert_eq(gpuipc_view_device(v0), 0);
+        cr_assert_eq(gpuipc_view_copied(v0), 0);
+        check_pattern(gpuipc_view_data(v0), 3145733, 6);
+        v0b = lookup_dev(c, "pv/buf", 0, 0);
+        cr_assert_eq(gpuipc_view_data(v0b), gpuipc_view_data(v0));
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 1);
+        vh = lookup_dev(c, "pv/buf", 0, 1);
+        cr_assert_eq(gpuipc_view_device(vh), 1);
+        cr_assert_neq(gpuipc_view_data(vh), gpuipc_view_data(v0));
+        check_pattern(gpuipc_view_data(vh), 3145733, 6);
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 2);
+        cr_assert_eq(dcount("cuMemSetAccess"), 2);
+        cr_assert_eq(gpuipc_view_release(v0), 0);
+        cr_assert_eq(gpuipc_view_release(v0b), 0);
+        cr_assert_eq(dcount("cuMemRelease"), 1);
+        cr_assert_eq(gpuipc_view_release(vh), 0);
+        cr_assert_eq(dcount("cuMemRelease"), 2);
+        gpuipc_client_free(c);
+}
+
+/* The consumer device cannot reach the buffer: -EXDEV naming both. */
+static void check_no_peer(gpuipc_client *c, const char *name)
+{
+        gpuipc_view *v = NULL;
+        const char *m;
+        int r = gpuipc_lookup_device(c, name, 0, 0, 0, &v);
+
+        cr_assert_eq(r, -EXDEV, "lookup: %d (%s)", r, gpuipc_errmsg(c));
+        m = gpuipc_errmsg(c);
+        cr_assert_not_null(strstr(m, UUID_PHYS0), "errmsg: %s", m);
+        cr_assert_not_null(strstr(m, UUID_PHYS1), "errmsg: %s", m);
+        cr_assert_not_null(strstr(m, "ordinal 0"), "errmsg: %s", m);
+        cr_assert_not_null(strstr(m, "ordinal 1"), "errmsg: %s", m);
+        cr_assert_not_null(strstr(m, "peer"), "errmsg: %s", m);
+        cr_assert_not_null(strstr(gpuipc_strerror(r), "peer"));
+}
+
+Test(cuda2, no_peer_ipc_error_and_copy)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v, *v2;
+
+        setenv("GPUIPC_CUDA_DOUBLE_NO_PEER", "0-1", 1);
+        produce_ipc(&prod, "np/buf", "0", "1", "1", "8", true);
+        setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
+        c = connect_client();
+        check_no_peer(c, "np/buf");
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 0);
+        v = lookup_dev(c, "np/buf", GPUIPC_LOOKUP_COPY_TO_DEVICE | GPUIPC_LOOKUP_NO_SYNC, 0);
+        cr_assert_eq(gpuipc_view_copied(v), 1);
+        cr_assert_eq(gpuipc_view_device(v), 0);
+        cr_assert_eq(gpuipc_view_size(v), REG_SIZE);
+        check_pattern(gpuipc_view_data(v), REG_SIZE, 8);
+        /* Opened on its home device, copied, and the mapping dropped. */
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 1);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        cr_assert_eq(dcount("cuEventSynchronize"), 1);
+        cr_assert_eq(gpuipc_view_wait_stream(v, NULL), 0, "%s", gpuipc_errmsg(c));
+        /* A view on the home device is shared as before; a second copy is
+         * its own snapshot. */
+        v2 = lookup_dev(c, "np/buf", GPUIPC_LOOKUP_COPY_TO_DEVICE, 0);
+        cr_assert_eq(gpuipc_view_copied(v2), 1);
+        cr_assert_neq(gpuipc_view_data(v2), gpuipc_view_data(v));
+        check_pattern(gpuipc_view_data(v2), REG_SIZE, 8);
+        cr_assert_eq(gpuipc_view_release(v2), 0);
+        cr_assert_eq(dcount("cuMemFree_v2"), 1);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuMemFree_v2"), 2);
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 2);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 2);
+        gpuipc_client_free(c);
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+}
+
+Test(cuda2, no_peer_vmm_error_and_copy)
+{
+        gpuipc_client *c;
+        gpuipc_view *v;
+
+        setenv("GPUIPC_CUDA_DOUBLE_NO_PEER", "0-1", 1);
+        produce_vmm_on0("npv/buf", "9");
+        setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
+        c = connect_client();
+        check_no_peer(c, "npv/buf");
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 0);
+        v = lookup_dev(c, "npv/buf", GPUIPC_LOOKUP_COPY_TO_DEVICE, 0);
+        cr_assert_eq(gpuipc_view_copied(v), 1);
+        cr_assert_eq(gpuipc_view_device(v), 0);
+        check_pattern(gpuipc_view_data(v), 3145733, 9);
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 1);
+        cr_assert_eq(dcount("cuMemRelease"), 1);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuMemFree_v2"), 1);
+        gpuipc_client_free(c);
+}
+
+/* Copying needs the buffer's own device in this process. */
+Test(cuda2, copy_needs_home_device_visible)
+{
+        gpuipc_client *c;
+        gpuipc_view *v = NULL;
+        int r;
+
+        produce_vmm_on0("nh/buf", "4");
+        setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+        c = connect_client();
+        r = gpuipc_lookup_device(c, "nh/buf", 0, GPUIPC_LOOKUP_COPY_TO_DEVICE, 0, &v);
+        cr_assert_eq(r, -ENODEV, "lookup: %d (%s)", r, gpuipc_errmsg(c));
+        cr_assert_not_null(strstr(gpuipc_errmsg(c), UUID_PHYS0), "%s", gpuipc_errmsg(c));
+        r = gpuipc_lookup_device(c, "nh/buf", 0, 0, 5, &v);
+        cr_assert_eq(r, -ENODEV, "lookup: %d", r);
+        gpuipc_client_free(c);
+}
+
+Test(cuda, lookup_device_bad_argument)
+{
+        gpuipc_client *c = connect_client();
+        gpuipc_view *v = NULL;
+
+        cr_assert_eq(gpuipc_lookup_device(c, "x/y", 0, 0, -2, &v), -EINVAL);
+        cr_assert_eq(gpuipc_view_copied(NULL), 0);
+        gpuipc_client_free(c);
+}

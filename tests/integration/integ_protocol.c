@@ -628,7 +628,7 @@ static int nobody_unregisters_roots(void)
 
         if (gpuipc_connect(h_d.sock, &c) < 0)
                 return 10;
-        /* looking up is open to any peer; unregistering is not */
+        /* looking up a public name is open to any peer; unregistering is not */
         if (gpuipc_lookup(c, "perm/root", 0, 0, &v) < 0)
                 ret = 13;
         gpuipc_view_release(v);
@@ -677,6 +677,7 @@ Test(limits, unregister_permission)
         start_with(args);
         cr_assert_eq(chmod(h_d.dir, 0755), 0);
         cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_access_set(c, &(gpuipc_access){ .public_ = 1 }), 0);
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
         cr_assert_eq(gpuipc_register_host(c, "perm/root", b, NULL, 0, NULL), 0);
         gpuipc_hostbuf_free(b);

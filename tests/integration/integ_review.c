@@ -36,14 +36,17 @@ static int hello_conn(void)
         return fd;
 }
 
-/* A producer connection with "rv/buf" registered, filled with the pattern. */
+/* A producer connection with "rv/buf" registered, filled with the pattern;
+ * public, since writable_lookup_other_uid looks it up as another uid. */
 static gpuipc_client *producer(void)
 {
+        static const gpuipc_access pub = { .public_ = 1 };
         gpuipc_client *c = NULL;
         gpuipc_hostbuf *b = NULL;
         uint8_t *p;
 
         cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_access_set(c, &pub), 0);
         cr_assert_eq(gpuipc_hostbuf_new(SIZE, &b), 0);
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < SIZE; i++)

@@ -36,6 +36,7 @@ REGISTER_CUDA_IPC = 0x2
 # flags of gpuipc_lookup()
 LOOKUP_WRITABLE = 0x1
 LOOKUP_NO_SYNC = 0x2
+LOOKUP_COPY_TO_DEVICE = 0x4     # gpuipc_lookup_device()
 # gpuipc_info.flags
 INFO_EPHEMERAL = 0x1
 INFO_UNREGISTERED = 0x2
@@ -116,6 +117,7 @@ class gpuipc_cuda_status(Structure):
         ("driver_version", c_uint32),
         ("n_devices", c_uint32),
         ("devices", POINTER(gpuipc_cuda_device)),
+        ("peer_access", POINTER(c_int)),
     ]
 
 
@@ -156,6 +158,7 @@ _PROTOTYPES = {
     "gpuipc_default_socket": (c_char_p, []),
     "gpuipc_connect": (c_int, [c_char_p, POINTER(_client_p)]),
     "gpuipc_client_free": (None, [_client_p]),
+    "gpuipc_access_set": (c_int, [_client_p, c_void_p]),
     "gpuipc_ping": (c_int, [_client_p]),
     # host buffers
     "gpuipc_hostbuf_new": (c_int, [c_size_t, POINTER(_hostbuf_p)]),
@@ -185,6 +188,9 @@ _PROTOTYPES = {
                                      POINTER(gpuipc_meta), c_void_p, c_uint,
                                      POINTER(c_uint64)]),
     "gpuipc_adopt": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
+    "gpuipc_lookup_device": (c_int, [_client_p, c_char_p, c_int, c_uint, c_int,
+                                     POINTER(_view_p)]),
+    "gpuipc_view_copied": (c_int, [_view_p]),
     "gpuipc_view_device": (c_int, [_view_p]),
     "gpuipc_view_wait_stream": (c_int, [_view_p, c_void_p]),
     "gpuipc_view_release_after": (c_int, [_view_p, c_void_p]),

@@ -1,0 +1,183 @@
+/* access.c: access rules of registrations, and the admin check. */
+#include <errno.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "access.h"
+#include "conn.h"
+#include "ops.h"
+
+static bool admin_gid_set;
+static gid_t admin_gid;
+
+void ops_admin_set_group(bool set, gid_t gid)
+{
+        admin_gid_set = set;
+        admin_gid = gid;
+}
+
+void access_read_groups(struct conn *c)
+{
+        socklen_t len = sizeof(c->groups);
+
+        /* ERANGE past PEER_GROUPS_MAX, or not a socket: no supplementary
+         * groups, which only ever denies. */
+        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &len) < 0)
+                len = 0;
+        c->n_groups = (uint32_t)(len / sizeof(gid_t));
+}
+
+static bool in_group(const struct conn *c, uint32_t gid)
+{
+        if (c->party.gid == gid)
+                return true;
+        for (uint32_t i = 0; i < c->n_groups; i++)
+                if (c->groups[i] == gid)
+                        return true;
+        return false;
+}
+
+bool access_is_admin(const struct conn *c)
+{
+        return c->party.uid == 0 || (admin_gid_set && in_group(c, admin_gid));
+}
+
+bool access_may_lookup(const struct conn *c, const struct reg *r)
+{
+        const struct reg_access *a = r->access;
+
+        if (c->party.uid == 0 || c->party.uid == r->uid)
+                return true;
+        if (!a)
+                return false;
+        if (a->public_ || (a->has_group && in_group(c, a->group_gid)))
+                return true;
+        for (uint32_t i = 0; i < a->n_uids; i++)
+                if (a->uids[i] == c->party.uid)
+                        return true;
+        for (uint32_t i = 0; i < a->n_gids; i++)
+                if (in_group(c, a->gids[i]))
+                        return true;
+        return false;
+}
+
+bool access_may_see(const struct conn *c, const struct reg *r)
+{
+        return access_may_lookup(c, r) || access_is_admin(c);
+}
+
+static int parse_ids(struct req *q, const msgpack_object *m, const char *key, uint32_t *ids,
+                     uint32_t *ret_n)
+{
+        const msgpack_object *a = NULL;
+        int k;
+
+        k = proto_get_array(m, key, &a);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "access.%s must be an array of uint", key);
+        if (!a)
+                return 0;
+        if (a->via.array.size > ACCESS_IDS_MAX)
+                return req_fail(q, -EINVAL, "access.%s has more than %u entries", key,
+                                ACCESS_IDS_MAX);
+        for (uint32_t i = 0; i < a->via.array.size; i++) {
+                uint64_t v;
+                if (proto_obj_u64(&a->via.array.ptr[i], &v) < 0 || v >= UINT32_MAX)
+                        return req_fail(q, -EINVAL, "access.%s entries must be uints below "
+                                        "4294967295", key);
+                ids[i] = (uint32_t)v;
+        }
+        *ret_n = a->via.array.size;
+        return 0;
+}
+
+/* The group's gid, by name.  NSS may block the loop for a moment; a rule
+ * that names a group pays that once, at register time. */
+static int resolve_group(struct req *q, struct reg_access *a)
+{
+        struct group g, *res = NULL;
+        char buf[4096];
+        int k;
+
+        k = getgrnam_r(a->group, &g, buf, sizeof(buf), &res);
+        if (k != 0 || !res)
+                return req_fail(q, -EINVAL, "access.group '%s': %s", a->group,
+                                k ? strerror(k) : "no such group");
+        a->group_gid = (uint32_t)res->gr_gid;
+        a->has_group = true;
+        return 0;
+}
+
+int access_parse(struct req *q, struct reg_access **ret)
+{
+        const msgpack_object *m = NULL;
+        struct reg_access *a;
+        const char *group;
+        size_t glen = 0;
+        int k;
+
+        *ret = NULL;
+        k = proto_get_map(q->m, "access", &m);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "access must be a map");
+        if (!m)
+                return 0;
+        a = calloc(1, sizeof(*a));
+        if (!a)
+                return req_fail(q, -ENOMEM, "out of memory");
+        k = parse_ids(q, m, "uids", a->uids, &a->n_uids);
+        if (k == 0)
+                k = parse_ids(q, m, "gids", a->gids, &a->n_gids);
+        if (k == 0 && proto_get_bool(m, "public", &a->public_) == -EINVAL)
+                k = req_fail(q, -EINVAL, "access.public must be a bool");
+        if (k == 0) {
+                k = proto_get_str(m, "group", &group, &glen);
+                if (k == -EINVAL || (k == 0 && (glen == 0 || glen > ACCESS_GROUP_MAX ||
+                                                memchr(group, '\0', glen))))
+                        k = req_fail(q, -EINVAL, "access.group must be a group name of 1 to "
+                                     "%u bytes", ACCESS_GROUP_MAX);
+                else if (k == 0) {
+                        memcpy(a->group, group, glen);
+                        k = resolve_group(q, a);
+                } else
+                        k = 0;
+        }
+        if (k < 0) {
+                free(a);
+                return k;
+        }
+        *ret = a;
+        return 0;
+}
+
+static void pack_ids(msgpack_packer *pk, const char *key, const uint32_t *ids, uint32_t n)
+{
+        proto_pack_str(pk, key);
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++)
+                msgpack_pack_uint32(pk, ids[i]);
+}
+
+void access_pack(msgpack_packer *pk, const struct reg *r)
+{
+        const struct reg_access *a = r->access;
+
+        proto_pack_str(pk, "access");
+        if (!a) {
+                msgpack_pack_map(pk, 3);
+                proto_pack_kbool(pk, "public", false);
+                pack_ids(pk, "uids", NULL, 0);
+                pack_ids(pk, "gids", NULL, 0);
+                return;
+        }
+        msgpack_pack_map(pk, a->has_group ? 5 : 3);
+        proto_pack_kbool(pk, "public", a->public_);
+        pack_ids(pk, "uids", a->uids, a->n_uids);
+        pack_ids(pk, "gids", a->gids, a->n_gids);
+        if (a->has_group) {
+                proto_pack_kstr(pk, "group", a->group);
+                proto_pack_ku64(pk, "group_gid", a->group_gid);
+        }
+}

@@ -1,0 +1,50 @@
+/* access.h: who may see a registration, and who is an administrator.
+ *
+ * A registration's owner (its uid) and root always may; the access rule a
+ * register request carries may add uids, gids, a group (resolved to a gid
+ * once, at register time) or everyone.  A peer matches a gid by its primary
+ * gid or one of the supplementary groups read from SO_PEERGROUPS at hello
+ * (the groups it had when it connected, no /proc race). */
+#ifndef GPUIPCD_ACCESS_H
+#define GPUIPCD_ACCESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <msgpack.h>
+
+struct conn;
+struct reg;
+struct req;
+
+#define ACCESS_IDS_MAX   32u    /* uids, and gids, one rule may list */
+#define ACCESS_GROUP_MAX 32u    /* bytes of a group name */
+#define PEER_GROUPS_MAX  256u   /* supplementary groups kept per peer */
+
+struct reg_access {
+        bool public_;
+        bool has_group;
+        uint32_t group_gid;
+        uint32_t n_uids, n_gids;
+        uint32_t uids[ACCESS_IDS_MAX];
+        uint32_t gids[ACCESS_IDS_MAX];
+        char group[ACCESS_GROUP_MAX + 1];
+};
+
+/* Validates the request's access map (absent: owner only, *ret NULL) and
+ * resolves its group.  -EINVAL (or -ENOMEM) with req_fail() otherwise. */
+int access_parse(struct req *q, struct reg_access **ret);
+/* Packs r's rule as the record's access map. */
+void access_pack(msgpack_packer *pk, const struct reg *r);
+
+/* Reads c's supplementary groups (at its first hello). */
+void access_read_groups(struct conn *c);
+/* Whether c may look r up: root, the owner's uid, or r's rule. */
+bool access_may_lookup(const struct conn *c, const struct reg *r);
+/* Whether c may see r in list, stat and watch: the above, or an admin. */
+bool access_may_see(const struct conn *c, const struct reg *r);
+/* Root, or a member of admin-group. */
+bool access_is_admin(const struct conn *c);
+
+#endif

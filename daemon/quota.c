@@ -1,0 +1,127 @@
+/* quota.c: per-uid counts, kept in a hash map by uid. */
+#include <stdlib.h>
+
+#include "daemon.h"
+#include "proto.h"
+#include "quota.h"
+
+struct uid_entry {
+        struct hmap_node node;
+        uint32_t uid;
+        struct uid_use use;
+};
+
+static struct uid_entry *find(const struct daemon *d, uint32_t uid)
+{
+        uint64_t h = hmap_hash_u64(uid);
+
+        for (struct hmap_node *n = hmap_bucket(&d->uids, h); n; n = n->next) {
+                struct uid_entry *e = container_of(n, struct uid_entry, node);
+                if (n->hash == h && e->uid == uid)
+                        return e;
+        }
+        return NULL;
+}
+
+static struct uid_entry *get(struct daemon *d, uint32_t uid)
+{
+        struct uid_entry *e = find(d, uid);
+
+        if (e)
+                return e;
+        e = calloc(1, sizeof(*e));
+        if (!e)
+                return NULL;
+        e->uid = uid;
+        if (hmap_insert(&d->uids, &e->node, hmap_hash_u64(uid)) < 0) {
+                free(e);
+                return NULL;
+        }
+        return e;
+}
+
+static void put(struct daemon *d, struct uid_entry *e)
+{
+        if (e->use.regs || e->use.leases || e->use.bytes || e->use.conns)
+                return;
+        hmap_remove(&d->uids, &e->node);
+        free(e);
+}
+
+struct uid_use quota_of(const struct daemon *d, uint32_t uid)
+{
+        const struct uid_entry *e = find(d, uid);
+
+        return e ? e->use : (struct uid_use){ 0 };
+}
+
+/* Decrements never go below zero: an increment lost to ENOMEM must not
+ * wrap the count. */
+#define ADD(field, delta) ((field) = (delta) < 0 && (field) < (uint64_t)-(delta) ? 0 \
+                                                        : (field) + (delta))
+
+void quota_conn(struct daemon *d, uint32_t uid, int delta)
+{
+        struct uid_entry *e = delta > 0 ? get(d, uid) : find(d, uid);
+
+        if (!e)
+                return;
+        ADD(e->use.conns, delta);
+        put(d, e);
+}
+
+void quota_lease(struct daemon *d, uint32_t uid, int delta)
+{
+        struct uid_entry *e = delta > 0 ? get(d, uid) : find(d, uid);
+
+        if (!e)
+                return;
+        ADD(e->use.leases, delta);
+        put(d, e);
+}
+
+void quota_reg(struct daemon *d, uint32_t uid, int delta)
+{
+        struct uid_entry *e = delta > 0 ? get(d, uid) : find(d, uid);
+
+        if (!e)
+                return;
+        ADD(e->use.regs, delta);
+        put(d, e);
+}
+
+void quota_charge(struct daemon *d, struct reg *r)
+{
+        struct uid_entry *e;
+
+        /* cuda-ipc memory stays the producer's: the daemon holds none. */
+        if (r->charged || r->kind == PROTO_KIND_CUDA_IPC)
+                return;
+        e = get(d, r->uid);
+        if (!e)
+                return;
+        e->use.bytes += r->size;
+        r->charged = r->size;
+}
+
+void quota_uncharge(struct daemon *d, struct reg *r)
+{
+        struct uid_entry *e = find(d, r->uid);
+
+        if (e && r->charged) {
+                e->use.bytes -= e->use.bytes < r->charged ? e->use.bytes : r->charged;
+                put(d, e);
+        }
+        r->charged = 0;
+}
+
+void quota_done(struct daemon *d)
+{
+        for (size_t i = 0; d->uids.buckets && i <= d->uids.mask; i++)
+                while (d->uids.buckets[i]) {
+                        struct hmap_node *n = d->uids.buckets[i];
+                        hmap_remove(&d->uids, n);
+                        free(container_of(n, struct uid_entry, node));
+                }
+        hmap_free(&d->uids);
+}

@@ -1,0 +1,35 @@
+/* quota.h: what each uid holds, for the per-uid limits.
+ *
+ * Registrations count while live, whether or not their owner's connection
+ * is still open (durable registrations outlive it and keep their fds);
+ * bytes count the host and cuda-vmm buffers the daemon keeps alive, until
+ * freed; leases count by the holder's uid; connections while open.  An
+ * entry exists while any count is nonzero. */
+#ifndef GPUIPCD_QUOTA_H
+#define GPUIPCD_QUOTA_H
+
+#include <stdint.h>
+
+struct daemon;
+struct reg;
+
+struct uid_use {
+        uint64_t regs, leases, bytes;
+        uint64_t conns;
+};
+
+/* The counts of uid (zeros when it holds nothing). */
+struct uid_use quota_of(const struct daemon *d, uint32_t uid);
+
+/* Counting; each returns nothing: an entry that cannot be allocated is
+ * not counted (-ENOMEM is rare and only loosens a limit). */
+void quota_conn(struct daemon *d, uint32_t uid, int delta);
+void quota_lease(struct daemon *d, uint32_t uid, int delta);
+void quota_reg(struct daemon *d, uint32_t uid, int delta);
+/* Charges r's bytes to its owner's uid (host, cuda-vmm) once. */
+void quota_charge(struct daemon *d, struct reg *r);
+/* Gives r's charged bytes back. */
+void quota_uncharge(struct daemon *d, struct reg *r);
+void quota_done(struct daemon *d);
+
+#endif

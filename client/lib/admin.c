@@ -156,29 +156,12 @@ void gpuipc_event_free(gpuipc_event *e)
 
 int gpuipc_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases)
 {
-        struct gpuipc__reply rp;
-        struct proto_out o;
-        const char *why;
-        uint64_t seq, n = 0;
-        int r;
+        uint64_t n = 0;
+        int r = gpuipc__name_op(c, "revoke", name, &n);
 
-        if (!c)
-                return -EINVAL;
-        r = gpuipc__begin(c);
-        if (r < 0)
-                return r;
-        if (!name || proto_name_check(name, strlen(name), &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
-        seq = gpuipc__request(c, &o, "revoke", 1);
-        proto_pack_kstr(&o.pk, "name", name);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
-        (void)proto_get_u64(rp.msg.root, "leases", &n);
-        gpuipc__reply_free(&rp);
-        if (ret_leases)
+        if (r == 0 && ret_leases)
                 *ret_leases = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
-        return 0;
+        return r;
 }
 
 int gpuipc_metrics_get(gpuipc_client *c, char **ret_text)

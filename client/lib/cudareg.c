@@ -356,29 +356,14 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
 /* adopt needs no driver in this process: the daemon does the copy. */
 int gpuipc_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases)
 {
-        struct gpuipc__reply rp;
-        struct proto_out o;
-        const char *why;
-        uint64_t seq, leases = 0;
-        int r;
+        uint64_t n = 0;
+        int r = gpuipc__name_op(c, "adopt", name, &n);
 
-        if (!c)
-                return -EINVAL;
-        r = gpuipc__begin(c);
         if (r < 0)
                 return r;
-        if (!name || proto_name_check(name, strlen(name), &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
-        seq = gpuipc__request(c, &o, "adopt", 1);
-        proto_pack_kstr(&o.pk, "name", name);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
-        r = proto_get_u64(rp.msg.root, "leases", &leases);
-        gpuipc__reply_free(&rp);
-        if ((r < 0 && r != -ENOENT) || leases > UINT32_MAX)
+        if (n > UINT32_MAX)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's adopt reply has no usable leases");
         if (ret_leases)
-                *ret_leases = (uint32_t)leases;
+                *ret_leases = (uint32_t)n;
         return 0;
 }

@@ -85,6 +85,10 @@ int gpuipc__begin(gpuipc_client *c);
 /* Records err as the outcome of the current call (for gpuipc_errmsg()) and
  * returns it, so that calls can end with `return gpuipc__end(c, r);`. */
 int gpuipc__end(gpuipc_client *c, int err);
+/* One request {op, name} (the name checked first) whose reply may carry a
+ * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
+ * revoke, adopt. */
+int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases);
 /* Sets the error text of the current call and returns err. */
 int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));

@@ -159,12 +159,12 @@ int gpuipc_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
         return 0;
 }
 
-int gpuipc_unregister(gpuipc_client *c, const char *name)
+int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases)
 {
         struct gpuipc__reply rp;
         struct proto_out o;
         const char *why;
-        uint64_t seq;
+        uint64_t seq, n = 0;
         int r;
 
         if (!c)
@@ -174,12 +174,24 @@ int gpuipc_unregister(gpuipc_client *c, const char *name)
                 return r;
         if (!name || proto_name_check(name, strlen(name), &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
-        seq = gpuipc__request(c, &o, "unregister", 1);
+        seq = gpuipc__request(c, &o, op, 1);
         proto_pack_kstr(&o.pk, "name", name);
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
-        if (r == 0)
-                gpuipc__reply_free(&rp);
-        return gpuipc__end(c, r);
+        if (r < 0)
+                return gpuipc__end(c, r);
+        r = proto_get_u64(rp.msg.root, "leases", &n);
+        gpuipc__reply_free(&rp);
+        if (r == -EINVAL)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's %s reply has an unusable leases field",
+                                    op);
+        if (ret_leases)
+                *ret_leases = n;
+        return 0;
+}
+
+int gpuipc_unregister(gpuipc_client *c, const char *name)
+{
+        return gpuipc__name_op(c, "unregister", name, NULL);
 }
 
 /* ---- stats ------------------------------------------------------------- */

@@ -60,12 +60,28 @@ typedef struct gpuipc_meta {
 
 /* Flags of gpuipc_register_*(). */
 #define GPUIPC_REGISTER_EPHEMERAL 0x1u  /* unregister when this connection ends */
+/* Host buffers only (gpuipc_register_host/_fd): let consumers write it.
+ * Without this flag the library adds F_SEAL_FUTURE_WRITE to the memfd:
+ * mappings that already exist (the producer's own, e.g. the one of
+ * gpuipc_hostbuf_new()) stay writable, but no process can make a new
+ * writable mapping or write() to it any more, whatever fd it holds (a
+ * read-only fd reopened read-write through /proc/self/fd/N included).
+ * With it the memfd is left writable, and a GPUIPC_LOOKUP_WRITABLE lookup
+ * (allowed by the daemon to the owner's uid and root) maps it read-write;
+ * any consumer can then write it (see docs/security.md).  The seal applies
+ * to the whole memfd, so to every registration of it.  On kernels without
+ * F_SEAL_FUTURE_WRITE (before Linux 5.1) the library registers the buffer
+ * unsealed, as if this flag were given. */
+#define GPUIPC_REGISTER_SHARED_WRITE 0x4u
 
 /* Flags of gpuipc_register_cuda(). */
 #define GPUIPC_REGISTER_CUDA_IPC  0x2u  /* use a legacy IPC handle even for VMM memory */
 
 /* Flags of gpuipc_lookup(). */
-#define GPUIPC_LOOKUP_WRITABLE 0x1u     /* map read-write (default read-only) */
+#define GPUIPC_LOOKUP_WRITABLE 0x1u     /* map read-write (default read-only); host
+                                         * buffers registered with
+                                         * GPUIPC_REGISTER_SHARED_WRITE only
+                                         * (else -EPERM) */
 #define GPUIPC_LOOKUP_NO_SYNC  0x2u     /* do not wait for the producer's event;
                                          * use gpuipc_view_wait_stream() */
 #define GPUIPC_LOOKUP_COPY_TO_DEVICE 0x4u /* gpuipc_lookup_device(): copy when the
@@ -107,6 +123,16 @@ typedef struct gpuipc_info {
         /* The registering process's executable, as the daemon read it when
          * that process connected; "" when it could not. */
         const char *owner_exe;
+        /* The access rule (see docs/protocol.md, "Access control"): who
+         * besides the owner's uid and root may read it.  Owner only when
+         * access_public is 0 and the lists are empty. */
+        int access_public;              /* every peer may read it */
+        uint32_t n_access_uids;
+        const uint32_t *access_uids;    /* n_access_uids entries, or NULL */
+        uint32_t n_access_gids;
+        const uint32_t *access_gids;    /* n_access_gids entries, or NULL;
+                                         * the group's gid is not repeated here */
+        const char *access_group;       /* the group named at register time, or "" */
 } gpuipc_info;
 
 /* Daemon-wide counters, from gpuipc_stats_get(). */
@@ -176,7 +202,9 @@ GPUIPC_EXPORT void gpuipc_hostbuf_free(gpuipc_hostbuf *b);
 /* ---- registering -------------------------------------------------------- */
 
 /* Registers all of b under name ("ns/sub/name").  meta may be NULL.  The
- * daemon keeps its own reference to the memory.  On success *ret_id (may be
+ * daemon keeps its own reference to the memory.  Unless flags has
+ * GPUIPC_REGISTER_SHARED_WRITE the buffer is sealed against new writers:
+ * b's own mapping stays writable, consumers can only read.  On success *ret_id (may be
  * NULL) is the registration id, used by gpuipc_wait_released(). */
 GPUIPC_EXPORT int gpuipc_register_host(gpuipc_client *c, const char *name,
                                        const gpuipc_hostbuf *b, const gpuipc_meta *meta,
@@ -184,8 +212,11 @@ GPUIPC_EXPORT int gpuipc_register_host(gpuipc_client *c, const char *name,
 
 /* Registers size bytes at offset of an existing memfd.  The fd stays the
  * caller's; the library adds F_SEAL_SHRINK to it first (a buffer that can
- * shrink would fault its consumers).  -EBADF if fd is not a memfd, -EINVAL if
- * offset + size exceeds it. */
+ * shrink would fault its consumers), and F_SEAL_FUTURE_WRITE unless flags
+ * has GPUIPC_REGISTER_SHARED_WRITE: map the memfd writable before
+ * registering it, since afterwards only existing mappings can write.
+ * -EBADF if fd is not a memfd, -EINVAL if offset + size exceeds it, -EPERM
+ * if it needs a seal it cannot take (F_SEAL_SEAL). */
 GPUIPC_EXPORT int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd,
                                      uint64_t offset, uint64_t size, const gpuipc_meta *meta,
                                      unsigned flags, uint64_t *ret_id);

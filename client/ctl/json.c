@@ -39,6 +39,14 @@ static void json_i64_array(FILE *f, const int64_t *v, uint32_t n)
         fputc(']', f);
 }
 
+static void json_u32_array(FILE *f, const uint32_t *v, uint32_t n)
+{
+        fputc('[', f);
+        for (uint32_t i = 0; i < n; i++)
+                fprintf(f, "%s%" PRIu32, i ? ", " : "", v[i]);
+        fputc(']', f);
+}
+
 const char *ctl_kind(gpuipc_kind k)
 {
         switch (k) {
@@ -87,6 +95,16 @@ void json_info(FILE *f, const gpuipc_info *in, const char *ind)
                 ind, in->owner_pid, in->owner_uid, in->owner_gid,
                 in->flags & GPUIPC_INFO_OWNER_GONE ? "false" : "true");
         json_str(f, in->owner_exe ? in->owner_exe : "");
+        fprintf(f, "},\n%s  \"access\": {\"public\": %s, \"uids\": ", ind,
+                in->access_public ? "true" : "false");
+        json_u32_array(f, in->access_uids, in->n_access_uids);
+        fputs(", \"gids\": ", f);
+        json_u32_array(f, in->access_gids, in->n_access_gids);
+        fputs(", \"group\": ", f);
+        if (in->access_group && in->access_group[0])
+                json_str(f, in->access_group);
+        else
+                fputs("null", f);
         fputs("},\n", f);
         fprintf(f, "%s  \"leases\": %" PRIu32 ",\n%s  \"ephemeral\": %s,\n", ind, in->leases, ind,
                 in->flags & GPUIPC_INFO_EPHEMERAL ? "true" : "false");

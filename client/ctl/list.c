@@ -10,8 +10,9 @@ static const char usage[] =
         "Lists the live registrations, all of them or those in namespace PREFIX,\n"
         "ordered by id.  OWNER is pid/uid, marked '-' when the registering\n"
         "connection has ended; EXE is its executable ('-' when the daemon could\n"
-        "not read it).  CUDA records get a second line with their device UUID and\n"
-        "allocation.  A summary of bytes per device ('host' for host memory)\n"
+        "not read it); ACCESS who else may read it ('owner': only its uid and\n"
+        "root; 'public'; or '+N uids', '+N gids', '+group').  CUDA records get a\n"
+        "second line with their device UUID and allocation.  A summary of bytes per device ('host' for host memory)\n"
         "follows.  --json prints an array of objects instead.\n";
 
 static int opt(int ch, const char *arg, void *data)
@@ -52,22 +53,44 @@ static void print_summary(const gpuipc_list *l)
                        sum[k].n == 1 ? "" : "s");
 }
 
+/* The access rule in a few characters: "owner", "public", or what the rule
+ * lists ("+2 uids", "+1 uid +group"). */
+static const char *access_brief(const gpuipc_info *in, char *buf, size_t n)
+{
+        size_t k = 0;
+
+        if (in->access_public)
+                return "public";
+        buf[0] = '\0';
+        if (in->n_access_uids)
+                k += (size_t)snprintf(buf + k, n - k, "+%" PRIu32 " uid%s", in->n_access_uids,
+                                      in->n_access_uids == 1 ? "" : "s");
+        if (in->n_access_gids && k < n)
+                k += (size_t)snprintf(buf + k, n - k, "%s+%" PRIu32 " gid%s", k ? " " : "",
+                                      in->n_access_gids, in->n_access_gids == 1 ? "" : "s");
+        if (in->access_group && in->access_group[0] && k < n)
+                snprintf(buf + k, n - k, "%s+group", k ? " " : "");
+        return buf[0] ? buf : "owner";
+}
+
 static void print_table(const gpuipc_list *l)
 {
-        char size[32], age[32], owner[48];
+        char size[32], age[32], owner[48], access[48];
 
-        printf("%-6s %-32s %-8s %10s %6s %-14s %5s %-13s %s\n", "ID", "NAME", "KIND", "SIZE",
-               "LEASES", "OWNER", "AGE", "STATE", "EXE");
+        printf("%-6s %-32s %-8s %10s %6s %-14s %5s %-13s %-16s %s\n", "ID", "NAME", "KIND",
+               "SIZE", "LEASES", "OWNER", "AGE", "STATE", "ACCESS", "EXE");
         for (size_t i = 0; i < gpuipc_list_count(l); i++) {
                 const gpuipc_info *in = gpuipc_list_get(l, i);
 
                 snprintf(owner, sizeof(owner), "%" PRIu32 "/%" PRIu32 "%s", in->owner_pid,
                          in->owner_uid, in->flags & GPUIPC_INFO_OWNER_GONE ? "-" : "");
-                printf("%-6" PRIu64 " %-32s %-8s %10s %6" PRIu32 " %-14s %5s %-13s %s\n", in->id,
+                printf("%-6" PRIu64 " %-32s %-8s %10s %6" PRIu32 " %-14s %5s %-13s %-16s %s\n",
+                       in->id,
                        in->name, ctl_kind(in->kind), ctl_size(in->size, size, sizeof(size)),
                        in->leases, owner, ctl_age(in->created_ms, age, sizeof(age)),
                        in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" :
                        in->flags & GPUIPC_INFO_EPHEMERAL ? "live,ephem" : "live",
+                       access_brief(in, access, sizeof(access)),
                        in->owner_exe && in->owner_exe[0] ? in->owner_exe : "-");
                 /* Device records: a second, indented line. */
                 if (in->kind != GPUIPC_KIND_HOST)

@@ -16,12 +16,14 @@ static const char usage[] =
         "Usage: gpuipcctl put [--socket PATH] NAME [FILE] [--dtype T] [--shape 2,3]\n"
         "                     [--meta KEY=VALUE]... [--ephemeral]\n"
         "                     [--allow-uid UID]... [--allow-gid GID]... [--allow-group G]\n"
-        "                     [--public]\n\n"
+        "                     [--public] [--shared-write]\n\n"
         "Copies FILE (default: stdin) into a new shared-memory buffer and registers\n"
         "it as NAME.  The daemon keeps the buffer after gpuipcctl exits (unless\n"
         "--ephemeral, which ends the registration with this connection).  Prints\n"
         "the registration id.  By default only its uid (and root) may look it up;\n"
-        "--allow-* (at most 32 uids and 32 gids) and --public widen that.\n";
+        "--allow-* (at most 32 uids and 32 gids) and --public widen that.  The\n"
+        "buffer is sealed read-only for everyone unless --shared-write, which lets\n"
+        "writable lookups (by its uid or root) map it read-write.\n";
 
 struct put_opts {
         gpuipc_meta meta;
@@ -97,6 +99,9 @@ static int opt(int ch, const char *arg, void *data)
                 return 0;
         case 'e':
                 o->flags |= GPUIPC_REGISTER_EPHEMERAL;
+                return 0;
+        case 'w':
+                o->flags |= GPUIPC_REGISTER_SHARED_WRITE;
                 return 0;
         case 'U':
                 o->has_access = true;
@@ -175,6 +180,7 @@ int put_main(int argc, char **argv)
                 { "allow-gid", required_argument, NULL, 'G' },
                 { "allow-group", required_argument, NULL, 'g' },
                 { "public",    no_argument,       NULL, 'p' },
+                { "shared-write", no_argument,    NULL, 'w' },
                 {},
         };
         struct put_opts o = {};

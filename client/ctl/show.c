@@ -28,6 +28,28 @@ static void print_dims(const char *key, const int64_t *v, uint32_t n)
         printf("\n");
 }
 
+static void print_ids(const char *key, const uint32_t *v, uint32_t n)
+{
+        printf("%-10s ", key);
+        for (uint32_t i = 0; i < n; i++)
+                printf("%s%" PRIu32, i ? "," : "", v[i]);
+        printf("%s\n", n ? "" : "-");
+}
+
+/* Who besides the owner's uid and root may read it. */
+static void print_access(const gpuipc_info *in)
+{
+        bool owner_only = !in->access_public && !in->n_access_uids && !in->n_access_gids &&
+                          !(in->access_group && in->access_group[0]);
+
+        printf("access:    %s\n", in->access_public ? "public" : owner_only ? "owner" : "listed");
+        if (owner_only || in->access_public)
+                return;
+        print_ids("  uids:", in->access_uids, in->n_access_uids);
+        print_ids("  gids:", in->access_gids, in->n_access_gids);
+        printf("  group:    %s\n", in->access_group && in->access_group[0] ? in->access_group : "-");
+}
+
 static void print_text(const gpuipc_info *in)
 {
         char size[32], age[32], when[64];
@@ -59,6 +81,7 @@ static void print_text(const gpuipc_info *in)
                in->owner_pid, in->owner_uid, in->owner_gid,
                in->flags & GPUIPC_INFO_OWNER_GONE ? "disconnected" : "connected");
         printf("exe:       %s\n", in->owner_exe && in->owner_exe[0] ? in->owner_exe : "-");
+        print_access(in);
         printf("created:   %s.%03" PRIu64 "Z (%s ago)\n", when, in->created_ms % 1000,
                ctl_age(in->created_ms, age, sizeof(age)));
         printf("dtype:     %s\n", in->dtype[0] ? in->dtype : "-");

@@ -9,6 +9,10 @@
 
 #include "internal.h"
 
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010      /* Linux 5.1 */
+#endif
+
 struct gpuipc_hostbuf {
         int fd;
         void *data;
@@ -100,6 +104,28 @@ static int check_memfd(gpuipc_client *c, int fd, uint64_t offset, uint64_t size)
         return 0;
 }
 
+/* Seals fd against new writers (F_SEAL_FUTURE_WRITE): mappings that exist
+ * stay writable, new writable mappings and write() fail for every holder of
+ * the file, so a consumer's read-only fd cannot be reopened read-write
+ * through /proc to write it.  Kernels before 5.1 lack the seal (EINVAL);
+ * the buffer is then registered without it, as documented in gpuipc.h. */
+static int seal_future_write(gpuipc_client *c, int fd)
+{
+        int seals = fcntl(fd, F_GET_SEALS);
+
+        if (seals < 0)
+                return gpuipc__fail(c, -EBADF, "fd %d is not a memfd (sealing unsupported)", fd);
+        if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
+                return 0;
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0 || errno == EINVAL)
+                return 0;
+        if (errno == EPERM)
+                return gpuipc__fail(c, -EPERM, "the memfd takes no new seals (F_SEAL_SEAL set), "
+                                    "so it cannot be sealed against writes; register it with "
+                                    "GPUIPC_REGISTER_SHARED_WRITE to share it writable");
+        return gpuipc__fail(c, -errno, "cannot seal the memfd against writes");
+}
+
 int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offset, uint64_t size,
                        const gpuipc_meta *meta, unsigned flags, uint64_t *ret_id)
 {
@@ -118,11 +144,14 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
                 return r;
         if (!name || proto_name_check(name, strlen(name), &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
-        if (fd < 0 || size == 0 || offset > UINT64_MAX - size || (flags & ~GPUIPC_REGISTER_EPHEMERAL))
+        if (fd < 0 || size == 0 || offset > UINT64_MAX - size ||
+            (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_SHARED_WRITE)))
                 return gpuipc__fail(c, -EINVAL, "invalid fd, size, offset or flags");
         if (gpuipc__meta_check(meta, &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid metadata: %s", why);
         r = check_memfd(c, fd, offset, size);
+        if (r >= 0 && !(flags & GPUIPC_REGISTER_SHARED_WRITE))
+                r = seal_future_write(c, fd);
         if (r < 0)
                 return gpuipc__end(c, r);
 

@@ -86,6 +86,7 @@ void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m)
 struct rec {
         gpuipc_info info;               /* the scalar fields */
         const msgpack_object *name, *device, *dtype, *shape, *strides, *user, *exe;
+        const msgpack_object *uids, *gids, *group;      /* of access */
         size_t bytes;                   /* size of the block to allocate */
 };
 
@@ -209,9 +210,47 @@ static int parse_cuda(const msgpack_object *reg, struct rec *r)
         return 0;
 }
 
+/* An optional array of uint32: absent is fine. */
+static int opt_ids(const msgpack_object *map, const char *key, const msgpack_object **ret,
+                   uint32_t *ret_n)
+{
+        const msgpack_object *o = proto_get(map, key);
+
+        *ret = NULL;
+        *ret_n = 0;
+        if (!o || o->type == MSGPACK_OBJECT_NIL)
+                return 0;
+        if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > GPUIPC_ACCESS_IDS_MAX)
+                return -EBADMSG;
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+                if (o->via.array.ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+                    o->via.array.ptr[i].via.u64 > UINT32_MAX)
+                        return -EBADMSG;
+        *ret = o;
+        *ret_n = o->via.array.size;
+        return 0;
+}
+
+/* access {public, uids, gids, group, group_gid}. */
+static int parse_access(const msgpack_object *acc, struct rec *r)
+{
+        bool pub = false;
+
+        if (proto_get_bool(acc, "public", &pub) == -EINVAL ||
+            opt_ids(acc, "uids", &r->uids, &r->info.n_access_uids) < 0 ||
+            opt_ids(acc, "gids", &r->gids, &r->info.n_access_gids) < 0 ||
+            opt_str(acc, "group", &r->group) < 0)
+                return -EBADMSG;
+        if (r->group && r->group->via.str.size > 32)
+                return -EBADMSG;
+        r->info.access_public = pub;
+        r->bytes += ((size_t)r->info.n_access_uids + r->info.n_access_gids) * sizeof(uint32_t);
+        return 0;
+}
+
 static int parse_rec(const msgpack_object *reg, struct rec *r)
 {
-        const msgpack_object *kind, *meta, *owner;
+        const msgpack_object *kind, *meta, *owner, *acc;
         bool ephemeral = false;
         int k;
 
@@ -246,8 +285,10 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
                 return -EBADMSG;
         if (r->info.kind != GPUIPC_KIND_HOST && parse_cuda(reg, r) < 0)
                 return -EBADMSG;
+        if (proto_get_map(reg, "access", &acc) == 0 && parse_access(acc, r) < 0)
+                return -EBADMSG;
         r->bytes += str_bytes(r->name) + str_bytes(r->device) + str_bytes(r->dtype) +
-                    str_bytes(r->exe);
+                    str_bytes(r->exe) + str_bytes(r->group);
         return 0;
 }
 
@@ -271,6 +312,7 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         gpuipc_info *info;
         int64_t *shape, *strides;
         const char **keys, **values;
+        uint32_t *uids, *gids;
         char *pos;
         int ret;
 
@@ -287,7 +329,9 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         strides = shape + r.info.ndim;
         keys = (const char **)(strides + r.info.ndim);
         values = keys + r.info.n_user;
-        pos = (char *)(values + r.info.n_user);
+        uids = (uint32_t *)(values + r.info.n_user);
+        gids = uids + r.info.n_access_uids;
+        pos = (char *)(gids + r.info.n_access_gids);
 
         for (uint32_t i = 0; i < r.info.ndim; i++) {
                 (void)proto_obj_i64(&r.shape->via.array.ptr[i], &shape[i]);
@@ -306,6 +350,13 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         info->device = put_str(&pos, r.device);
         info->dtype = put_str(&pos, r.dtype);
         info->owner_exe = put_str(&pos, r.exe);
+        for (uint32_t i = 0; i < r.info.n_access_uids; i++)
+                uids[i] = (uint32_t)r.uids->via.array.ptr[i].via.u64;
+        for (uint32_t i = 0; i < r.info.n_access_gids; i++)
+                gids[i] = (uint32_t)r.gids->via.array.ptr[i].via.u64;
+        info->access_uids = r.info.n_access_uids ? uids : NULL;
+        info->access_gids = r.info.n_access_gids ? gids : NULL;
+        info->access_group = put_str(&pos, r.group);
         *ret_info = info;
         return 0;
 }

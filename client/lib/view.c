@@ -49,6 +49,10 @@ static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned 
         close(fd);
         if (r == -EBADMSG)
                 return gpuipc__fail(c, r, "the buffer's fd is smaller than its record says");
+        /* A write-sealed memfd (F_SEAL_FUTURE_WRITE) refuses writable maps. */
+        if (r == -EPERM && (flags & GPUIPC_LOOKUP_WRITABLE))
+                return gpuipc__fail(c, r, "cannot map %s writable: it was registered without "
+                                    "GPUIPC_REGISTER_SHARED_WRITE", v->info->name);
         if (r < 0)
                 return gpuipc__fail(c, r, "cannot map the buffer: %s", gpuipc_strerror(r));
         v->data = base + v->info->offset;

@@ -1,6 +1,6 @@
 /* helper-producer: registers a host buffer filled with h_pattern(seed).
  *
- *   helper-producer NAME SIZE SEED [--ephemeral] [--delay MS] [--hold]
+ *   helper-producer NAME SIZE SEED [--ephemeral] [--shared-write] [--delay MS] [--hold]
  *
  * Connects to $GPUIPC_SOCKET, waits --delay ms, creates SIZE bytes, fills
  * them, registers them under NAME (durable unless --ephemeral), prints
@@ -30,6 +30,7 @@ int main(int argc, char **argv)
         gpuipc_client *c = NULL;
         gpuipc_hostbuf *b = NULL;
         bool ephemeral = false, hold = false;
+        unsigned flags = 0;
         int delay = 0, r;
         uint64_t id = 0;
         size_t size;
@@ -43,6 +44,8 @@ int main(int argc, char **argv)
         for (int i = 4; i < argc; i++) {
                 if (strcmp(argv[i], "--ephemeral") == 0)
                         ephemeral = true;
+                else if (strcmp(argv[i], "--shared-write") == 0)
+                        flags |= GPUIPC_REGISTER_SHARED_WRITE;
                 else if (strcmp(argv[i], "--hold") == 0)
                         hold = true;
                 else if (strcmp(argv[i], "--delay") == 0 && i + 1 < argc)
@@ -68,7 +71,9 @@ int main(int argc, char **argv)
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < size; i++)
                 p[i] = h_pattern(i, seed);
-        r = gpuipc_register_host(c, argv[1], b, NULL, ephemeral ? GPUIPC_REGISTER_EPHEMERAL : 0, &id);
+        if (ephemeral)
+                flags |= GPUIPC_REGISTER_EPHEMERAL;
+        r = gpuipc_register_host(c, argv[1], b, NULL, flags, &id);
         /* the daemon holds the memory now */
         gpuipc_hostbuf_free(b);
         if (r < 0) {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <grp.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -276,6 +277,115 @@ Test(cli, json_outputs)
         CTL(&r, NULL, 0, "--socket", h_d.sock, "stats");
         cr_expect_eq(r.status, 0);
         free(r.out);
+}
+
+/* A group name the daemon can resolve, or NULL. */
+static const char *some_group(void)
+{
+        static const char *const names[] = { "daemon", "nogroup", "nobody", "root" };
+
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+                if (getgrnam(names[i]))
+                        return names[i];
+        return NULL;
+}
+
+Test(cli, access_rule_is_shown)
+{
+        const char *group = some_group();
+        char want[64];
+        uint8_t data[16] = { 1 };
+        gpuipc_client *c = NULL;
+        gpuipc_list *l = NULL;
+        const gpuipc_info *in;
+        struct run r;
+
+        if (!group)
+                cr_skip_test("no well-known group to allow");
+        CTL(&r, data, sizeof(data), "--socket", h_d.sock, "put", "acc/x", "--allow-uid", "65534",
+            "--allow-group", group);
+        cr_assert_eq(r.status, 0);
+        free(r.out);
+        CTL(&r, data, sizeof(data), "--socket", h_d.sock, "put", "acc/pub", "--public");
+        cr_assert_eq(r.status, 0);
+        free(r.out);
+        CTL(&r, data, sizeof(data), "--socket", h_d.sock, "put", "acc/own");
+        cr_assert_eq(r.status, 0);
+        free(r.out);
+
+        CTL(&r, NULL, 0, "--socket", h_d.sock, "show", "acc/x", "--json");
+        cr_expect_eq(r.status, 0);
+        snprintf(want, sizeof(want), "\"group\": \"%s\"", group);
+        cr_expect_not_null(strstr((char *)r.out, "\"access\": {\"public\": false, \"uids\": [65534], "
+                                  "\"gids\": []"), "show --json: %s", (char *)r.out);
+        cr_expect_not_null(strstr((char *)r.out, want), "show --json: %s", (char *)r.out);
+        free(r.out);
+        CTL(&r, NULL, 0, "--socket", h_d.sock, "show", "acc/x");
+        cr_expect_eq(r.status, 0);
+        cr_expect_not_null(strstr((char *)r.out, "access:    listed"), "show: %s", (char *)r.out);
+        cr_expect_not_null(strstr((char *)r.out, "65534"), "show: %s", (char *)r.out);
+        cr_expect_not_null(strstr((char *)r.out, group), "show: %s", (char *)r.out);
+        free(r.out);
+        CTL(&r, NULL, 0, "--socket", h_d.sock, "show", "acc/pub", "--json");
+        cr_expect_not_null(strstr((char *)r.out, "\"access\": {\"public\": true, \"uids\": [], "
+                                  "\"gids\": [], \"group\": null}"), "show --json: %s",
+                           (char *)r.out);
+        free(r.out);
+        CTL(&r, NULL, 0, "--socket", h_d.sock, "list", "acc");
+        cr_expect_eq(r.status, 0);
+        cr_expect_not_null(strstr((char *)r.out, "ACCESS"), "list: %s", (char *)r.out);
+        cr_expect_not_null(strstr((char *)r.out, "+1 uid +group"), "list: %s", (char *)r.out);
+        cr_expect_not_null(strstr((char *)r.out, "public"), "list: %s", (char *)r.out);
+        cr_expect_not_null(strstr((char *)r.out, "owner"), "list: %s", (char *)r.out);
+        free(r.out);
+
+        /* the library's fields */
+        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_stat(c, "acc/x", &l), 0);
+        in = gpuipc_list_get(l, 0);
+        cr_expect_eq(in->access_public, 0);
+        cr_assert_eq(in->n_access_uids, 1);
+        cr_expect_eq(in->access_uids[0], 65534);
+        cr_expect_eq(in->n_access_gids, 0);
+        cr_expect_null(in->access_gids);
+        cr_expect_str_eq(in->access_group, group);
+        gpuipc_list_free(l);
+        cr_assert_eq(gpuipc_stat(c, "acc/pub", &l), 0);
+        in = gpuipc_list_get(l, 0);
+        cr_expect_eq(in->access_public, 1);
+        cr_expect_eq(in->n_access_uids, 0);
+        cr_expect_null(in->access_uids);
+        cr_expect_str_eq(in->access_group, "");
+        gpuipc_list_free(l);
+        gpuipc_client_free(c);
+}
+
+/* put seals the buffer against writers unless --shared-write. */
+Test(cli, put_shared_write)
+{
+        uint8_t data[16] = { 1 };
+        gpuipc_client *c = NULL;
+        gpuipc_view *v = NULL;
+        struct run r;
+
+        CTL(&r, data, sizeof(data), "--socket", h_d.sock, "put", "sw/ro");
+        cr_assert_eq(r.status, 0);
+        free(r.out);
+        CTL(&r, data, sizeof(data), "--socket", h_d.sock, "put", "sw/rw", "--shared-write");
+        cr_assert_eq(r.status, 0);
+        free(r.out);
+        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_lookup(c, "sw/rw", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0, "%s",
+                     gpuipc_errmsg(c));
+        ((uint8_t *)gpuipc_view_data(v))[0] = 9;
+        cr_expect_eq(gpuipc_view_release(v), 0);
+        v = NULL;
+        /* an old kernel has no write seal: then the lookup succeeds */
+        if (gpuipc_lookup(c, "sw/ro", 0, GPUIPC_LOOKUP_WRITABLE, &v) == 0)
+                gpuipc_view_release(v);
+        else
+                cr_expect_not_null(strstr(gpuipc_errmsg(c), "GPUIPC_REGISTER_SHARED_WRITE"));
+        gpuipc_client_free(c);
 }
 
 Test(cli, rm_then_get_fails)

@@ -552,7 +552,11 @@ Test(handoff, views_read_only_unless_writable)
         char perms[5];
         uint8_t *w;
 
-        produce("rw/x", "65536", "12");
+        {
+                /* consumers may write it only when it was shared writable */
+                const char *args[] = { "rw/x", "65536", "12", "--shared-write", NULL };
+                cr_assert_eq(run_helper("helper-producer", args, 10000), 0);
+        }
         c = connect_client();
         cr_assert_eq(gpuipc_lookup(c, "rw/x", 0, 0, &ro), 0);
         perms_of(gpuipc_view_data(ro), perms);
@@ -588,8 +592,10 @@ Test(handoff, register_fd_checks)
         cr_expect_eq(gpuipc_register_fd(c, "fd/pipe", p[0], 0, 10, NULL, 0, NULL), -EBADF);
         cr_expect_eq(gpuipc_register_fd(c, "fd/big", mfd, 0, 8193, NULL, 0, NULL), -EINVAL);
         cr_expect_eq(gpuipc_register_fd(c, "fd/off", mfd, 4096, 4097, NULL, 0, NULL), -EINVAL);
-        /* the library seals an unsealed memfd against shrinking */
-        cr_expect_eq(gpuipc_register_fd(c, "fd/ok", mfd, 4096, 4096, NULL, 0, &id), 0, "%s",
+        /* the library seals an unsealed memfd against shrinking (and,
+         * but for SHARED_WRITE, against the pwrite below) */
+        cr_expect_eq(gpuipc_register_fd(c, "fd/ok", mfd, 4096, 4096, NULL,
+                                        GPUIPC_REGISTER_SHARED_WRITE, &id), 0, "%s",
                      gpuipc_errmsg(c));
         cr_expect(fcntl(mfd, F_GET_SEALS) & F_SEAL_SHRINK, "memfd not sealed against shrinking");
         cr_expect_eq(ftruncate(mfd, 100), -1, "a registered memfd could shrink");

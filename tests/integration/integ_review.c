@@ -36,9 +36,10 @@ static int hello_conn(void)
         return fd;
 }
 
-/* A producer connection with "rv/buf" registered, filled with the pattern;
- * public, since writable_lookup_other_uid looks it up as another uid. */
-static gpuipc_client *producer(void)
+/* A producer connection with "rv/buf" registered with flags, filled with
+ * the pattern; public, since writable_lookup_other_uid looks it up as
+ * another uid. */
+static gpuipc_client *producer(unsigned flags)
 {
         static const gpuipc_access pub = { .public_ = 1 };
         gpuipc_client *c = NULL;
@@ -51,7 +52,7 @@ static gpuipc_client *producer(void)
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < SIZE; i++)
                 p[i] = h_pattern(i, SEED);
-        cr_assert_eq(gpuipc_register_host(c, "rv/buf", b, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_register_host(c, "rv/buf", b, NULL, flags, NULL), 0);
         gpuipc_hostbuf_free(b);
         return c;
 }
@@ -114,7 +115,7 @@ static int raw_lookup_sock(int fd)
  * producer's memfd. */
 Test(review, lookup_fd_is_read_only)
 {
-        gpuipc_client *prod = producer();
+        gpuipc_client *prod = producer(0);
         int fd = hello_conn(), mfd;
         void *p;
 
@@ -138,11 +139,125 @@ Test(review, lookup_fd_is_read_only)
         gpuipc_client_free(prod);
 }
 
+/* Whether this kernel has F_SEAL_FUTURE_WRITE (Linux 5.1). */
+static bool have_future_write_seal(void)
+{
+        int fd = memfd_create("probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        bool ok;
+
+        cr_assert_geq(fd, 0);
+        ok = fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0;
+        close(fd);
+        return ok;
+}
+
+/* A read-only fd is no write barrier by itself: a memfd's inode is mode
+ * 0777, so /proc/self/fd/N reopens it read-write.  The library's
+ * F_SEAL_FUTURE_WRITE makes writes through that reopen fail. */
+Test(review, read_only_fd_reopened_read_write_cannot_write)
+{
+        gpuipc_client *prod, *c = NULL;
+        gpuipc_view *v = NULL;
+        char path[64];
+        int fd, mfd, rw;
+        void *p;
+
+        if (!have_future_write_seal())
+                cr_skip_test("the kernel has no F_SEAL_FUTURE_WRITE");
+        prod = producer(0);
+        fd = hello_conn();
+        mfd = raw_lookup(fd, 2, "rv/buf", false, "");
+        cr_assert_eq(fcntl(mfd, F_GETFL) & O_ACCMODE, O_RDONLY);
+        cr_expect(fcntl(mfd, F_GET_SEALS) & F_SEAL_FUTURE_WRITE);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", mfd);
+        rw = open(path, O_RDWR | O_CLOEXEC);
+        cr_assert_geq(rw, 0, "reopen %s: %s", path, strerror(errno));
+        errno = 0;
+        cr_expect_eq(pwrite(rw, "x", 1, 0), -1);
+        cr_expect_eq(errno, EPERM);
+        errno = 0;
+        p = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+        cr_expect_eq(p, MAP_FAILED);
+        cr_expect_eq(errno, EPERM);
+        p = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, rw, 0);
+        cr_assert_neq(p, MAP_FAILED);
+        cr_expect_eq(mprotect(p, SIZE, PROT_READ | PROT_WRITE), -1);
+        munmap(p, SIZE);
+        cr_expect_eq(fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, SIZE), -1);
+        close(rw);
+        close(mfd);
+        /* the owner's writable lookup gets the read-write fd, which cannot
+         * map writable either; the library says why */
+        mfd = raw_lookup(fd, 3, "rv/buf", true, "");
+        cr_assert_eq(fcntl(mfd, F_GETFL) & O_ACCMODE, O_RDWR);
+        cr_expect_eq(mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0), MAP_FAILED);
+        close(mfd);
+        close(fd);
+        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_expect_eq(gpuipc_lookup(c, "rv/buf", 0, GPUIPC_LOOKUP_WRITABLE, &v), -EPERM);
+        cr_expect_null(v);
+        cr_expect(strstr(gpuipc_errmsg(c), "without GPUIPC_REGISTER_SHARED_WRITE"),
+                  "errmsg: %s", gpuipc_errmsg(c));
+        gpuipc_client_free(c);
+        expect_pattern("writes through a reopened read-only fd");
+        gpuipc_client_free(prod);
+}
+
+/* The seal leaves the producer's own mapping writable; register_fd seals
+ * a caller's memfd unless GPUIPC_REGISTER_SHARED_WRITE. */
+Test(review, producer_mapping_stays_writable_after_sealing)
+{
+        gpuipc_client *prod = NULL, *c = NULL;
+        gpuipc_hostbuf *b = NULL;
+        gpuipc_view *v = NULL;
+        uint8_t *p, got[2];
+        int m1, m2;
+
+        if (!have_future_write_seal())
+                cr_skip_test("the kernel has no F_SEAL_FUTURE_WRITE");
+        cr_assert_eq(gpuipc_connect(h_d.sock, &prod), 0);
+        cr_assert_eq(gpuipc_hostbuf_new(SIZE, &b), 0);
+        p = gpuipc_hostbuf_data(b);
+        p[0] = 1;
+        cr_assert_eq(gpuipc_register_host(prod, "rv/own", b, NULL, 0, NULL), 0);
+        cr_expect(fcntl(gpuipc_hostbuf_fd(b), F_GET_SEALS) & F_SEAL_FUTURE_WRITE);
+        p[0] = 2;       /* after sealing: the existing mapping still writes */
+        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_lookup(c, "rv/own", 0, 0, &v), 0);
+        cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[0], 2);
+        p[0] = 3;
+        cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[0], 3);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+
+        m1 = memfd_create("rv1", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        m2 = memfd_create("rv2", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        cr_assert(m1 >= 0 && m2 >= 0);
+        cr_assert_eq(ftruncate(m1, SIZE), 0);
+        cr_assert_eq(ftruncate(m2, SIZE), 0);
+        cr_assert_eq(gpuipc_register_fd(prod, "rv/fd1", m1, 0, SIZE, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_register_fd(prod, "rv/fd2", m2, 0, SIZE, NULL,
+                                        GPUIPC_REGISTER_SHARED_WRITE, NULL), 0);
+        cr_expect(fcntl(m1, F_GET_SEALS) & F_SEAL_FUTURE_WRITE);
+        cr_expect_eq(fcntl(m2, F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
+        cr_expect_eq(pwrite(m1, "x", 1, 0), -1);
+        cr_expect_eq(pwrite(m2, "x", 1, 0), 1);
+        cr_assert_eq(gpuipc_lookup(c, "rv/fd2", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0);
+        ((uint8_t *)gpuipc_view_data(v))[1] = 'y';
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_expect_eq(pread(m2, got, 2, 0), 2);
+        cr_expect_eq(got[1], 'y');
+        close(m1);
+        close(m2);
+        gpuipc_hostbuf_free(b);
+        gpuipc_client_free(c);
+        gpuipc_client_free(prod);
+}
+
 /* Item 1: the owner's uid gets a read-write fd with writable: true, also
  * through the library's GPUIPC_LOOKUP_WRITABLE. */
 Test(review, writable_lookup_same_uid)
 {
-        gpuipc_client *prod = producer(), *c = NULL;
+        gpuipc_client *prod = producer(GPUIPC_REGISTER_SHARED_WRITE), *c = NULL;
         gpuipc_view *v = NULL;
         int fd = hello_conn(), mfd;
 
@@ -170,7 +285,7 @@ Test(review, writable_lookup_other_uid)
 
         if (geteuid() != 0)
                 cr_skip_test("needs root to connect as another uid");
-        prod = producer();
+        prod = producer(GPUIPC_REGISTER_SHARED_WRITE);
         cr_assert_eq(chmod(h_d.dir, 0755), 0);
         cr_assert_eq(chmod(h_d.sock, 0666), 0);
         pid = fork();

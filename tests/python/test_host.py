@@ -89,7 +89,7 @@ def test_alloc_host_is_zero_copy_across_processes(client):
 
 
 def test_two_lookups_share_the_mapping(client):
-    client.register("py/shared", np.zeros(16, dtype=np.uint8))
+    client.register("py/shared", np.zeros(16, dtype=np.uint8), shared_write=True)
     with client.lookup("py/shared") as r1, client.lookup("py/shared") as r2:
         assert r1.ptr == r2.ptr and r1.ptr != 0     # one mapping per process
         with client.lookup("py/shared", writable=True) as w:
@@ -249,3 +249,15 @@ def test_client_default_socket_and_context_manager(daemon):
     assert c.closed
     with pytest.raises(gpuipc.Error):
         c.ping()
+
+
+def test_writable_lookup_needs_shared_write(client):
+    client.register("py/sealed", np.zeros(16, dtype=np.uint8))
+    try:
+        v = client.lookup("py/sealed", writable=True)
+    except gpuipc.PermissionDenied as e:
+        assert "SHARED_WRITE" in str(e)
+    else:   # a kernel without F_SEAL_FUTURE_WRITE
+        v.close()
+    info = client.stat("py/sealed")
+    assert info.access == {"public": False, "uids": [], "gids": [], "group": None}

@@ -33,6 +33,7 @@ KIND_NAMES = {KIND_HOST: "host", KIND_CUDA_IPC: "cuda-ipc", KIND_CUDA_VMM: "cuda
 # flags of gpuipc_register_*()
 REGISTER_EPHEMERAL = 0x1
 REGISTER_CUDA_IPC = 0x2
+REGISTER_SHARED_WRITE = 0x4     # host only: no write seal, writable lookups work
 # flags of gpuipc_lookup()
 LOOKUP_WRITABLE = 0x1
 LOOKUP_NO_SYNC = 0x2
@@ -82,6 +83,12 @@ class gpuipc_info(Structure):
         ("buffer_id", c_uint64),
         ("has_event", c_int),
         ("owner_exe", c_char_p),
+        ("access_public", c_int),
+        ("n_access_uids", c_uint32),
+        ("access_uids", POINTER(c_uint32)),
+        ("n_access_gids", c_uint32),
+        ("access_gids", POINTER(c_uint32)),
+        ("access_group", c_char_p),
     ]
 
 

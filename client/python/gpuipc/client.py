@@ -230,7 +230,8 @@ class Client:
     def register(self, name: str, obj: Any, meta: Optional[Mapping[str, str]] = None, *,
                  ephemeral: bool = False, event: Optional[int] = None,
                  dtype: Any = None, shape: Optional[Sequence[int]] = None,
-                 strides: Optional[Sequence[int]] = None, cuda_ipc: bool = False) -> int:
+                 strides: Optional[Sequence[int]] = None, cuda_ipc: bool = False,
+                 shared_write: bool = False) -> int:
         """Registers ``obj`` under ``name`` ("ns/sub/name"); returns the
         registration id (for :meth:`wait_released`).
 
@@ -260,8 +261,15 @@ class Client:
         is a CUevent (int) created with CU_EVENT_INTERPROCESS and recorded
         after the writes; consumers wait on it.  ``cuda_ipc`` forces a legacy
         IPC handle even for VMM memory.
+
+        Host buffers are sealed against new writers (``F_SEAL_FUTURE_WRITE``):
+        an :meth:`alloc_host` buffer stays writable through its own mapping,
+        but consumers can only read, even with ``lookup(writable=True)``.
+        ``shared_write=True`` leaves them writable for writable lookups (by
+        the owner's uid or root); it does not apply to device buffers.
         """
         flags = _lib.REGISTER_EPHEMERAL if ephemeral else 0
+        hflags = flags | (_lib.REGISTER_SHARED_WRITE if shared_write else 0)
         bname = _name(name)
         rid = c_uint64()
 
@@ -276,7 +284,7 @@ class Client:
             obj._check_open()
             m = finish(obj.dtype, obj.shape, None)
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_host(
-                c, bname, obj._handle, m.ref(), flags, byref(rid)), "register")
+                c, bname, obj._handle, m.ref(), hflags, byref(rid)), "register")
             return rid.value
 
         if isinstance(obj, DeviceBuffer):
@@ -318,7 +326,7 @@ class Client:
             memoryview(dst).cast("B")[:] = src
             m = finish(d, sh, None)
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_host(
-                c, bname, hb, m.ref(), flags, byref(rid)), "register")
+                c, bname, hb, m.ref(), hflags, byref(rid)), "register")
         finally:
             # The daemon holds its own reference to the memfd.
             _lib.lib.gpuipc_hostbuf_free(hb)
@@ -336,14 +344,17 @@ class Client:
     def register_fd(self, name: str, fd: int, size: int, offset: int = 0,
                     meta: Optional[Mapping[str, str]] = None, *, ephemeral: bool = False,
                     dtype: Any = None, shape: Optional[Sequence[int]] = None,
-                    strides: Optional[Sequence[int]] = None) -> int:
+                    strides: Optional[Sequence[int]] = None, shared_write: bool = False) -> int:
         """Registers ``size`` bytes at ``offset`` of an existing memfd (which
-        stays the caller's; F_SEAL_SHRINK is added to it).  Returns the id."""
+        stays the caller's; F_SEAL_SHRINK is added to it, and unless
+        ``shared_write`` F_SEAL_FUTURE_WRITE: map it writable first).  Returns
+        the id."""
         m = _Meta(dtype_name(dtype) if dtype is not None else None,
                   tuple(shape) if shape is not None else None,
                   tuple(strides) if strides is not None else None, meta)
         rid = c_uint64()
-        flags = _lib.REGISTER_EPHEMERAL if ephemeral else 0
+        flags = ((_lib.REGISTER_EPHEMERAL if ephemeral else 0) |
+                 (_lib.REGISTER_SHARED_WRITE if shared_write else 0))
         self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_fd(
             c, _name(name), int(fd), int(offset), int(size), m.ref(), flags, byref(rid)),
             "register")

@@ -176,6 +176,10 @@ class Info:
     buffer_id: int = 0
     has_event: bool = False
     owner_exe: str = ""                # the registering process's executable
+    # The access rule: {"public": bool, "uids": [int], "gids": [int],
+    # "group": str or None}; owner only when nothing is set.
+    access: Dict[str, Any] = field(default_factory=lambda: {
+        "public": False, "uids": [], "gids": [], "group": None})
 
     @property
     def ephemeral(self) -> bool:
@@ -206,6 +210,12 @@ class Info:
         user = {}
         for k in range(int(i.n_user)):
             user[_lib.cstr(i.user_keys[k])] = _lib.cstr(i.user_values[k])
+        access = {
+            "public": bool(i.access_public),
+            "uids": [int(i.access_uids[k]) for k in range(int(i.n_access_uids))],
+            "gids": [int(i.access_gids[k]) for k in range(int(i.n_access_gids))],
+            "group": _lib.cstr(i.access_group) or None,
+        }
         return cls(
             id=int(i.id), name=_lib.cstr(i.name),
             kind=_lib.KIND_NAMES.get(int(i.kind), str(int(i.kind))),
@@ -216,7 +226,7 @@ class Info:
             created_ms=int(i.created_ms), alloc_id=int(i.alloc_id),
             alloc_size=int(i.alloc_size), alloc_regs=int(i.alloc_regs),
             buffer_id=int(i.buffer_id), has_event=bool(i.has_event),
-            owner_exe=_lib.cstr(i.owner_exe))
+            owner_exe=_lib.cstr(i.owner_exe), access=access)
 
 
 # ---- lifetime ---------------------------------------------------------------

@@ -15,7 +15,14 @@ public enum RegisterFlag {
      * Device buffers only: share through a legacy CUDA IPC handle even when
      * the memory is a VMM allocation that could be shared as a durable fd.
      */
-    CUDA_IPC(0x2);
+    CUDA_IPC(0x2),
+    /**
+     * Host buffers only: let consumers map the buffer writable (a writable
+     * lookup, by the owner's uid or root). Without it the memfd is sealed
+     * against new writers ({@code F_SEAL_FUTURE_WRITE}): the producer's own
+     * mapping stays writable, every other mapping is read-only.
+     */
+    SHARED_WRITE(0x4);
 
     final int bit;
 

@@ -101,7 +101,7 @@ class ClientTest {
     @Test
     void writableLookupWritesSharedMemory() throws Exception {
         try (HostBuffer b = client.allocateHost(4096)) {
-            client.registerHost("java-test/writable", b, null);
+            client.registerHost("java-test/writable", b, null, RegisterFlag.SHARED_WRITE);
             try (View v = client.lookup("java-test/writable", Duration.ZERO, true)) {
                 assertTrue(v.isWritable());
                 ByteBuffer w = v.asByteBuffer();

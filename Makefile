@@ -241,8 +241,15 @@ check-gpu: gpu-tests
 ensure-deps:
 	$(Q)$(PKG_CONFIG) --exists $(DEPS_PC) criterion 2>/dev/null || $(MAKE) deps
 
+# The tests build the CUDA driver double and CUDA clients against the
+# toolkit's cuda.h (no GPU or driver needed); the daemon and library build
+# without it, with their CUDA paths compiled out.
+ensure-cuda-h:
+	@test -f $(CUDA_HOME)/include/cuda.h || { echo "make check: $(CUDA_HOME)/include/cuda.h" \
+		"not found: the tests need the CUDA toolkit's headers (set CUDA_HOME)" >&2; exit 1; }
+
 # Plain first, then the same suite under AddressSanitizer and UBSan.
-check: ensure-deps
+check: ensure-deps ensure-cuda-h
 	$(Q)$(MAKE) check-run
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -293,7 +300,7 @@ install: all $(BUILDDIR)/gpuipc.pc
 clean:
 	rm -rf build
 
-.PHONY: FORCE all tests check check-run check-gpu fuzz fuzz-ops gpu-tests ensure-deps run deps install clean
+.PHONY: FORCE all tests check ensure-cuda-h check-run check-gpu fuzz fuzz-ops gpu-tests ensure-deps run deps install clean
 .PRECIOUS: $(BUILDDIR)/obj/%.o
 
 -include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

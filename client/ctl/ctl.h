@@ -40,6 +40,8 @@ extern const char *ctl_socket;
 int ctl_connect(const char *cmd, gpuipc_client **ret_client);
 /* Reports a failed call on c (err is its result) and returns EXIT_ERROR. */
 int ctl_fail(const char *cmd, const gpuipc_client *c, int err);
+/* ctl_fail(), then gpuipc_client_free(c): for a call that ends the command. */
+int ctl_fail_free(const char *cmd, gpuipc_client *c, int err);
 /* Reports an error message and returns EXIT_ERROR. */
 int ctl_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Flushes stdout; reports a failed write (a full disk, a closed pipe) and

@@ -113,6 +113,14 @@ int ctl_fail(const char *cmd, const gpuipc_client *c, int err)
         return EXIT_ERROR;
 }
 
+int ctl_fail_free(const char *cmd, gpuipc_client *c, int err)
+{
+        int r = ctl_fail(cmd, c, err);
+
+        gpuipc_client_free(c);
+        return r;
+}
+
 int ctl_error(const char *cmd, const char *fmt, ...)
 {
         va_list ap;

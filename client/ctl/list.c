@@ -137,11 +137,8 @@ int list_main(int argc, char **argv)
         if (r != EXIT_OK)
                 return r;
         r = gpuipc_list_fetch(c, prefix, &l);
-        if (r < 0) {
-                r = ctl_fail(argv[0], c, r);
-                gpuipc_client_free(c);
-                return r;
-        }
+        if (r < 0)
+                return ctl_fail_free(argv[0], c, r);
         if (json)
                 print_json(l);
         else {

@@ -24,11 +24,8 @@ int metrics_main(int argc, char **argv)
         if (r != EXIT_OK)
                 return r;
         r = gpuipc_metrics_get(c, &text);
-        if (r < 0) {
-                r = ctl_fail(argv[0], c, r);
-                gpuipc_client_free(c);
-                return r;
-        }
+        if (r < 0)
+                return ctl_fail_free(argv[0], c, r);
         fputs(text, stdout);
         free(text);
         gpuipc_client_free(c);

@@ -27,11 +27,8 @@ int revoke_main(int argc, char **argv)
         if (r != EXIT_OK)
                 return r;
         r = gpuipc_revoke(c, argv[idx], &n);
-        if (r < 0) {
-                r = ctl_fail(argv[0], c, r);
-                gpuipc_client_free(c);
-                return r;
-        }
+        if (r < 0)
+                return ctl_fail_free(argv[0], c, r);
         printf("revoked %s (%" PRIu32 " lease%s)\n", argv[idx], n, n == 1 ? "" : "s");
         gpuipc_client_free(c);
         return ctl_flush(argv[0]);

@@ -111,11 +111,8 @@ int show_main(int argc, char **argv)
         if (r != EXIT_OK)
                 return r;
         r = gpuipc_stat(c, argv[idx], &l);
-        if (r < 0) {
-                r = ctl_fail(argv[0], c, r);
-                gpuipc_client_free(c);
-                return r;
-        }
+        if (r < 0)
+                return ctl_fail_free(argv[0], c, r);
         if (json) {
                 json_info(stdout, gpuipc_list_get(l, 0), "");
                 fputc('\n', stdout);

@@ -81,11 +81,8 @@ int stats_main(int argc, char **argv)
         if (r != EXIT_OK)
                 return r;
         r = gpuipc_stats_get(c, &s);
-        if (r < 0) {
-                r = ctl_fail(argv[0], c, r);
-                gpuipc_client_free(c);
-                return r;
-        }
+        if (r < 0)
+                return ctl_fail_free(argv[0], c, r);
         if (json)
                 print_json(s);
         else

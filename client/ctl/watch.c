@@ -71,11 +71,8 @@ int watch_main(int argc, char **argv)
         if (r != EXIT_OK)
                 return r;
         r = gpuipc_watch(c, idx < argc ? argv[idx] : NULL);
-        if (r < 0) {
-                r = ctl_fail(argv[0], c, r);
-                gpuipc_client_free(c);
-                return r;
-        }
+        if (r < 0)
+                return ctl_fail_free(argv[0], c, r);
         /* Line by line, so that a pipe into grep or jq sees each event. */
         for (;;) {
                 r = gpuipc_next_event(c, -1, &e);

@@ -167,22 +167,16 @@ int gpuipc_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases)
 int gpuipc_metrics_get(gpuipc_client *c, char **ret_text)
 {
         struct gpuipc__reply rp;
-        struct proto_out o;
         const char *text;
         size_t len;
-        uint64_t seq;
         char *s;
         int r;
 
         if (!c || !ret_text)
                 return -EINVAL;
-        r = gpuipc__begin(c);
+        r = gpuipc__call_op(c, "metrics", &rp);
         if (r < 0)
                 return r;
-        seq = gpuipc__request(c, &o, "metrics", 0);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
         if (proto_get_str(rp.msg.root, "text", &text, &len) < 0) {
                 gpuipc__reply_free(&rp);
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's metrics reply has no text");

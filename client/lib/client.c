@@ -188,23 +188,31 @@ fail:
 
 /* ---- simple calls ------------------------------------------------------ */
 
-int gpuipc_ping(gpuipc_client *c)
+int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_reply)
 {
-        struct gpuipc__reply rp;
         struct proto_out o;
         uint64_t seq;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;
-        seq = gpuipc__request(c, &o, "ping", 0);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        seq = gpuipc__request(c, &o, op, 0);
+        r = gpuipc__call(c, &o, seq, NULL, 0, ret_reply);
+        return r < 0 ? gpuipc__end(c, r) : 0;
+}
+
+int gpuipc_ping(gpuipc_client *c)
+{
+        struct gpuipc__reply rp;
+        int r;
+
+        if (!c)
+                return -EINVAL;
+        r = gpuipc__call_op(c, "ping", &rp);
         if (r == 0)
                 gpuipc__reply_free(&rp);
-        return gpuipc__end(c, r);
+        return r;
 }
 
 static int64_t now_ms(void)

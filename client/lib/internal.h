@@ -85,6 +85,10 @@ int gpuipc__begin(gpuipc_client *c);
 /* Records err as the outcome of the current call (for gpuipc_errmsg()) and
  * returns it, so that calls can end with `return gpuipc__end(c, r);`. */
 int gpuipc__end(gpuipc_client *c, int err);
+/* Begins a call and sends a request {op} with no fields; on success
+ * *ret_reply is the reply (gpuipc__reply_free() it); unlike the name ops,
+ * the caller decodes the reply. */
+int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_reply);
 /* One request {op, name} (the name checked first) whose reply may carry a
  * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
  * revoke, adopt. */

@@ -200,23 +200,18 @@ int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats)
 {
         struct gpuipc__reply rp;
         const msgpack_object *bytes, *cuda = NULL;
-        struct proto_out o;
         gpuipc_stats *s;
         const char *server = "", *reason = "";
         size_t server_len = 0, reason_len = 0;
         bool avail = false;
-        uint64_t seq, v;
+        uint64_t v;
         int r;
 
         if (!c || !ret_stats)
                 return -EINVAL;
-        r = gpuipc__begin(c);
+        r = gpuipc__call_op(c, "stats", &rp);
         if (r < 0)
                 return r;
-        seq = gpuipc__request(c, &o, "stats", 0);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
         (void)proto_get_str(rp.msg.root, "server", &server, &server_len);
         if (proto_get_map(rp.msg.root, "cuda", &cuda) == 0)
                 (void)proto_get_str(cuda, "reason", &reason, &reason_len);

@@ -15,7 +15,7 @@
 #include "config.h"
 #include "proto.h"
 
-enum type { T_STR, T_NUM, T_OCTAL, T_LEVEL, T_GROUP, T_LISTEN };
+enum type { T_STR, T_NUM, T_OCTAL, T_LEVEL, T_GROUP, T_LISTEN, T_BOOL };
 
 static const struct key {
         struct config_key_info info;
@@ -57,6 +57,12 @@ static const struct key {
             "may; default: none)" }, T_GROUP, F(admin_group), 0, 0 },
         { { "metrics-listen", "ADDR", "serve GET /metrics on 127.0.0.1:PORT, [::1]:PORT or "
             "unix:PATH (default: off)" }, T_LISTEN, F(metrics_listen), 0, 0 },
+        { { "fdstore", "yes|no", "under systemd, keep registrations, leases and buffer fds in "
+            "the service's fd store so that they survive a restart (default yes)" },
+          T_BOOL, F(fdstore), 0, 1 },
+        { { "resume-grace-ms", "MS", "after a restart, how long a client whose pid cannot be "
+            "watched has to resume its session (default 30000)" },
+          T_NUM, F(resume_grace_ms), 0, 86400000 },
 #undef F
 };
 
@@ -78,6 +84,8 @@ void config_defaults(struct config *cfg)
                 .max_leases_per_uid = 65536,
                 .max_output = 16u << 20,
                 .log_level = 6,
+                .fdstore = true,
+                .resume_grace_ms = 30000,
         };
         snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s",
                  env && *env && strlen(env) < sizeof(cfg->socket_path) ? env
@@ -283,6 +291,18 @@ int config_set(struct config *cfg, const char *key, const char *value, char *err
                 snprintf(field, k->size, "%s", value);
                 return 0;
         }
+        case T_BOOL:
+                if (strcmp(value, "yes") == 0 || strcmp(value, "true") == 0 ||
+                    strcmp(value, "1") == 0 || strcmp(value, "auto") == 0) {
+                        *(bool *)field = true;
+                } else if (strcmp(value, "no") == 0 || strcmp(value, "false") == 0 ||
+                           strcmp(value, "0") == 0) {
+                        *(bool *)field = false;
+                } else {
+                        snprintf(err, len, "%s: '%s' is not yes or no", key, value);
+                        return -EINVAL;
+                }
+                return 0;
         }
         assert(!"config key of unknown type");
         return -EINVAL;

@@ -37,6 +37,8 @@ struct config {
         int log_level;                  /* 0-7, syslog priorities */
         char admin_group[CONFIG_GROUP_MAX + 1];   /* "" for none: root only */
         char metrics_listen[CONFIG_LISTEN_MAX + 1]; /* "" for off */
+        bool fdstore;                   /* keep state in systemd's fd store */
+        uint32_t resume_grace_ms;       /* for sessions whose pid cannot be watched */
 };
 
 /* A setting's name and a one-line description, for --help and the man page. */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "persist.h"
 #include "log.h"
 #include "ops.h"
 #include "quota.h"
@@ -145,6 +146,8 @@ void conn_close(struct conn *c)
         watch_conn_closed(c);
         waits_cancel_conn(c);
         registry_party_gone(d->reg, &c->party);
+        if (c->hello)
+                persist_session_end(d, &c->party);
         proto_fdq_clear(&c->fdq);
         proto_reader_free(&c->rd);
         while (c->out_head) {

@@ -9,6 +9,8 @@
 #include "cuda_reg.h"
 #include "daemon.h"
 #include "log.h"
+#include "persist.h"
+#include "session.h"
 #include "quota.h"
 #include "watch.h"
 
@@ -24,11 +26,24 @@ uint64_t now_unix_ms(void)
  * registry calls, so it only queues. */
 static void on_released(struct reg *r, void *userdata)
 {
-        struct conn *c = conn_from_party(r->owner);
+        struct daemon *d = userdata;
+
+        if (d->restoring)
+                return;         /* the event went out before the restart */
+        if (r->owner->detached) {
+                r->release_missed = true;       /* sent when it resumes */
+                return;
+        }
+        daemon_send_released(conn_from_party(r->owner), r);
+}
+
+void daemon_send_released(struct conn *c, struct reg *r)
+{
         bool events = r->cuda && r->cuda->rel_n > 0;
         struct proto_out o;
         uint32_t dropped;
 
+        r->release_missed = false;
         if (c->closed)
                 return;
         proto_out_init(&o);
@@ -52,9 +67,12 @@ static void on_released(struct reg *r, void *userdata)
  * memory: tell the holder of lease l to stop using its view. */
 static void on_revoked(struct reg *r, struct lease *l, void *userdata)
 {
-        struct conn *c = conn_from_party(l->holder);
+        struct conn *c;
         struct proto_out o;
 
+        if (l->holder->detached)
+                return;
+        c = conn_from_party(l->holder);
         if (c->closed)
                 return;
         proto_out_init(&o);
@@ -73,6 +91,7 @@ static void on_freed(struct reg *r, void *userdata)
         struct daemon *d = userdata;
 
         log_debug("freeing registration %" PRIu64 " (%s)", r->id, r->name);
+        persist_freed(d, r);
         quota_uncharge(d, r);
         watch_reg_freed(r);
         if (r->cuda) {
@@ -93,24 +112,28 @@ static void on_added(struct reg *r, void *userdata)
         quota_reg(userdata, r->uid, 1);
         quota_charge(userdata, r);
         watch_on_added(r, userdata);
+        persist_added(userdata, r);
 }
 
 static void on_removed(struct reg *r, void *userdata)
 {
         quota_reg(userdata, r->uid, -1);
         watch_on_removed(r, userdata);
+        persist_removed(userdata, r);
 }
 
 static void on_leased(struct reg *r, struct lease *l, void *userdata)
 {
         quota_lease(userdata, l->holder->uid, 1);
         watch_on_leased(r, l, userdata);
+        persist_leased(userdata, l);
 }
 
 static void on_unleased(struct reg *r, struct lease *l, void *userdata)
 {
         quota_lease(userdata, l->holder->uid, -1);
         watch_on_unleased(r, l, userdata);
+        persist_unleased(userdata, l);
 }
 
 int daemon_init(struct daemon *d)
@@ -127,6 +150,7 @@ int daemon_init(struct daemon *d)
         int r;
 
         hmap_init(&d->waits);
+        hmap_init(&d->detached);
         hmap_init(&d->uids);
         alloc_table_init(&d->allocs);
         d->start_ms = uv_now(d->loop);
@@ -148,6 +172,7 @@ void daemon_done(struct daemon *d)
 {
         /* Registrations hold allocation references: free them first. */
         d->reg = registry_free(d->reg);
+        session_done(d);
         alloc_table_done(&d->allocs);
         d->gpu = gpu_free(d->gpu);
         hmap_free(&d->waits);

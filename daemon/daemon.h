@@ -30,6 +30,9 @@ struct daemon {
         struct hmap uids;               /* uid -> what it holds (quota.c) */
         uint64_t requests, errors;      /* replies sent, and those that failed */
         uint64_t start_ms;              /* uv_now() at startup */
+        struct hmap detached;           /* token -> detached session (session.c) */
+        uint32_t n_detached;
+        bool restoring;                 /* replaying the journal (restore.c) */
         bool stopping;
         uv_timer_t *grace;              /* shutdown: ends connections slow to flush */
 };
@@ -42,6 +45,8 @@ int daemon_init(struct daemon *d);
 /* Shuts every connection down: a fatal shutting_down event, then closing
  * once flushed or after a short grace period (handles finish in the loop). */
 void daemon_close_connections(struct daemon *d);
+/* Sends c the released event of r (its owner). */
+void daemon_send_released(struct conn *c, struct reg *r);
 /* Frees the registry and tables once the loop has no handles left. */
 void daemon_done(struct daemon *d);
 

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 #include "host.h"
@@ -27,4 +28,24 @@ int host_check_fd(int fd, uint64_t offset, uint64_t size, const char **ret_why)
                 return -EBADF;
         }
         return 0;
+}
+
+static int reopen(int fd, int flags)
+{
+        char path[64];
+        int r;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        r = open(path, flags | O_CLOEXEC);
+        return r < 0 ? -errno : r;
+}
+
+int host_open_read_only(int fd)
+{
+        return reopen(fd, O_RDONLY);
+}
+
+int host_open_read_write(int fd)
+{
+        return reopen(fd, O_RDWR);
 }

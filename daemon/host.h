@@ -9,4 +9,11 @@
  * least 1 (register checks).  Returns 0 or -EBADF with a static reason. */
 int host_check_fd(int fd, uint64_t offset, uint64_t size, const char **ret_why);
 
+/* A read-only open of a host memfd, for lookups: an fd opened O_RDONLY
+ * cannot write, fallocate, ftruncate or add seals.  Costs one more fd per
+ * host registration.  The fd, or a negative errno. */
+int host_open_read_only(int fd);
+/* The same, read-write: a new file description of the same memfd. */
+int host_open_read_write(int fd);
+
 #endif

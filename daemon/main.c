@@ -20,6 +20,9 @@
 #include "log.h"
 #include "metrics_http.h"
 #include "ops.h"
+#include "persist.h"
+#include "restore.h"
+#include "session.h"
 #include "watch.h"
 #include "proto.h"
 #include "sd.h"
@@ -73,7 +76,10 @@ static int parse_args(int argc, char **argv, struct config *cfg)
         const struct config_key_info *keys;
         const char *path = CONFIG_DEFAULT_PATH;
         bool explicit_path = false, no_config = false;
-        int (*flags)[2];        /* key index, argv index of the value */
+        struct flag {
+                int key;                /* index into keys */
+                const char *value;      /* optarg: "--key value" or "--key=value" */
+        } *flags;
         char err[600];
         size_t nkeys, nopts = 0, nflags = 0;
         int c, r = 0;
@@ -112,8 +118,8 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                                 r = -EINVAL;
                                 break;
                         }
-                        flags[nflags][0] = c - OPT_KEY;
-                        flags[nflags][1] = optind - 1;
+                        flags[nflags].key = c - OPT_KEY;
+                        flags[nflags].value = optarg;
                         nflags++;
                         break;
                 }
@@ -136,7 +142,7 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                 }
         }
         for (size_t i = 0; r == 0 && i < nflags; i++) {
-                r = config_set(cfg, keys[flags[i][0]].name, argv[flags[i][1]], err, sizeof(err));
+                r = config_set(cfg, keys[flags[i].key].name, flags[i].value, err, sizeof(err));
                 if (r < 0)
                         fprintf(stderr, "gpuipcd: --%s\n", err);
         }
@@ -157,6 +163,9 @@ static void on_signal(uv_signal_t *h, int signum)
         d->stopping = true;
         log_info("received %s, shutting down (%u connections, %" PRIu64 " registrations)",
                  strsignal(signum), d->n_conns, registry_counters(d->reg)->registrations);
+        /* What the clients hold stays in the fd store for the next start. */
+        persist_freeze();
+        session_stop(d);
         listener_close(&listener);
         mhttp_stop();
         if (watchdog_on)
@@ -225,6 +234,20 @@ static int resolve_admin_group(const struct config *cfg)
         return 0;
 }
 
+/* The registry of the daemon before this one, from the fd store. */
+static void restore(struct daemon *d)
+{
+        struct restore_result res;
+        struct sd_fd *fds;
+        size_t n;
+
+        persist_init(d);
+        sd_take_stored(&fds, &n);
+        restore_run(d, fds, n, &res);
+        if (persist_start(d, res.gen, res.serial) == 0)
+                session_watch_all(d);
+}
+
 static int start(struct daemon *d)
 {
         char err[300];
@@ -233,9 +256,10 @@ static int start(struct daemon *d)
 
         r = sd_listen_fd(&fd);
         if (r < 0) {
-                log_error("the socket passed by systemd is unusable: %s", strerror(-r));
+                log_error("the fds passed by systemd are unusable: %s", strerror(-r));
                 return r;
         }
+        restore(d);
         if (r > 0)
                 r = listener_adopt(&listener, d, fd);
         else
@@ -332,6 +356,7 @@ int main(int argc, char **argv)
         }
         uv_run(&loop, UV_RUN_DEFAULT);
         daemon_done(d);
+        persist_done();
         watch_done();
         r = uv_loop_close(&loop);
         if (r < 0)

@@ -12,6 +12,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
+#include "persist.h"
+#include "session.h"
 #include "watch.h"
 
 #define SERVER_NAME "gpuipcd " GPUIPC_VERSION
@@ -148,11 +150,34 @@ int req_target(struct req *q, struct target *ret)
         return 0;
 }
 
+/* The ids a resumed session owns and holds, as far as they fit a frame
+ * (a client with more learns them by other means: stat, its own records). */
+static void pack_resumed(msgpack_packer *pk, const struct conn *c)
+{
+        uint32_t cap = (c->d->cfg.max_frame - 512) / 20, n;
+
+        n = c->party.n_live < cap ? c->party.n_live : cap;
+        proto_pack_str(pk, "regs");
+        msgpack_pack_array(pk, n);
+        for (const struct reg *r = c->party.owned; r && n > 0; r = r->own_next)
+                if (r->live) {
+                        msgpack_pack_uint64(pk, r->id);
+                        n--;
+                }
+        n = c->party.n_leases < cap ? c->party.n_leases : cap;
+        proto_pack_str(pk, "leases");
+        msgpack_pack_array(pk, n);
+        for (const struct lease *l = c->party.leases; l && n > 0; l = l->next, n--)
+                msgpack_pack_uint64(pk, l->id);
+}
+
 int op_hello(struct req *q)
 {
         struct conn *c = q->c;
         const char *client = "";
-        size_t client_len = 0;
+        size_t client_len = 0, token_len = 0;
+        const uint8_t *token = NULL;
+        bool want_resume, resumed = false;
         struct proto_out o;
         uint64_t v;
         int r;
@@ -170,14 +195,41 @@ int op_hello(struct req *q)
         if (r == 0 && client_len > 64)
                 return req_fail(q, -EINVAL, "client is longer than 64 bytes");
 
-        reply_start(&o, q->seq, 5);
+        r = proto_get_bin(q->m, "resume", &token, &token_len);
+        if (r == -EINVAL || (r == 0 && token_len != REG_SESSION_LEN))
+                return req_fail(q, -EINVAL, "resume must be a bin of %u bytes", REG_SESSION_LEN);
+        want_resume = r == 0;
+        if (!c->hello) {
+                if (want_resume && session_resume(c->d, c, token)) {
+                        resumed = true;
+                } else if (session_new_token(&c->party) < 0) {
+                        return req_fail(q, -EIO, "no random bytes for a session token");
+                } else {
+                        if (persist_enabled())
+                                c->party.start_time = session_start_time(c->party.pid);
+                        persist_session(c->d, &c->party);
+                }
+        }
+
+        reply_start(&o, q->seq, 6 + (want_resume ? 1 + 2 * resumed : 0));
         proto_pack_ku64(&o.pk, "version", v < PROTO_VERSION ? v : PROTO_VERSION);
         proto_pack_kstr(&o.pk, "server", SERVER_NAME);
         proto_pack_ku64(&o.pk, "max_frame", c->d->cfg.max_frame);
         proto_pack_ku64(&o.pk, "max_fds", PROTO_MAX_FDS);
         proto_pack_ku64(&o.pk, "pid", (uint64_t)getpid());
+        proto_pack_str(&o.pk, "session");
+        msgpack_pack_bin(&o.pk, REG_SESSION_LEN);
+        msgpack_pack_bin_body(&o.pk, c->party.session, REG_SESSION_LEN);
+        if (want_resume)
+                proto_pack_kbool(&o.pk, "resumed", resumed);
+        if (resumed)
+                pack_resumed(&o.pk, c);
         r = reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);
+        if (resumed)
+                for (struct reg *g = c->party.owned; g; g = g->own_next)
+                        if (g->release_missed)
+                                daemon_send_released(c, g);
         if (r == 0 && !c->hello) {
                 c->hello = true;
                 access_read_groups(c);

@@ -49,10 +49,13 @@ int op_watch(struct req *q)
 /* Tells the holder of l that an operator took its lease away. */
 static void send_revoked(struct reg *r, struct lease *l, const struct conn *by)
 {
-        struct conn *h = conn_from_party(l->holder);
+        struct conn *h;
         char reason[160];
         struct proto_out o;
 
+        if (l->holder->detached)
+                return;
+        h = conn_from_party(l->holder);
         if (h->closed)
                 return;
         snprintf(reason, sizeof(reason), "revoked by an administrator (pid %" PRIu32 ", uid %"

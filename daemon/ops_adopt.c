@@ -9,6 +9,7 @@
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
 #include "log.h"
+#include "persist.h"
 #include "ops.h"
 #include "quota.h"
 
@@ -72,6 +73,7 @@ int op_adopt(struct req *q)
         rc->alloc = a;
         alloc_put(&d->allocs, old);
         registry_set_kind(R, r, PROTO_KIND_CUDA_VMM);
+        persist_cuda_changed(d, r);
         quota_charge(d, r);     /* the daemon holds the copy now */
         r->offset = 0;
         r->fd = a->fd;

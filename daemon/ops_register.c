@@ -155,19 +155,6 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         return 0;
 }
 
-/* Opens a read-only copy of a host memfd, for lookups: an fd opened
- * O_RDONLY cannot write, fallocate, ftruncate or add seals.  Costs one
- * more fd per host registration. */
-static int open_read_only(int fd)
-{
-        char path[64];
-        int r;
-
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        r = open(path, O_RDONLY | O_CLOEXEC);
-        return r < 0 ? -errno : r;
-}
-
 /* Slack for the lookup reply fields that grow after register: seq and the
  * lease id (packed here at their widest already), the lease and alloc
  * counts, and state "unregistered" instead of "live". */
@@ -267,7 +254,7 @@ int op_register(struct req *q)
                         k = req_fail(q, k, "%s", why);
                         goto out;
                 }
-                ro_fd = open_read_only(q->fds[0]);
+                ro_fd = host_open_read_only(q->fds[0]);
                 if (ro_fd < 0) {
                         k = req_fail(q, ro_fd == -EMFILE || ro_fd == -ENFILE ? -ENOBUFS : -EIO,
                                      "cannot open the memfd read-only: %s", strerror(-ro_fd));

@@ -193,7 +193,11 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         r->access = p->access;
         r->fd = p->fd;
         r->ro_fd = -1;                  /* set by the caller, which opens it */
-        r->id = R->next_id;
+        r->id = p->id ? p->id : R->next_id;
+        if (p->id && registry_find_id(R, p->id)) {
+                k = -EEXIST;
+                goto fail;
+        }
 
         h = hmap_hash_str(r->name, r->name_len);
         k = hmap_insert(&R->names, &r->by_name, h);
@@ -204,7 +208,8 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
                 hmap_remove(&R->names, &r->by_name);
                 goto fail;
         }
-        R->next_id++;
+        if (r->id >= R->next_id)
+                R->next_id = r->id + 1;
         r->live = true;
         r->prev = R->tail;
         if (R->tail)
@@ -222,6 +227,10 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
                         owner->owned->own_prev = r;
                 owner->owned = r;
                 owner->n_live++;
+        } else {
+                r->pid = p->pid;
+                r->uid = p->uid;
+                r->gid = p->gid;
         }
         R->cnt.registrations++;
         R->cnt.live++;
@@ -285,12 +294,21 @@ int registry_unregister(struct registry *R, struct reg *r)
 int registry_lease(struct registry *R, struct reg *r, struct reg_party *holder,
                    struct lease **ret)
 {
-        struct lease *l = calloc(1, sizeof(*l));
+        return registry_lease_id(R, r, holder, 0, ret);
+}
+
+int registry_lease_id(struct registry *R, struct reg *r, struct reg_party *holder,
+                      uint64_t lease_id, struct lease **ret)
+{
+        struct lease *l;
         int k;
 
+        if (lease_id && registry_find_lease(R, lease_id))
+                return -EEXIST;
+        l = calloc(1, sizeof(*l));
         if (!l)
                 return -ENOMEM;
-        l->id = R->next_lease;
+        l->id = lease_id ? lease_id : R->next_lease;
         l->reg = r;
         l->holder = holder;
         k = hmap_insert(&R->leases, &l->by_id, hmap_hash_u64(l->id));
@@ -298,7 +316,8 @@ int registry_lease(struct registry *R, struct reg *r, struct reg_party *holder,
                 free(l);
                 return k;
         }
-        R->next_lease++;
+        if (l->id >= R->next_lease)
+                R->next_lease = l->id + 1;
         l->next = holder->leases;
         if (holder->leases)
                 holder->leases->prev = l;
@@ -440,4 +459,51 @@ struct reg *registry_iter(const struct registry *R, const struct reg *prev, uint
                 if (r->live && proto_name_in(r->name, r->name_len, prefix, prefix_len))
                         return r;
         return NULL;
+}
+
+void registry_party_move(struct registry *R, struct reg_party *from, struct reg_party *to)
+{
+        (void)R;
+        while (from->owned) {
+                struct reg *r = from->owned;
+                from->owned = r->own_next;
+                r->owner = to;
+                r->own_prev = NULL;
+                r->own_next = to->owned;
+                if (to->owned)
+                        to->owned->own_prev = r;
+                to->owned = r;
+        }
+        while (from->leases) {
+                struct lease *l = from->leases;
+                from->leases = l->next;
+                l->holder = to;
+                l->prev = NULL;
+                l->next = to->leases;
+                if (to->leases)
+                        to->leases->prev = l;
+                to->leases = l;
+        }
+        to->n_live += from->n_live;
+        to->n_leases += from->n_leases;
+        from->n_live = from->n_leases = 0;
+}
+
+void registry_next_ids(const struct registry *R, uint64_t *ret_id, uint64_t *ret_lease)
+{
+        *ret_id = R->next_id;
+        *ret_lease = R->next_lease;
+}
+
+void registry_raise_ids(struct registry *R, uint64_t next_id, uint64_t next_lease)
+{
+        if (next_id > R->next_id)
+                R->next_id = next_id;
+        if (next_lease > R->next_lease)
+                R->next_lease = next_lease;
+}
+
+const struct reg *registry_first(const struct registry *R)
+{
+        return R->head;
 }

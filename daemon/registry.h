@@ -24,12 +24,17 @@ struct lease;
 struct reg_cuda;
 struct reg_access;
 
+#define REG_SESSION_LEN 16u
+
 struct reg_party {
         struct reg *owned;              /* registrations it registered */
         struct lease *leases;           /* leases it holds */
         uint32_t n_live;                /* its live registrations */
         uint32_t n_leases;
         uint32_t pid, uid, gid;
+        bool detached;                  /* a session kept over a restart, no connection */
+        uint64_t start_time;            /* of the peer's process, when known */
+        uint8_t session[REG_SESSION_LEN];       /* its resume token (session.c) */
 };
 
 struct reg {
@@ -59,6 +64,7 @@ struct reg {
         bool ephemeral : 1;
         bool revocable : 1;             /* its leases are revoked with its owner */
         bool live : 1;
+        bool release_missed : 1;        /* released while its owner was detached */
         char name[];                    /* NUL-terminated; meta follows it */
 };
 
@@ -84,6 +90,8 @@ struct reg_params {
         struct reg_cuda *cuda;          /* owned by the registration on success */
         struct reg_access *access;      /* one malloc block, owned likewise */
         int fd;                         /* owned by the registration on success */
+        uint64_t id;                    /* restore: this id; 0 for the next one */
+        uint32_t pid, uid, gid;         /* restore: the credentials of an ownerless one */
 };
 
 struct registry_callbacks {
@@ -135,6 +143,9 @@ int registry_unregister(struct registry *R, struct reg *r);
 
 int registry_lease(struct registry *R, struct reg *r, struct reg_party *holder,
                    struct lease **ret);
+/* registry_lease() under a given id (restore); -EEXIST when it is taken. */
+int registry_lease_id(struct registry *R, struct reg *r, struct reg_party *holder,
+                      uint64_t lease_id, struct lease **ret);
 /* Drops a lease just taken whose answer could not be sent, without a
  * released event. */
 void registry_lease_undo(struct registry *R, struct lease *l);
@@ -146,6 +157,13 @@ struct lease *registry_find_lease(const struct registry *R, uint64_t lease_id);
  * registrations and orphans the durable ones. */
 void registry_party_gone(struct registry *R, struct reg_party *p);
 
+/* Hands everything party `from` owns and holds to `to` (a resumed session). */
+void registry_party_move(struct registry *R, struct reg_party *from, struct reg_party *to);
+/* The ids the next registration and lease would get; restore raises them
+ * (never lowers) so that ids are not reused across a restart. */
+void registry_next_ids(const struct registry *R, uint64_t *ret_id, uint64_t *ret_lease);
+void registry_raise_ids(struct registry *R, uint64_t next_id, uint64_t next_lease);
+
 /* Moves r to another kind (keeping the byte counters right). */
 void registry_set_kind(struct registry *R, struct reg *r, unsigned kind);
 /* Marks the leases r holds now and returns how many: when the last of them
@@ -156,6 +174,9 @@ uint32_t registry_mark_leases(struct registry *R, struct reg *r);
 /* Pins keep a registration (and its fd) from being freed. */
 void registry_pin(struct reg *r);
 void registry_unpin(struct registry *R, struct reg *r);
+
+/* Every registration not yet freed, by increasing id (follow r->next). */
+const struct reg *registry_first(const struct registry *R);
 
 /* Paging over live registrations by increasing id: the first one after id
  * `after` (prev == NULL) or the one after prev, whose name lies in prefix

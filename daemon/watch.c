@@ -272,17 +272,26 @@ void watch_bytes_each(void (*fn)(unsigned kind, const char *device, uint64_t cou
 
 /* ---- registry callbacks ------------------------------------------------ */
 
+static const char *restored_exe;
+
+void watch_set_restored_exe(const char *exe)
+{
+        restored_exe = exe;
+}
+
 void watch_on_added(struct reg *r, void *userdata)
 {
-        const struct entry *ce = r->owner ? entry_find(CONN_KEY(conn_from_party(r->owner)->id))
-                                          : NULL;
+        const struct entry *ce = r->owner && !r->owner->detached
+                ? entry_find(CONN_KEY(conn_from_party(r->owner)->id)) : NULL;
+        const char *exe = restored_exe ? restored_exe : ce ? ce->exe : "";
         char device[CUDA_UUID_STR_LEN + 1] = "";
         struct entry *e;
         int slot;
 
         if (r->cuda)
                 cuda_uuid_format(r->cuda->device, device);
-        e = entry_add(r->id, ce ? ce->exe : "");
+        restored_exe = NULL;
+        e = entry_add(r->id, exe);
         slot = bytes_slot(r->kind, device);
         if (e && slot >= 0) {
                 e->bytes_slot = (int16_t)slot;

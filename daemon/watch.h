@@ -40,6 +40,8 @@ void watch_emit_revoked(struct reg *r, const struct reg_party *actor);
 void watch_conn_hello(struct conn *c);
 /* c is closing: drops its subscription and executable. */
 void watch_conn_closed(struct conn *c);
+/* Restore: the owner executable the next added registration records. */
+void watch_set_restored_exe(const char *exe);
 /* The owner executable recorded for registration id, or "". */
 const char *watch_reg_exe(uint64_t id);
 

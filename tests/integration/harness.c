@@ -160,6 +160,15 @@ void h_daemon_start(struct h_daemon *d, const char *const *extra_args)
                 own_config |= strcmp(extra_args[i], "--config") == 0;
         if (!own_config)
                 argv[argc++] = "--no-config";
+        /* The harness reads READY=1 only: a daemon pushing to the fd store
+         * would fill the notify queue.  sdhost.c plays the store. */
+        bool own_fdstore = false;
+        for (int i = 0; extra_args && extra_args[i]; i++)
+                own_fdstore |= strcmp(extra_args[i], "--fdstore") == 0;
+        if (!own_fdstore) {
+                argv[argc++] = "--fdstore";
+                argv[argc++] = "no";
+        }
         for (int i = 0; extra_args && extra_args[i] && argc < 28; i++) {
                 /* a --socket of the caller's replaces the default */
                 if (strcmp(extra_args[i], "--socket") == 0 && extra_args[i + 1])

@@ -1,0 +1,501 @@
+/* persist.c: journalling the registry into systemd's fd store. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <msgpack.h>
+
+#include "conn.h"
+#include "cuda_reg.h"
+#include "daemon.h"
+#include "host.h"
+#include "journal.h"
+#include "log.h"
+#include "persist.h"
+#include "proto.h"
+#include "sd.h"
+#include "session.h"
+#include "watch.h"
+
+#define COMPACT_MIN (UINT64_C(4) << 20)
+
+static struct {
+        bool enabled, frozen;
+        struct journal j;
+        int gen;                        /* the stored name is state<gen & 1> */
+        uint64_t serial;                /* of the last snapshot */
+        uint64_t compact_at;
+        struct daemon *d;
+} P = { .j = { .fd = -1 }, .gen = -1 };
+
+void persist_init(struct daemon *d)
+{
+        const char *ns = getenv("NOTIFY_SOCKET");
+
+        P.d = d;
+        P.enabled = d->cfg.fdstore && ns && *ns;
+}
+
+bool persist_enabled(void)
+{
+        return P.enabled && !P.frozen;
+}
+
+/* ---- the store --------------------------------------------------------- */
+
+static bool store_send(const char *msg, int fd)
+{
+        int r = sd_notify_with_fd(msg, fd);
+
+        if (r > 0)
+                return true;
+        log_warn("fd store: cannot send '%s': %s", msg, r < 0 ? strerror(-r) : "no NOTIFY_SOCKET");
+        return false;
+}
+
+static void give_up(int err);
+
+/* A push that did not arrive would make the journal name an fd the next
+ * start cannot have: then nothing is kept rather than something wrong. */
+static void store_push(const char *name, int fd)
+{
+        char msg[64 + SD_FDNAME_MAX];
+
+        /* FDPOLL=0: systemd must not drop an fd whose poll() says HUP or ERR
+         * (a device fd of the GPU driver may). */
+        snprintf(msg, sizeof(msg), "FDSTORE=1\nFDPOLL=0\nFDNAME=%s", name);
+        if (!store_send(msg, fd))
+                give_up(-EIO);
+}
+
+void persist_store_remove(const char *name)
+{
+        char msg[64 + SD_FDNAME_MAX];
+
+        snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", name);
+        (void)store_send(msg, -1);
+}
+
+static void state_name(int gen, char buf[16])
+{
+        snprintf(buf, 16, PERSIST_STATE_NAME "%d", gen & 1);
+}
+
+/* The state can no longer be trusted to match the registry: a replay of
+ * it could bring back what is gone.  Better none than a wrong one. */
+static void give_up(int err)
+{
+        char name[16];
+
+        if (!P.enabled)
+                return;
+        log_error("fd store: cannot keep the registry (%s); registrations will not survive "
+                  "a restart", strerror(-err));
+        P.enabled = false;
+        if (P.gen >= 0) {
+                state_name(P.gen, name);
+                persist_store_remove(name);
+        }
+        journal_close(&P.j);
+}
+
+/* ---- records ----------------------------------------------------------- */
+
+static void pack_bin(msgpack_packer *pk, const char *key, const void *p, size_t n)
+{
+        proto_pack_str(pk, key);
+        msgpack_pack_bin(pk, n);
+        msgpack_pack_bin_body(pk, p, n);
+}
+
+static void pack_u64_array(msgpack_packer *pk, const char *key, const uint32_t *v, uint32_t n)
+{
+        proto_pack_str(pk, key);
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++)
+                msgpack_pack_uint64(pk, v[i]);
+}
+
+static void pack_access(msgpack_packer *pk, const struct reg_access *a)
+{
+        proto_pack_str(pk, "access");
+        msgpack_pack_map(pk, 3 + 2 * a->has_group);
+        proto_pack_kbool(pk, "public", a->public_);
+        pack_u64_array(pk, "uids", a->uids, a->n_uids);
+        pack_u64_array(pk, "gids", a->gids, a->n_gids);
+        if (a->has_group) {
+                proto_pack_kstr(pk, "group", a->group);
+                proto_pack_ku64(pk, "group_gid", a->group_gid);
+        }
+}
+
+static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
+{
+        const struct alloc *a = rc->alloc;
+
+        proto_pack_str(pk, "cuda");
+        msgpack_pack_map(pk, 8 + rc->has_event);
+        pack_bin(pk, "device", rc->device, ALLOC_UUID_LEN);
+        proto_pack_ku64(pk, "alloc", a->id);
+        proto_pack_ku64(pk, "akind", a->kind);
+        proto_pack_ku64(pk, "asize", a->size);
+        proto_pack_ku64(pk, "buffer_id", a->buffer_id);
+        proto_pack_ku64(pk, "auid", a->uid);
+        pack_bin(pk, "handle", a->handle, ALLOC_HANDLE_LEN);
+        pack_bin(pk, "key", a->key, ALLOC_KEY_LEN);
+        if (rc->has_event)
+                pack_bin(pk, "event", rc->event, ALLOC_HANDLE_LEN);
+}
+
+static void pack_reg(msgpack_packer *pk, const struct reg *r)
+{
+        const char *exe = watch_reg_exe(r->id);
+        uint32_t n = 13;
+
+        n += r->owner != NULL;
+        n += r->meta_len > 0;
+        n += r->access != NULL;
+        n += r->cuda != NULL;
+        msgpack_pack_map(pk, n);
+        proto_pack_kstr(pk, "t", "A");
+        proto_pack_ku64(pk, "id", r->id);
+        proto_pack_str(pk, "name");
+        proto_pack_strn(pk, r->name, r->name_len);
+        proto_pack_ku64(pk, "kind", r->kind);
+        proto_pack_ku64(pk, "size", r->size);
+        proto_pack_ku64(pk, "offset", r->offset);
+        proto_pack_ku64(pk, "created_ms", r->created_ms);
+        proto_pack_kbool(pk, "ephemeral", r->ephemeral);
+        proto_pack_kbool(pk, "revocable", r->revocable);
+        proto_pack_ku64(pk, "pid", r->pid);
+        proto_pack_ku64(pk, "uid", r->uid);
+        proto_pack_ku64(pk, "gid", r->gid);
+        proto_pack_kstr(pk, "exe", exe ? exe : "");
+        if (r->owner)
+                pack_bin(pk, "session", r->owner->session, REG_SESSION_LEN);
+        if (r->meta_len > 0)
+                pack_bin(pk, "meta", r->meta, r->meta_len);
+        if (r->access)
+                pack_access(pk, r->access);
+        if (r->cuda)
+                pack_cuda(pk, r->cuda);
+}
+
+static void pack_session(msgpack_packer *pk, const struct reg_party *p)
+{
+        msgpack_pack_map(pk, 6);
+        proto_pack_kstr(pk, "t", "S");
+        pack_bin(pk, "session", p->session, REG_SESSION_LEN);
+        proto_pack_ku64(pk, "pid", p->pid);
+        proto_pack_ku64(pk, "uid", p->uid);
+        proto_pack_ku64(pk, "gid", p->gid);
+        proto_pack_ku64(pk, "start_time", p->start_time);
+}
+
+static void pack_lease(msgpack_packer *pk, const struct lease *l)
+{
+        msgpack_pack_map(pk, 4);
+        proto_pack_kstr(pk, "t", "L");
+        proto_pack_ku64(pk, "id", l->id);
+        proto_pack_ku64(pk, "reg", l->reg->id);
+        pack_bin(pk, "session", l->holder->session, REG_SESSION_LEN);
+}
+
+static void pack_id(msgpack_packer *pk, const char *type, uint64_t id)
+{
+        msgpack_pack_map(pk, 2);
+        proto_pack_kstr(pk, "t", type);
+        proto_pack_ku64(pk, "id", id);
+}
+
+static int append(struct journal *j, msgpack_sbuffer *sb)
+{
+        int r;
+
+        if (!sb->data)
+                return -ENOMEM;
+        r = journal_append(j, sb->data, sb->size);
+        msgpack_sbuffer_clear(sb);
+        return r;
+}
+
+/* ---- snapshots --------------------------------------------------------- */
+
+struct snap {
+        struct journal *j;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int err;
+};
+
+static void snap_session(const struct reg_party *p, void *data)
+{
+        struct snap *s = data;
+
+        if (s->err < 0)
+                return;
+        pack_session(&s->pk, p);
+        s->err = append(s->j, &s->sb);
+}
+
+static int write_snapshot(struct daemon *d, struct journal *j)
+{
+        struct snap s = { .j = j };
+        uint64_t next_id, next_lease;
+
+        msgpack_sbuffer_init(&s.sb);
+        msgpack_packer_init(&s.pk, &s.sb, msgpack_sbuffer_write);
+        registry_next_ids(d->reg, &next_id, &next_lease);
+        msgpack_pack_map(&s.pk, 6);
+        proto_pack_kstr(&s.pk, "t", "H");
+        proto_pack_ku64(&s.pk, "version", PERSIST_VERSION);
+        proto_pack_ku64(&s.pk, "serial", P.serial + 1);
+        proto_pack_ku64(&s.pk, "next_id", next_id);
+        proto_pack_ku64(&s.pk, "next_lease", next_lease);
+        proto_pack_ku64(&s.pk, "next_alloc", d->allocs.next_id);
+        s.err = append(j, &s.sb);
+        for (struct conn *c = d->conns; c && s.err == 0; c = c->next)
+                if (c->hello && !c->closed)
+                        snap_session(&c->party, &s);
+        session_detached_each(d, snap_session, &s);
+        for (const struct reg *r = registry_first(d->reg); r && s.err == 0; r = r->next) {
+                pack_reg(&s.pk, r);
+                s.err = append(j, &s.sb);
+                if (s.err == 0 && !r->live) {
+                        pack_id(&s.pk, "U", r->id);
+                        s.err = append(j, &s.sb);
+                }
+                for (const struct lease *l = r->held; l && s.err == 0; l = l->rnext) {
+                        pack_lease(&s.pk, l);
+                        s.err = append(j, &s.sb);
+                }
+        }
+        msgpack_sbuffer_destroy(&s.sb);
+        return s.err;
+}
+
+/* A new snapshot under the other name, then the old one goes. */
+static int compact(struct daemon *d)
+{
+        struct journal nj;
+        char name[16];
+        int r;
+
+        r = journal_create("gpuipcd-state", &nj);
+        if (r < 0)
+                return r;
+        r = write_snapshot(d, &nj);
+        if (r < 0) {
+                journal_close(&nj);
+                return r;
+        }
+        state_name(P.gen + 1, name);
+        store_push(name, nj.fd);
+        if (!P.enabled) {
+                journal_close(&nj);
+                return -EIO;
+        }
+        if (P.gen >= 0) {
+                state_name(P.gen, name);
+                persist_store_remove(name);
+        }
+        journal_close(&P.j);
+        P.j = nj;
+        P.gen++;
+        P.serial++;
+        P.compact_at = 2 * nj.len > COMPACT_MIN ? 2 * nj.len : COMPACT_MIN;
+        log_debug("fd store: state snapshot %d, %" PRIu64 " bytes", P.gen, nj.len);
+        return 0;
+}
+
+int persist_start(struct daemon *d, int prev_gen, uint64_t prev_serial)
+{
+        int r;
+
+        if (!P.enabled)
+                return 0;
+        P.gen = prev_gen;
+        P.serial = prev_serial;
+        r = compact(d);
+        if (r < 0) {
+                give_up(r);
+                return r;
+        }
+        log_info("fd store: registrations and leases are kept across restarts");
+        return 0;
+}
+
+void persist_freeze(void)
+{
+        P.frozen = true;
+}
+
+void persist_done(void)
+{
+        journal_close(&P.j);
+        sd_notify_close();
+}
+
+/* ---- the journal ------------------------------------------------------- */
+
+typedef void (*pack_fn)(msgpack_packer *pk, const void *arg);
+
+static void record(pack_fn fn, const void *arg)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int r;
+
+        if (!persist_enabled() || P.j.fd < 0)
+                return;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        fn(&pk, arg);
+        r = append(&P.j, &sb);
+        msgpack_sbuffer_destroy(&sb);
+        if (r == 0 && P.j.len > P.compact_at)
+                r = compact(P.d);
+        if (r < 0)
+                give_up(r);
+}
+
+static void pack_session_fn(msgpack_packer *pk, const void *arg)
+{
+        pack_session(pk, arg);
+}
+
+static void pack_session_end_fn(msgpack_packer *pk, const void *arg)
+{
+        const struct reg_party *p = arg;
+
+        msgpack_pack_map(pk, 2);
+        proto_pack_kstr(pk, "t", "E");
+        pack_bin(pk, "session", p->session, REG_SESSION_LEN);
+}
+
+static void pack_reg_fn(msgpack_packer *pk, const void *arg)
+{
+        pack_reg(pk, arg);
+}
+
+static void pack_removed_fn(msgpack_packer *pk, const void *arg)
+{
+        pack_id(pk, "U", ((const struct reg *)arg)->id);
+}
+
+static void pack_cuda_fn(msgpack_packer *pk, const void *arg)
+{
+        const struct reg *r = arg;
+
+        msgpack_pack_map(pk, 4);
+        proto_pack_kstr(pk, "t", "C");
+        proto_pack_ku64(pk, "id", r->id);
+        proto_pack_ku64(pk, "kind", r->kind);
+        pack_cuda(pk, r->cuda);
+}
+
+static void pack_lease_fn(msgpack_packer *pk, const void *arg)
+{
+        pack_lease(pk, arg);
+}
+
+static void pack_unleased_fn(msgpack_packer *pk, const void *arg)
+{
+        pack_id(pk, "R", ((const struct lease *)arg)->id);
+}
+
+void persist_session(struct daemon *d, const struct reg_party *p)
+{
+        (void)d;
+        record(pack_session_fn, p);
+}
+
+void persist_session_end(struct daemon *d, const struct reg_party *p)
+{
+        (void)d;
+        record(pack_session_end_fn, p);
+}
+
+/* A new cuda-vmm allocation entry goes to the store once. */
+static void push_alloc(const struct reg *r)
+{
+        char name[32];
+
+        if (!r->cuda || r->cuda->alloc->kind != PROTO_KIND_CUDA_VMM || r->cuda->alloc->regs != 1)
+                return;
+        snprintf(name, sizeof(name), "vmm-%" PRIu64, r->cuda->alloc->id);
+        store_push(name, r->cuda->alloc->fd);
+}
+
+void persist_added(struct daemon *d, const struct reg *r)
+{
+        char name[32];
+
+        (void)d;
+        /* Before persist_start() this is restore's replay: the store has
+         * the fds already. */
+        if (!persist_enabled() || P.j.fd < 0)
+                return;
+        if (r->kind == PROTO_KIND_HOST && r->fd >= 0) {
+                /* A file description of its own: systemd ignores a push of
+                 * one it holds already, and one memfd may back several
+                 * registrations (at other offsets), each removed alone. */
+                int fd = host_open_read_write(r->fd);
+                snprintf(name, sizeof(name), "host-%" PRIu64, r->id);
+                if (fd < 0) {
+                        give_up(fd);
+                        return;
+                }
+                store_push(name, fd);
+                close(fd);
+        }
+        push_alloc(r);
+        record(pack_reg_fn, r);
+}
+
+void persist_removed(struct daemon *d, const struct reg *r)
+{
+        (void)d;
+        record(pack_removed_fn, r);
+}
+
+void persist_freed(struct daemon *d, const struct reg *r)
+{
+        char name[32];
+
+        (void)d;
+        if (!persist_enabled())
+                return;
+        if (r->kind == PROTO_KIND_HOST && !r->cuda) {
+                snprintf(name, sizeof(name), "host-%" PRIu64, r->id);
+                persist_store_remove(name);
+        } else if (r->cuda && r->cuda->alloc->kind == PROTO_KIND_CUDA_VMM &&
+                   r->cuda->alloc->regs == 1) {
+                snprintf(name, sizeof(name), "vmm-%" PRIu64, r->cuda->alloc->id);
+                persist_store_remove(name);
+        }
+}
+
+void persist_leased(struct daemon *d, const struct lease *l)
+{
+        (void)d;
+        record(pack_lease_fn, l);
+}
+
+void persist_unleased(struct daemon *d, const struct lease *l)
+{
+        (void)d;
+        record(pack_unleased_fn, l);
+}
+
+void persist_cuda_changed(struct daemon *d, const struct reg *r)
+{
+        (void)d;
+        if (!persist_enabled() || P.j.fd < 0)
+                return;
+        push_alloc(r);
+        record(pack_cuda_fn, r);
+}

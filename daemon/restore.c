@@ -1,0 +1,528 @@
+/* restore.c: journal replay into a fresh registry. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "access.h"
+#include "cuda_reg.h"
+#include "daemon.h"
+#include "host.h"
+#include "journal.h"
+#include "log.h"
+#include "persist.h"
+#include "proto.h"
+#include "restore.h"
+#include "session.h"
+#include "watch.h"
+
+struct restore_ctx {
+        struct daemon *d;
+        struct sd_fd *fds;
+        bool *claimed;                  /* stays in the store */
+        bool *owned;                    /* the fd is a registration's now */
+        size_t n;
+        struct restore_result *res;
+};
+
+static int stored_fd(struct restore_ctx *x, const char *name)
+{
+        for (size_t i = 0; i < x->n; i++)
+                if (!x->owned[i] && strcmp(x->fds[i].name, name) == 0)
+                        return (int)i;
+        return -1;
+}
+
+static int get_token(const msgpack_object *m, uint8_t token[REG_SESSION_LEN])
+{
+        const uint8_t *b;
+        size_t n;
+
+        if (proto_get_bin(m, "session", &b, &n) < 0 || n != REG_SESSION_LEN)
+                return -EINVAL;
+        memcpy(token, b, REG_SESSION_LEN);
+        return 0;
+}
+
+static int get_u32(const msgpack_object *m, const char *key, uint32_t *ret)
+{
+        uint64_t v;
+
+        if (proto_get_u64(m, key, &v) < 0 || v > UINT32_MAX)
+                return -EINVAL;
+        *ret = (uint32_t)v;
+        return 0;
+}
+
+static int get_fixed_bin(const msgpack_object *m, const char *key, uint8_t *out, size_t len)
+{
+        const uint8_t *b;
+        size_t n;
+
+        if (proto_get_bin(m, key, &b, &n) < 0 || n != len)
+                return -EINVAL;
+        memcpy(out, b, len);
+        return 0;
+}
+
+static int get_ids(const msgpack_object *m, const char *key, uint32_t *out, uint32_t *ret_n)
+{
+        const msgpack_object *a;
+
+        if (proto_get_array(m, key, &a) < 0 || a->via.array.size > ACCESS_IDS_MAX)
+                return -EINVAL;
+        for (uint32_t i = 0; i < a->via.array.size; i++) {
+                uint64_t v;
+                if (proto_obj_u64(&a->via.array.ptr[i], &v) < 0 || v > UINT32_MAX)
+                        return -EINVAL;
+                out[i] = (uint32_t)v;
+        }
+        *ret_n = a->via.array.size;
+        return 0;
+}
+
+static int decode_access(const msgpack_object *m, struct reg_access **ret)
+{
+        struct reg_access *a;
+        const char *g;
+        size_t glen;
+
+        a = calloc(1, sizeof(*a));
+        if (!a)
+                return -ENOMEM;
+        if (proto_get_bool(m, "public", &a->public_) < 0 ||
+            get_ids(m, "uids", a->uids, &a->n_uids) < 0 ||
+            get_ids(m, "gids", a->gids, &a->n_gids) < 0)
+                goto bad;
+        if (proto_get_str(m, "group", &g, &glen) == 0) {
+                if (glen == 0 || glen > ACCESS_GROUP_MAX ||
+                    get_u32(m, "group_gid", &a->group_gid) < 0)
+                        goto bad;
+                memcpy(a->group, g, glen);
+                a->has_group = true;
+        }
+        *ret = a;
+        return 0;
+bad:
+        free(a);
+        return -EINVAL;
+}
+
+/* The allocation of a CUDA record, under its old id where it is new. */
+static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint8_t device[],
+                        struct alloc **ret)
+{
+        struct alloc_table *T = &x->d->allocs;
+        uint8_t handle[ALLOC_HANDLE_LEN], key[ALLOC_KEY_LEN];
+        uint64_t aid, akind, asize, buffer_id, saved;
+        uint32_t auid;
+        char name[32];
+        int i, fd, r;
+
+        if (get_fixed_bin(m, "device", device, ALLOC_UUID_LEN) < 0 ||
+            proto_get_u64(m, "alloc", &aid) < 0 || proto_get_u64(m, "akind", &akind) < 0 ||
+            proto_get_u64(m, "asize", &asize) < 0 ||
+            proto_get_u64(m, "buffer_id", &buffer_id) < 0 || get_u32(m, "auid", &auid) < 0 ||
+            get_fixed_bin(m, "handle", handle, sizeof(handle)) < 0 ||
+            get_fixed_bin(m, "key", key, sizeof(key)) < 0 || aid == 0)
+                return -EINVAL;
+        saved = T->next_id;
+        T->next_id = aid;
+        if (akind == PROTO_KIND_CUDA_IPC) {
+                r = alloc_get_ipc(T, device, handle, buffer_id, asize, ret);
+        } else if (akind == PROTO_KIND_CUDA_VMM) {
+                snprintf(name, sizeof(name), "vmm-%" PRIu64, aid);
+                i = stored_fd(x, name);
+                /* Every registration of the allocation dups the one fd; the
+                 * table keeps the first and closes the others. */
+                fd = i < 0 ? -1 : dup(x->fds[i].fd);
+                r = fd < 0 ? -ENOENT : alloc_get_vmm_as(T, device, key, &fd, asize, auid, ret);
+                if (fd >= 0)
+                        close(fd);
+                if (r == 0)
+                        x->claimed[i] = true;
+        } else {
+                r = -EINVAL;
+        }
+        T->next_id = saved > aid + 1 ? saved : aid + 1;
+        return r;
+}
+
+static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, struct reg_cuda **ret)
+{
+        struct reg_cuda *rc = reg_cuda_new();
+        int r;
+
+        if (!rc)
+                return -ENOMEM;
+        r = decode_alloc(x, m, rc->device, &rc->alloc);
+        if (r < 0) {
+                free(rc);
+                return r;
+        }
+        rc->has_event = get_fixed_bin(m, "event", rc->event, ALLOC_HANDLE_LEN) == 0;
+        *ret = rc;
+        return 0;
+}
+
+static int apply_add(struct restore_ctx *x, const msgpack_object *m)
+{
+        struct daemon *d = x->d;
+        struct reg_params p = { .fd = -1 };
+        const msgpack_object *sub;
+        struct reg_party *owner = NULL;
+        uint8_t token[REG_SESSION_LEN];
+        const char *exe = "", *why;
+        char fdname[32], exe_buf[WATCH_EXE_MAX + 1];
+        size_t exe_len = 0;
+        uint64_t kind;
+        struct reg *r;
+        int i = -1, ro_fd = -1, k;
+
+        if (proto_get_u64(m, "id", &p.id) < 0 || p.id == 0 ||
+            proto_get_str(m, "name", &p.name, &p.name_len) < 0 ||
+            proto_name_check(p.name, p.name_len, &why) < 0 ||
+            proto_get_u64(m, "kind", &kind) < 0 || kind >= _PROTO_KIND_MAX ||
+            proto_get_u64(m, "size", &p.size) < 0 || p.size == 0 ||
+            proto_get_u64(m, "offset", &p.offset) < 0 || p.offset > UINT64_MAX - p.size ||
+            proto_get_u64(m, "created_ms", &p.created_ms) < 0 ||
+            proto_get_bool(m, "ephemeral", &p.ephemeral) < 0 ||
+            proto_get_bool(m, "revocable", &p.revocable) < 0 ||
+            get_u32(m, "pid", &p.pid) < 0 || get_u32(m, "uid", &p.uid) < 0 ||
+            get_u32(m, "gid", &p.gid) < 0)
+                return -EINVAL;
+        p.kind = (unsigned)kind;
+        /* Never reuse the id, whether or not it comes back. */
+        registry_raise_ids(d->reg, p.id + 1, 0);
+        (void)proto_get_str(m, "exe", &exe, &exe_len);
+        if (get_token(m, token) == 0)
+                owner = session_detached_find(d, token);
+        if (p.ephemeral && !owner)
+                return -ESRCH;          /* its session is gone, and with it this */
+        if (proto_get_bin(m, "meta", &p.meta, &p.meta_len) == -EINVAL)
+                return -EINVAL;
+        if (proto_get_map(m, "access", &sub) == 0 && (k = decode_access(sub, &p.access)) < 0)
+                return k;
+        if (p.kind == PROTO_KIND_HOST) {
+                snprintf(fdname, sizeof(fdname), "host-%" PRIu64, p.id);
+                i = stored_fd(x, fdname);
+                /* Most often freed before the restart (its U came later). */
+                k = i < 0 ? -ENOENT : host_check_fd(x->fds[i].fd, p.offset, p.size, &why);
+                if (k == 0)
+                        ro_fd = k = host_open_read_only(x->fds[i].fd);
+                if (k < 0)
+                        goto fail;
+                p.fd = x->fds[i].fd;
+        } else {
+                k = proto_get_map(m, "cuda", &sub) < 0 ? -EINVAL : decode_cuda(x, sub, &p.cuda);
+                if (k < 0)
+                        goto fail;
+        }
+        snprintf(exe_buf, sizeof(exe_buf), "%.*s", (int)(exe_len > WATCH_EXE_MAX ? 0 : exe_len),
+                 exe);
+        watch_set_restored_exe(exe_buf);
+        k = registry_add(d->reg, owner, &p, &r);
+        watch_set_restored_exe(NULL);
+        if (k < 0) {
+                reg_cuda_free(&d->allocs, p.cuda);
+                goto fail;
+        }
+        if (i >= 0)
+                x->claimed[i] = x->owned[i] = true;
+        r->ro_fd = ro_fd;
+        x->res->regs++;
+        return 0;
+fail:
+        free(p.access);
+        if (ro_fd >= 0)
+                close(ro_fd);
+        return k;
+}
+
+static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
+{
+        struct reg *r;
+        const msgpack_object *sub;
+        uint8_t device[ALLOC_UUID_LEN];
+        struct alloc *a, *old;
+        uint64_t id, kind;
+        int k;
+
+        if (proto_get_u64(m, "id", &id) < 0 || proto_get_u64(m, "kind", &kind) < 0 ||
+            kind == PROTO_KIND_HOST || kind >= _PROTO_KIND_MAX ||
+            proto_get_map(m, "cuda", &sub) < 0)
+                return -EINVAL;
+        r = registry_find_id(x->d->reg, id);
+        if (!r || !r->cuda)
+                return -ENOENT;
+        k = decode_alloc(x, sub, device, &a);
+        if (k < 0)
+                return k;
+        old = r->cuda->alloc;
+        r->cuda->alloc = a;
+        alloc_put(&x->d->allocs, old);
+        registry_set_kind(x->d->reg, r, (unsigned)kind);
+        return 0;
+}
+
+static int apply_lease(struct restore_ctx *x, const msgpack_object *m)
+{
+        uint8_t token[REG_SESSION_LEN];
+        struct reg_party *holder;
+        uint64_t id, reg_id;
+        struct lease *l;
+        struct reg *r;
+        int k;
+
+        if (proto_get_u64(m, "id", &id) < 0 || id == 0 || proto_get_u64(m, "reg", &reg_id) < 0 ||
+            get_token(m, token) < 0)
+                return -EINVAL;
+        registry_raise_ids(x->d->reg, 0, id + 1);
+        r = registry_find_id(x->d->reg, reg_id);
+        holder = session_detached_find(x->d, token);
+        if (!r || !holder)
+                return -ESRCH;
+        k = registry_lease_id(x->d->reg, r, holder, id, &l);
+        if (k == 0)
+                x->res->leases++;
+        return k;
+}
+
+static int apply_session(struct restore_ctx *x, const msgpack_object *m)
+{
+        uint8_t token[REG_SESSION_LEN];
+        uint32_t pid, uid, gid;
+        uint64_t start_time;
+        int k;
+
+        if (get_token(m, token) < 0 || get_u32(m, "pid", &pid) < 0 ||
+            get_u32(m, "uid", &uid) < 0 || get_u32(m, "gid", &gid) < 0 ||
+            proto_get_u64(m, "start_time", &start_time) < 0)
+                return -EINVAL;
+        if (!session_detached_add(x->d, token, pid, uid, gid, start_time, &k))
+                return k;
+        return 0;
+}
+
+static int apply_header(struct restore_ctx *x, const msgpack_object *m)
+{
+        uint64_t version, next_id, next_lease, next_alloc;
+
+        if (proto_get_u64(m, "version", &version) < 0 || proto_get_u64(m, "next_id", &next_id) < 0 ||
+            proto_get_u64(m, "next_lease", &next_lease) < 0 ||
+            proto_get_u64(m, "next_alloc", &next_alloc) < 0)
+                return -EINVAL;
+        if (version != PERSIST_VERSION)
+                return -EPROTONOSUPPORT;
+        registry_raise_ids(x->d->reg, next_id, next_lease);
+        if (next_alloc > x->d->allocs.next_id)
+                x->d->allocs.next_id = next_alloc;
+        return 0;
+}
+
+int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
+{
+        struct registry *R = x->d->reg;
+        uint8_t token[REG_SESSION_LEN];
+        struct proto_msg m;
+        struct reg_party *p;
+        const char *t;
+        size_t tlen;
+        uint64_t id;
+        struct lease *l;
+        struct reg *r;
+        int k = 0;
+
+        if (proto_decode(body, len, &m, NULL) < 0)
+                return -EINVAL;
+        if (proto_get_str(m.root, "t", &t, &tlen) < 0 || tlen != 1) {
+                k = -EINVAL;
+                goto out;
+        }
+        switch (t[0]) {
+        case 'H':
+                k = apply_header(x, m.root);
+                break;
+        case 'S':
+                k = apply_session(x, m.root);
+                break;
+        case 'E':
+                k = get_token(m.root, token);
+                p = k == 0 ? session_detached_find(x->d, token) : NULL;
+                if (p)
+                        session_detached_end(x->d, p, false);
+                break;
+        case 'A':
+                k = apply_add(x, m.root);
+                break;
+        case 'U':
+                k = proto_get_u64(m.root, "id", &id);
+                r = k == 0 ? registry_find_id(R, id) : NULL;
+                if (r && r->live)
+                        registry_unregister(R, r);
+                break;
+        case 'C':
+                k = apply_cuda(x, m.root);
+                break;
+        case 'L':
+                k = apply_lease(x, m.root);
+                break;
+        case 'R':
+                k = proto_get_u64(m.root, "id", &id);
+                l = k == 0 ? registry_find_lease(R, id) : NULL;
+                if (l)
+                        (void)registry_release(R, l->holder, id);
+                break;
+        default:
+                break;          /* a later version's record: skipped */
+        }
+out:
+        proto_msg_free(&m);
+        return k;
+}
+
+struct restore_ctx *restore_ctx_new(struct daemon *d, struct sd_fd *fds, size_t n)
+{
+        struct {
+                struct restore_ctx x;
+                struct restore_result res;
+        } *b = calloc(1, sizeof(*b));
+
+        if (!b)
+                return NULL;
+        b->x.claimed = calloc(n ? n : 1, sizeof(*b->x.claimed));
+        b->x.owned = calloc(n ? n : 1, sizeof(*b->x.owned));
+        if (!b->x.claimed || !b->x.owned) {
+                free(b->x.claimed);
+                free(b->x.owned);
+                free(b);
+                return NULL;
+        }
+        b->x.d = d;
+        b->x.fds = fds;
+        b->x.n = n;
+        b->x.res = &b->res;
+        return &b->x;
+}
+
+void restore_ctx_free(struct restore_ctx *x)
+{
+        if (!x)
+                return;
+        for (size_t i = 0; i < x->n; i++)
+                if (!x->owned[i])
+                        close(x->fds[i].fd);
+        free(x->fds);
+        free(x->claimed);
+        free(x->owned);
+        free(x);                /* the first member of its block */
+}
+
+static int replay_one(const uint8_t *body, size_t len, void *data)
+{
+        struct restore_ctx *x = data;
+        int k = restore_apply(x, body, len);
+
+        if (k == -EPROTONOSUPPORT)
+                return k;       /* another version's journal: stop */
+        if (k == -ENOENT)
+                x->res->missing++;
+        else if (k < 0 && k != -ESRCH) {
+                x->res->skipped++;
+                log_warn("restore: skipping a journal record: %s", strerror(-k));
+        }
+        return 0;
+}
+
+/* The serial of a journal's first record, 0 when it has none. */
+static uint64_t journal_serial(int fd)
+{
+        uint8_t hdr[JOURNAL_HDR_LEN + 256];
+        struct proto_msg m;
+        uint64_t serial = 0;
+        ssize_t n = pread(fd, hdr, sizeof(hdr), 0);
+        uint32_t blen;
+
+        if (n < (ssize_t)JOURNAL_HDR_LEN)
+                return 0;
+        blen = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+        if (blen == 0 || blen > (size_t)n - JOURNAL_HDR_LEN)
+                return 0;
+        if (proto_decode(hdr + JOURNAL_HDR_LEN, blen, &m, NULL) < 0)
+                return 0;
+        (void)proto_get_u64(m.root, "serial", &serial);
+        proto_msg_free(&m);
+        return serial;
+}
+
+void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_result *ret)
+{
+        struct restore_ctx x = { .d = d, .fds = fds, .n = n, .res = ret };
+        uint8_t *buf = NULL;
+        size_t len = 0, tail = 0;
+        int best = -1;
+        long k;
+
+        memset(ret, 0, sizeof(*ret));
+        ret->gen = -1;
+        if (n == 0)
+                goto out;
+        x.claimed = calloc(n, sizeof(*x.claimed));
+        x.owned = calloc(n, sizeof(*x.owned));
+        if (!x.claimed || !x.owned) {
+                log_error("restore: out of memory; the stored state is dropped");
+                goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+                uint64_t s;
+                if (strcmp(fds[i].name, PERSIST_STATE_NAME "0") != 0 &&
+                    strcmp(fds[i].name, PERSIST_STATE_NAME "1") != 0)
+                        continue;
+                s = journal_serial(fds[i].fd);
+                if (best < 0 || s > ret->serial) {
+                        best = (int)i;
+                        ret->serial = s;
+                }
+        }
+        if (best < 0 || !persist_enabled()) {
+                log_warn("restore: %zu stored fds but %s; they are dropped", n,
+                         best < 0 ? "no journal" : "fdstore is off");
+                goto out;
+        }
+        if (journal_slurp(fds[best].fd, &buf, &len) < 0) {
+                log_error("restore: cannot read the journal; the stored state is dropped");
+                goto out;
+        }
+        d->restoring = true;
+        k = journal_parse(buf, len, replay_one, &x, &tail);
+        d->restoring = false;
+        if (k < 0) {
+                log_error("restore: the journal was written by another version (%s); "
+                          "starting empty", strerror((int)-k));
+                goto out;
+        }
+        /* persist_start() replaces it under the other name. */
+        ret->gen = fds[best].name[sizeof(PERSIST_STATE_NAME) - 1] - '0';
+        x.claimed[best] = true;
+        if (tail > 0)
+                log_warn("restore: %zu bytes at the journal's end were torn or corrupt and "
+                         "are ignored", tail);
+        ret->sessions = session_detached_count(d);
+        log_info("restored %" PRIu64 " registrations, %" PRIu64 " leases and %" PRIu64
+                 " sessions from the fd store (%" PRIu64 " records skipped, %" PRIu64
+                 " naming a registration or allocation gone before the restart)", ret->regs,
+                 ret->leases, ret->sessions, ret->skipped, ret->missing);
+out:
+        for (size_t i = 0; i < n; i++) {
+                if (!x.claimed || !x.claimed[i])
+                        persist_store_remove(fds[i].name);
+                if (!x.owned || !x.owned[i])
+                        close(fds[i].fd);
+        }
+        free(buf);
+        free(x.claimed);
+        free(x.owned);
+        free(fds);
+}

@@ -1,0 +1,313 @@
+/* session.c: session tokens and the detached sessions of a restored daemon. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "log.h"
+#include "persist.h"
+#include "session.h"
+
+struct dsession {
+        struct hmap_node node;
+        struct reg_party party;
+        struct daemon *d;
+        uint64_t start_time;
+        int pidfd;                      /* watched, or -1 */
+        uv_poll_t poll;                 /* with pidfd */
+        bool timed : 1;                 /* ends when the grace timer fires */
+};
+
+static uv_timer_t grace_timer;
+static bool grace_on;
+
+static uint64_t token_hash(const uint8_t token[REG_SESSION_LEN])
+{
+        return hmap_hash_str(token, REG_SESSION_LEN);
+}
+
+uint64_t session_start_time(uint32_t pid)
+{
+        char path[64], buf[1024], *p;
+        unsigned long long v = 0;
+        ssize_t n;
+        FILE *f;
+
+        if (pid == 0)
+                return 0;
+        snprintf(path, sizeof(path), "/proc/%" PRIu32 "/stat", pid);
+        f = fopen(path, "re");
+        if (!f)
+                return 0;
+        n = (ssize_t)fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        if (n <= 0)
+                return 0;
+        buf[n] = '\0';
+        /* comm may hold spaces and parentheses: fields follow the last ')'.
+         * p then stands on the space before field 3 (state); starttime is
+         * field 22, 19 spaces further. */
+        p = strrchr(buf, ')');
+        if (!p)
+                return 0;
+        p++;
+        for (int field = 3; field < 22 && p; field++)
+                p = strchr(p + 1, ' ');
+        if (!p || sscanf(p, " %llu", &v) != 1)
+                return 0;
+        return v;
+}
+
+int session_new_token(struct reg_party *p)
+{
+        if (getrandom(p->session, REG_SESSION_LEN, GRND_NONBLOCK) != (ssize_t)REG_SESSION_LEN)
+                return -EIO;
+        return 0;
+}
+
+static struct dsession *find(struct daemon *d, const uint8_t token[REG_SESSION_LEN])
+{
+        uint64_t h = token_hash(token);
+
+        for (struct hmap_node *n = hmap_bucket(&d->detached, h); n; n = n->next) {
+                struct dsession *s = container_of(n, struct dsession, node);
+                if (n->hash == h && memcmp(s->party.session, token, REG_SESSION_LEN) == 0)
+                        return s;
+        }
+        return NULL;
+}
+
+struct reg_party *session_detached_add(struct daemon *d, const uint8_t token[REG_SESSION_LEN],
+                                       uint32_t pid, uint32_t uid, uint32_t gid,
+                                       uint64_t start_time, int *ret_err)
+{
+        struct dsession *s;
+
+        if (find(d, token)) {
+                *ret_err = -EEXIST;
+                return NULL;
+        }
+        s = calloc(1, sizeof(*s));
+        if (!s) {
+                *ret_err = -ENOMEM;
+                return NULL;
+        }
+        reg_party_init(&s->party, pid, uid, gid);
+        s->party.detached = true;
+        memcpy(s->party.session, token, REG_SESSION_LEN);
+        s->d = d;
+        s->start_time = start_time;
+        s->pidfd = -1;
+        if (hmap_insert(&d->detached, &s->node, token_hash(token)) < 0) {
+                free(s);
+                *ret_err = -ENOMEM;
+                return NULL;
+        }
+        d->n_detached++;
+        return &s->party;
+}
+
+struct reg_party *session_detached_find(struct daemon *d, const uint8_t token[REG_SESSION_LEN])
+{
+        struct dsession *s = find(d, token);
+
+        return s ? &s->party : NULL;
+}
+
+static void on_poll_closed(uv_handle_t *h)
+{
+        struct dsession *s = container_of((uv_poll_t *)h, struct dsession, poll);
+
+        close(s->pidfd);
+        free(s);
+}
+
+/* Shutdown: the session itself stays, for session_done(). */
+static void on_poll_closed_keep(uv_handle_t *h)
+{
+        struct dsession *s = container_of((uv_poll_t *)h, struct dsession, poll);
+
+        close(s->pidfd);
+        s->pidfd = -1;
+}
+
+/* Unlinks s; frees it now or once its poll handle is closed. */
+static void dsession_free(struct daemon *d, struct dsession *s)
+{
+        hmap_remove(&d->detached, &s->node);
+        d->n_detached--;
+        if (s->pidfd >= 0) {
+                uv_close((uv_handle_t *)&s->poll, on_poll_closed);
+                return;
+        }
+        free(s);
+}
+
+void session_detached_end(struct daemon *d, struct reg_party *p, bool unresumed)
+{
+        struct dsession *s = container_of(p, struct dsession, party);
+
+        if (unresumed)
+                log_info("session of pid %u (uid %u) ended without resuming: %u registrations, "
+                 "%u leases", p->pid, p->uid, p->n_live, p->n_leases);
+        registry_party_gone(d->reg, p);
+        persist_session_end(d, p);
+        dsession_free(d, s);
+}
+
+static void on_pid_exit(uv_poll_t *h, int status, int events)
+{
+        struct dsession *s = h->data;
+
+        (void)status;
+        (void)events;
+        session_detached_end(s->d, &s->party, true);
+}
+
+static void on_grace(uv_timer_t *t)
+{
+        struct daemon *d = t->data;
+        bool again = true;
+
+        /* Ending a session changes the table: restart the walk each time. */
+        while (again) {
+                again = false;
+                for (size_t b = 0; d->detached.buckets && b <= d->detached.mask && !again; b++)
+                        for (struct hmap_node *n = d->detached.buckets[b]; n; n = n->next) {
+                                struct dsession *s = container_of(n, struct dsession, node);
+                                if (!s->timed)
+                                        continue;
+                                session_detached_end(d, &s->party, true);
+                                again = true;
+                                break;
+                        }
+        }
+        uv_close((uv_handle_t *)t, NULL);
+        grace_on = false;
+}
+
+/* Watches s's pid: 1 when watched, 0 when its process is gone, -errno when
+ * it cannot be watched. */
+static int watch_pid(struct daemon *d, struct dsession *s)
+{
+        int fd, r;
+
+        if (s->party.pid == 0)
+                return -ESRCH;  /* another PID namespace: no pid to watch */
+        fd = (int)syscall(SYS_pidfd_open, (pid_t)s->party.pid, 0);
+        if (fd < 0)
+                return errno == ESRCH ? 0 : -errno;
+        /* The pid may have been reused since the session was recorded. */
+        if (s->start_time && session_start_time(s->party.pid) != s->start_time) {
+                close(fd);
+                return 0;
+        }
+        r = uv_poll_init(d->loop, &s->poll, fd);
+        if (r == 0) {
+                s->poll.data = s;
+                r = uv_poll_start(&s->poll, UV_READABLE, on_pid_exit);
+                if (r < 0)
+                        uv_close((uv_handle_t *)&s->poll, NULL);
+        }
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        s->pidfd = fd;
+        return 1;
+}
+
+void session_watch_all(struct daemon *d)
+{
+        struct dsession **all;
+        size_t n = 0, timed = 0;
+
+        if (d->n_detached == 0)
+                return;
+        all = calloc(d->n_detached, sizeof(*all));
+        if (!all)
+                return;         /* then they stay until resumed */
+        for (size_t b = 0; d->detached.buckets && b <= d->detached.mask; b++)
+                for (struct hmap_node *nd = d->detached.buckets[b]; nd; nd = nd->next)
+                        all[n++] = container_of(nd, struct dsession, node);
+        for (size_t i = 0; i < n; i++) {
+                int r = watch_pid(d, all[i]);
+                if (r == 0) {
+                        session_detached_end(d, &all[i]->party, true);
+                } else if (r < 0) {
+                        all[i]->timed = true;
+                        timed++;
+                }
+        }
+        free(all);
+        if (timed > 0 && !grace_on) {
+                uv_timer_init(d->loop, &grace_timer);
+                grace_timer.data = d;
+                uv_timer_start(&grace_timer, on_grace, d->cfg.resume_grace_ms, 0);
+                grace_on = true;
+        }
+        log_info("%u sessions wait to be resumed (%zu of them end after %u ms)",
+                 d->n_detached, timed, d->cfg.resume_grace_ms);
+}
+
+bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SESSION_LEN])
+{
+        struct dsession *s = find(d, token);
+
+        if (!s || s->party.pid != c->party.pid || s->party.uid != c->party.uid)
+                return false;
+        registry_party_move(d->reg, &s->party, &c->party);
+        memcpy(c->party.session, token, REG_SESSION_LEN);
+        c->party.start_time = s->start_time;
+        log_info("connection %" PRIu64 " (pid %u) resumed its session: %u registrations, "
+                 "%u leases", c->id, c->party.pid, c->party.n_live, c->party.n_leases);
+        dsession_free(d, s);
+        return true;
+}
+
+void session_detached_each(struct daemon *d, void (*fn)(const struct reg_party *p, void *data),
+                           void *data)
+{
+        for (size_t b = 0; d->detached.buckets && b <= d->detached.mask; b++)
+                for (struct hmap_node *n = d->detached.buckets[b]; n; n = n->next)
+                        fn(&container_of(n, struct dsession, node)->party, data);
+}
+
+uint32_t session_detached_count(const struct daemon *d)
+{
+        return d->n_detached;
+}
+
+void session_stop(struct daemon *d)
+{
+        for (size_t b = 0; d->detached.buckets && b <= d->detached.mask; b++)
+                for (struct hmap_node *n = d->detached.buckets[b]; n; n = n->next) {
+                        struct dsession *s = container_of(n, struct dsession, node);
+                        if (s->pidfd < 0 || uv_is_closing((uv_handle_t *)&s->poll))
+                                continue;
+                        uv_close((uv_handle_t *)&s->poll, on_poll_closed_keep);
+                }
+        if (grace_on)
+                uv_close((uv_handle_t *)&grace_timer, NULL);
+        grace_on = false;
+}
+
+void session_done(struct daemon *d)
+{
+        for (size_t b = 0; d->detached.buckets && b <= d->detached.mask; b++) {
+                struct hmap_node *n = d->detached.buckets[b];
+                while (n) {
+                        struct hmap_node *next = n->next;
+                        free(container_of(n, struct dsession, node));
+                        n = next;
+                }
+        }
+        hmap_free(&d->detached);
+        d->n_detached = 0;
+}

@@ -9,6 +9,7 @@
 #   make check-gpu    the real-GPU suite (tests/gpu; needs an NVIDIA GPU)
 #   make fuzz         the frame decoder under libFuzzer (clang), FUZZ_SECONDS
 #   make fuzz-ops     the request handlers under libFuzzer, likewise
+#   make fuzz-journal the fd store's journal replay under libFuzzer, likewise
 #
 # V=1 shows the full commands.  SANITIZE=1 builds with ASan+UBSan into
 # build/sanitize.  CC=clang works as well as gcc.
@@ -132,6 +133,10 @@ $(BUILDDIR)/tests/integ_%: $(BUILDDIR)/obj/tests/integration/integ_%.o $(BUILDDI
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CRITERION_LIBS) $(MSGPACK_LIBS) -ldl
 
+# integ_restart plays systemd for the daemon: sdhost.o, with a notify thread.
+$(BUILDDIR)/tests/integ_restart: $(BUILDDIR)/obj/tests/integration/sdhost.o
+$(BUILDDIR)/tests/integ_restart: LDFLAGS += -pthread
+
 $(BUILDDIR)/tests/helper-%: $(BUILDDIR)/obj/tests/integration/helper-%.o $(LIBA)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) -ldl
@@ -155,7 +160,7 @@ $(BUILDDIR)/tests/cuda/test_double: tests/cuda/test_double.c $(CUDA_DOUBLE)
 
 TEST_BINS := $(UNIT_BIN) $(filter $(BUILDDIR)/tests/integ_%,$(INTEG_BIN)) $(INTEG_HELPER_BIN) \
              $(CUDA_DOUBLE) $(BUILDDIR)/tests/cuda/test_double $(BUILDDIR)/tests/fuzz-replay \
-             $(BUILDDIR)/tests/fuzz-ops-replay
+             $(BUILDDIR)/tests/fuzz-ops-replay $(BUILDDIR)/tests/fuzz-journal-replay
 
 tests: all $(TEST_BINS)
 
@@ -177,6 +182,8 @@ check-run: tests $(CHECK_EXTRA)
 	$(Q)$(BUILDDIR)/tests/fuzz-replay tests/fuzz/corpus
 	@echo "== $(BUILDDIR)/tests/fuzz-ops-replay tests/fuzz/corpus-ops"
 	$(Q)$(BUILDDIR)/tests/fuzz-ops-replay tests/fuzz/corpus-ops
+	@echo "== $(BUILDDIR)/tests/fuzz-journal-replay tests/fuzz/corpus-journal"
+	$(Q)$(BUILDDIR)/tests/fuzz-journal-replay tests/fuzz/corpus-journal
 
 # The frame decoder under libFuzzer (clang): `make fuzz` runs it for
 # FUZZ_SECONDS; check-run replays tests/fuzz/corpus through the same entry
@@ -214,6 +221,27 @@ $(BUILDDIR)/tests/fuzz-ops-replay: tests/fuzz/fuzz-ops.c tests/fuzz/replay.c $(D
 fuzz-ops: $(BUILDDIR)/fuzz/fuzz-ops
 	@mkdir -p $(BUILDDIR)/fuzz/corpus-ops
 	$< -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/corpus-ops tests/fuzz/corpus-ops
+
+# The journal replay (restore.c) under libFuzzer: a daemon in-process, the
+# input a journal; its corpus is replayed by make check too.
+FUZZ_JOURNAL_SRC := $(filter-out daemon/main.c,$(DAEMON_SRC)) $(PROTO_SRC) tests/fuzz/fuzz-journal.c
+
+$(BUILDDIR)/fuzz/fuzz-journal: $(FUZZ_JOURNAL_SRC)
+	@mkdir -p $(dir $@)
+	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined $(CPPFLAGS) -Idaemon -o $@ $^ $(UV_LIBS) \
+		$(MSGPACK_LIBS) -ldl
+
+$(BUILDDIR)/tests/fuzz-journal-replay: tests/fuzz/fuzz-journal.c tests/fuzz/replay.c $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter $(CPPFLAGS) \
+		-Idaemon $(SANFLAGS) -o $@ $^ $(UV_LIBS) $(MSGPACK_LIBS) -ldl
+
+fuzz-journal: $(BUILDDIR)/fuzz/fuzz-journal
+	@mkdir -p $(BUILDDIR)/fuzz/corpus-journal
+	$< -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/corpus-journal \
+		tests/fuzz/corpus-journal
 
 fuzz: $(BUILDDIR)/fuzz/fuzz-frame
 	@mkdir -p $(BUILDDIR)/fuzz/corpus
@@ -300,7 +328,7 @@ install: all $(BUILDDIR)/gpuipc.pc
 clean:
 	rm -rf build
 
-.PHONY: FORCE all tests check ensure-cuda-h check-run check-gpu fuzz fuzz-ops gpu-tests ensure-deps run deps install clean
+.PHONY: FORCE all tests check ensure-cuda-h check-run check-gpu fuzz fuzz-ops fuzz-journal gpu-tests ensure-deps run deps install clean
 .PRECIOUS: $(BUILDDIR)/obj/%.o
 
 -include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

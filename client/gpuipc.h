@@ -182,6 +182,19 @@ GPUIPC_EXPORT int gpuipc_connect(const char *path, gpuipc_client **ret_client);
  * released with gpuipc_view_release(); their memory is freed then. */
 GPUIPC_EXPORT void gpuipc_client_free(gpuipc_client *c);
 
+/* When the daemon goes away (it restarts: EOF, or a shutting_down event),
+ * the client reconnects to the same path by itself, at its next call or
+ * inside the call in flight, trying for up to timeout_ms (default: 10000,
+ * or $GPUIPC_RECONNECT_MS; 0 turns reconnecting off, and calls then fail
+ * with -ENOTCONN as before).  A daemon that kept its state (systemd's fd
+ * store) gives the session back as it was; otherwise the client registers
+ * again what it registered and has not unregistered, and maps the new ids
+ * back to those its caller knows.  For that it keeps a copy of each
+ * register request and a dup of its fd.  A call in flight completes when
+ * its outcome can be found (register, unregister, lookup, release and the
+ * queries); any other fails with -ECONNRESET.  See docs/restart.md. */
+GPUIPC_EXPORT int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms);
+
 /* One round trip; 0 when the daemon answered. */
 GPUIPC_EXPORT int gpuipc_ping(gpuipc_client *c);
 

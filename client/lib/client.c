@@ -18,6 +18,8 @@ int gpuipc__begin(gpuipc_client *c)
 {
         c->errmsg[0] = '\0';
         c->last_err = 0;
+        if (c->dead && gpuipc__may_reconnect(c, c->dead) && gpuipc__reconnect(c) == 0)
+                return 0;
         if (c->dead)
                 return gpuipc__fail(c, -ENOTCONN, "the connection to gpuipcd is closed (%s)",
                                     gpuipc_strerror(c->dead));
@@ -88,6 +90,7 @@ void gpuipc__client_unref(gpuipc_client *c)
         proto_reader_free(&c->rd);
         gpuipc__relev_clear(c);
         gpuipc__watch_clear(c);
+        gpuipc__resume_clear(c);
         free(c);
 }
 
@@ -105,16 +108,23 @@ void gpuipc_client_free(gpuipc_client *c)
 
 /* ---- connect ----------------------------------------------------------- */
 
-static int client_hello(gpuipc_client *c)
+int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply)
 {
         struct gpuipc__reply rp;
         struct proto_out o;
         uint64_t seq, version, max_frame;
+        const uint8_t *session;
+        size_t slen;
         int r;
 
-        seq = gpuipc__request(c, &o, "hello", 2);
+        seq = gpuipc__request(c, &o, "hello", 2 + c->has_session);
         proto_pack_ku64(&o.pk, "version", PROTO_VERSION);
         proto_pack_kstr(&o.pk, "client", "libgpuipc " GPUIPC_VERSION);
+        if (c->has_session) {
+                proto_pack_str(&o.pk, "resume");
+                msgpack_pack_bin(&o.pk, GPUIPC__SESSION_LEN);
+                msgpack_pack_bin_body(&o.pk, c->session, GPUIPC__SESSION_LEN);
+        }
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
         if (r < 0)
                 return r;
@@ -130,9 +140,46 @@ static int client_hello(gpuipc_client *c)
                 max_frame = PROTO_MAX_FRAME_LIMIT;
         c->max_frame = (uint32_t)max_frame;
         c->rd.max_frame = (uint32_t)max_frame;
+        /* A daemon without sessions (older) gives none: then nothing resumes. */
+        if (proto_get_bin(rp.msg.root, "session", &session, &slen) == 0 &&
+            slen == GPUIPC__SESSION_LEN) {
+                memcpy(c->session, session, GPUIPC__SESSION_LEN);
+                c->has_session = true;
+        }
+        if (ret_reply) {
+                *ret_reply = rp;
+                ret_reply->msg.root = &ret_reply->msg.up.data;
+                return 0;
+        }
 out:
         gpuipc__reply_free(&rp);
         return r;
+}
+
+/* $GPUIPC_RECONNECT_MS, or the default. */
+static int reconnect_default(void)
+{
+        const char *s = getenv("GPUIPC_RECONNECT_MS");
+        char *end;
+        long v;
+
+        if (!s || !*s)
+                return GPUIPC__RECONNECT_MS;
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || *end || v < 0 || v > 3600000)
+                return GPUIPC__RECONNECT_MS;
+        return (int)v;
+}
+
+int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms)
+{
+        if (!c || timeout_ms < 0)
+                return -EINVAL;
+        c->reconnect_ms = timeout_ms;
+        if (timeout_ms == 0)
+                gpuipc__resume_clear(c);
+        return 0;
 }
 
 int gpuipc_connect(const char *path, gpuipc_client **ret_client)
@@ -175,7 +222,9 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
                 r = -errno;
                 goto fail;
         }
-        r = client_hello(c);
+        memcpy(c->path, path, len + 1);
+        c->reconnect_ms = reconnect_default();
+        r = gpuipc__hello(c, NULL);
         if (r < 0)
                 goto fail;
         *ret_client = c;

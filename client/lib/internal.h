@@ -20,6 +20,10 @@
 #define GPUIPC__LIST_MAX     (16u << 20) /* records one gpuipc_list may hold */
 #define GPUIPC__REVOKED_MAX  256u      /* remembered `revoked` registration ids */
 #define GPUIPC__EVENT_LEN    64u       /* a CUipcEventHandle on the wire */
+#define GPUIPC__SESSION_LEN  16u
+#define GPUIPC__RECONNECT_MS 10000     /* default of $GPUIPC_RECONNECT_MS */
+
+struct gpuipc__rec;
 
 /* The IPC events that came with one `released` event (cuda kinds). */
 struct gpuipc__relev {
@@ -66,6 +70,16 @@ struct gpuipc_client {
         unsigned wev_n;
         uint64_t wev_dropped;
         struct gpuipc__access access;   /* for register (access.c) */
+        /* Reconnecting (resume.c). */
+        char path[108];                 /* the socket connected to */
+        int reconnect_ms;               /* how long to keep trying; 0: never */
+        bool has_session, recovering, remapped;
+        uint8_t session[GPUIPC__SESSION_LEN];
+        const char *cur_op;             /* op of the request last built (static) */
+        struct gpuipc__rec *recs;       /* what a reconnect re-establishes */
+        uint64_t *leases;               /* lease ids held, unordered */
+        size_t n_leases, cap_leases;
+        uint64_t reconnects;
 };
 
 /* A reply to one request.  The body is a private copy, so the decoded
@@ -107,6 +121,13 @@ uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, 
 int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int *fds,
                  unsigned nfds, struct gpuipc__reply *ret_reply);
 void gpuipc__reply_free(struct gpuipc__reply *r);
+/* Sends a finished frame and waits for the reply with seq, without
+ * reconnecting and without looking at `error`. */
+int gpuipc__send_wait(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
+                      const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
+/* When rp carries `error`: frees rp, keeps the message and returns the
+ * errno; else 0. */
+int gpuipc__reply_error(gpuipc_client *c, struct gpuipc__reply *rp);
 /* Takes the reply's only fd (closing any others); -EBADMSG when it has none. */
 int gpuipc__reply_take_fd(struct gpuipc__reply *r, int *ret_fd);
 
@@ -131,6 +152,28 @@ void gpuipc__released_events_take(gpuipc_client *c, uint64_t id, uint8_t **ret,
 /* True when a `revoked` event arrived for registration id. */
 bool gpuipc__revoked(const gpuipc_client *c, uint64_t id);
 void gpuipc__relev_clear(gpuipc_client *c);
+
+/* ---- resume.c ---------------------------------------------------------- */
+
+/* hello on c's connection, with `resume` when c has a session; *ret_reply
+ * (may be NULL) gets the reply. */
+int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply);
+/* Whether err means the daemon went away (EOF, reset, shutting_down) and
+ * c may reconnect. */
+bool gpuipc__may_reconnect(const gpuipc_client *c, int err);
+/* Reconnects, resumes or re-establishes what c had; 0 or -errno. */
+int gpuipc__reconnect(gpuipc_client *c);
+/* After the connection dropped during the call of request buf (len bytes,
+ * op c->cur_op, sent with fds): reconnects and completes the call where
+ * that is safe.  Returns 0 with *ret_reply, or -errno. */
+int gpuipc__recover(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
+                    const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
+/* Bookkeeping after a call of c->cur_op succeeded with reply rp. */
+void gpuipc__track(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
+                   unsigned nfds, const struct gpuipc__reply *rp);
+/* The id the caller knows for a daemon registration id. */
+uint64_t gpuipc__user_id(const gpuipc_client *c, uint64_t id);
+void gpuipc__resume_clear(gpuipc_client *c);
 
 /* ---- admin.c ----------------------------------------------------------- */
 

@@ -17,6 +17,7 @@
 
 static void released_push(gpuipc_client *c, uint64_t id)
 {
+        id = gpuipc__user_id(c, id);
         if (c->released_n == GPUIPC__RELEASED_MAX) {
                 c->released_start = (c->released_start + 1) % GPUIPC__RELEASED_MAX;
                 c->released_n--;
@@ -328,15 +329,21 @@ int gpuipc__pump(gpuipc_client *c, int timeout_ms)
 {
         int r;
 
-        if (!gpuipc__client_usable(c))
-                return -ENOTCONN;
+        if (!gpuipc__client_usable(c)) {
+                if (!gpuipc__may_reconnect(c, c->dead))
+                        return -ENOTCONN;
+                return gpuipc__reconnect(c);
+        }
         r = client_dispatch(c, false, 0, NULL);
-        if (r < 0)
-                return r;
-        r = client_recv(c, timeout_ms);
-        if (r < 0)
-                return r;
-        return client_dispatch(c, false, 0, NULL);
+        if (r >= 0)
+                r = client_recv(c, timeout_ms);
+        if (r >= 0)
+                r = client_dispatch(c, false, 0, NULL);
+        /* The daemon restarted: what we wait for may come on the new
+         * connection (a released event, say). */
+        if (r < 0 && gpuipc__may_reconnect(c, r))
+                return gpuipc__reconnect(c);
+        return r;
 }
 
 /* ---- requests ---------------------------------------------------------- */
@@ -347,6 +354,7 @@ uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, 
         msgpack_pack_map(&o->pk, 2 + nfields);
         proto_pack_kstr(&o->pk, "op", op);
         proto_pack_ku64(&o->pk, "seq", ++c->seq);
+        c->cur_op = op;
         return c->seq;
 }
 
@@ -369,11 +377,51 @@ static int client_send(gpuipc_client *c, const uint8_t *buf, size_t len, const i
         return 0;
 }
 
+/* Reads until the reply with seq arrives. */
+static int wait_reply(gpuipc_client *c, uint64_t seq, struct gpuipc__reply *rp)
+{
+        int r;
+
+        for (;;) {
+                r = client_dispatch(c, true, seq, rp);
+                if (r != 0)
+                        return r < 0 ? r : 0;
+                r = client_recv(c, -1);
+                if (r < 0)
+                        return r;
+        }
+}
+
+int gpuipc__send_wait(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
+                      const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply)
+{
+        int r;
+
+        if (!gpuipc__client_usable(c))
+                return c->dead ? c->dead : -ENOTCONN;
+        r = client_send(c, buf, len, fds, nfds);
+        if (r < 0)
+                return r;
+        return wait_reply(c, seq, ret_reply);
+}
+
+int gpuipc__reply_error(gpuipc_client *c, struct gpuipc__reply *rp)
+{
+        const msgpack_object *err;
+        int r;
+
+        if (proto_get_map(rp->msg.root, "error", &err) < 0)
+                return 0;
+        r = error_code(err);
+        set_errmsg(c, err);
+        gpuipc__reply_free(rp);
+        return r;
+}
+
 int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int *fds,
                  unsigned nfds, struct gpuipc__reply *ret_reply)
 {
         struct gpuipc__reply rp = {};
-        const msgpack_object *err;
         uint8_t *buf = NULL;
         size_t len;
         int r;
@@ -392,31 +440,15 @@ int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int 
         proto_out_free(o);
         if (!buf)
                 return -ENOMEM;
-        if (!gpuipc__client_usable(c))
-                r = -ENOTCONN;
-        else
-                r = client_send(c, buf, len, fds, nfds);
+        r = gpuipc__send_wait(c, buf, len, seq, fds, nfds, &rp);
+        if (r < 0 && gpuipc__may_reconnect(c, r))
+                r = gpuipc__recover(c, buf, len, seq, fds, nfds, &rp);
+        if (r == 0)
+                r = gpuipc__reply_error(c, &rp);
+        if (r == 0) {
+                gpuipc__track(c, buf, len, fds, nfds, &rp);
+                reply_move(ret_reply, &rp);
+        }
         free(buf);
-        if (r < 0)
-                return r;
-
-        for (;;) {
-                r = client_dispatch(c, true, seq, &rp);
-                if (r != 0)
-                        break;
-                r = client_recv(c, -1);
-                if (r < 0)
-                        break;
-        }
-        if (r < 0)
-                return r;
-
-        if (proto_get_map(rp.msg.root, "error", &err) == 0) {
-                r = error_code(err);
-                set_errmsg(c, err);
-                gpuipc__reply_free(&rp);
-                return r;
-        }
-        reply_move(ret_reply, &rp);
-        return 0;
+        return r;
 }

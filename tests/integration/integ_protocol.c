@@ -807,6 +807,8 @@ Test(limits, sigterm_with_clients_connected)
 
         start_with(NULL);
         cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        /* The daemon stays down: each call tries to reconnect this long. */
+        cr_assert_eq(gpuipc_set_reconnect(c, 200), 0);
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
         cr_assert_eq(gpuipc_register_host(c, "term/x", b, NULL, GPUIPC_REGISTER_EPHEMERAL, NULL), 0);
         cr_assert_eq(gpuipc_lookup(c, "term/x", 0, 0, &v), 0);

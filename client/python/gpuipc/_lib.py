@@ -167,6 +167,7 @@ _PROTOTYPES = {
     "gpuipc_client_free": (None, [_client_p]),
     "gpuipc_access_set": (c_int, [_client_p, c_void_p]),
     "gpuipc_ping": (c_int, [_client_p]),
+    "gpuipc_set_reconnect": (c_int, [_client_p, c_int]),
     # host buffers
     "gpuipc_hostbuf_new": (c_int, [c_size_t, POINTER(_hostbuf_p)]),
     "gpuipc_hostbuf_data": (c_void_p, [_hostbuf_p]),

@@ -195,6 +195,13 @@ class Client:
         """One round trip to the daemon."""
         self._conn.call_checked(lambda c: _lib.lib.gpuipc_ping(c), "ping")
 
+    def set_reconnect(self, timeout_ms: int) -> None:
+        """How long to keep trying to reconnect when the daemon restarts
+        (default 10000 ms or $GPUIPC_RECONNECT_MS; 0: never, and calls then
+        raise Unreachable).  See docs/restart.md."""
+        self._conn.call_checked(
+            lambda c: _lib.lib.gpuipc_set_reconnect(c, int(timeout_ms)), "set_reconnect")
+
     # ---- producing
 
     def alloc_host(self, shape_or_nbytes: ShapeLike, dtype: Any = "uint8") -> HostBuffer:

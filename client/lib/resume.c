@@ -1,0 +1,533 @@
+/* resume.c: reconnecting after the daemon restarted.
+ *
+ * A client keeps the register frames (and a dup of their fds) of the
+ * registrations it made and has not unregistered, its watch request, and
+ * the ids of the leases it holds.  When the connection drops because the
+ * daemon went away, the next call (or the call in flight) reconnects to
+ * the same path and sends hello with the session token of the old
+ * connection.  A daemon that kept its state (the fd store) hands the
+ * session back: registrations, leases and ids are as they were.  One that
+ * did not gets the registrations again from the kept frames; they get new
+ * ids there, which the client maps back to the ids its caller knows. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct gpuipc__rec {
+        struct gpuipc__rec *next;
+        bool watch;                     /* a watch request, not a registration */
+        uint64_t user_id, cur_id;       /* the id the caller knows; the daemon's now */
+        uint64_t seq;                   /* in the frame */
+        uint8_t *frame;
+        size_t len;
+        int fds[PROTO_MAX_FDS];
+        unsigned nfds;
+};
+
+static void rec_free(struct gpuipc__rec *r)
+{
+        for (unsigned i = 0; i < r->nfds; i++)
+                close(r->fds[i]);
+        free(r->frame);
+        free(r);
+}
+
+void gpuipc__resume_clear(gpuipc_client *c)
+{
+        while (c->recs) {
+                struct gpuipc__rec *r = c->recs;
+                c->recs = r->next;
+                rec_free(r);
+        }
+        free(c->leases);
+        c->leases = NULL;
+        c->n_leases = c->cap_leases = 0;
+}
+
+uint64_t gpuipc__user_id(const gpuipc_client *c, uint64_t id)
+{
+        if (!c->remapped)
+                return id;
+        for (const struct gpuipc__rec *r = c->recs; r; r = r->next)
+                if (!r->watch && r->cur_id == id)
+                        return r->user_id;
+        return id;
+}
+
+/* ---- leases ------------------------------------------------------------ */
+
+static void lease_add(gpuipc_client *c, uint64_t id)
+{
+        if (c->n_leases == c->cap_leases) {
+                size_t cap = c->cap_leases ? 2 * c->cap_leases : 16;
+                uint64_t *p = realloc(c->leases, cap * sizeof(*p));
+                if (!p)
+                        return;         /* then a reconnect cannot tell it apart */
+                c->leases = p;
+                c->cap_leases = cap;
+        }
+        c->leases[c->n_leases++] = id;
+}
+
+static bool lease_drop(gpuipc_client *c, uint64_t id)
+{
+        for (size_t i = 0; i < c->n_leases; i++)
+                if (c->leases[i] == id) {
+                        c->leases[i] = c->leases[--c->n_leases];
+                        return true;
+                }
+        return false;
+}
+
+/* ---- bookkeeping ------------------------------------------------------- */
+
+/* The request's own fields, decoded again (only for the ops tracked). */
+static int request_decode(const uint8_t *buf, size_t len, struct proto_msg *m)
+{
+        if (len <= PROTO_HDR_LEN)
+                return -EINVAL;
+        return proto_decode(buf + PROTO_HDR_LEN, len - PROTO_HDR_LEN, m, NULL);
+}
+
+static void rec_add(gpuipc_client *c, bool watch, uint64_t id, const uint8_t *buf, size_t len,
+                    uint64_t seq, const int *fds, unsigned nfds)
+{
+        struct gpuipc__rec *r = calloc(1, sizeof(*r));
+
+        if (!r)
+                return;
+        r->frame = malloc(len);
+        if (!r->frame) {
+                free(r);
+                return;
+        }
+        memcpy(r->frame, buf, len);
+        r->len = len;
+        r->seq = seq;
+        r->watch = watch;
+        r->user_id = r->cur_id = id;
+        for (unsigned i = 0; i < nfds; i++) {
+                r->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+                if (r->fds[i] < 0) {
+                        r->nfds = i;
+                        rec_free(r);
+                        return;
+                }
+        }
+        r->nfds = nfds;
+        r->next = c->recs;
+        c->recs = r;
+}
+
+static void rec_drop_id(gpuipc_client *c, uint64_t id)
+{
+        for (struct gpuipc__rec **pp = &c->recs; *pp; pp = &(*pp)->next)
+                if (!(*pp)->watch && (*pp)->cur_id == id) {
+                        struct gpuipc__rec *r = *pp;
+                        *pp = r->next;
+                        rec_free(r);
+                        return;
+                }
+}
+
+static void rec_drop_watch(gpuipc_client *c)
+{
+        for (struct gpuipc__rec **pp = &c->recs; *pp; pp = &(*pp)->next)
+                if ((*pp)->watch) {
+                        struct gpuipc__rec *r = *pp;
+                        *pp = r->next;
+                        rec_free(r);
+                        return;
+                }
+}
+
+void gpuipc__track(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
+                   unsigned nfds, const struct gpuipc__reply *rp)
+{
+        const char *op = c->cur_op;
+        struct proto_msg m;
+        uint64_t id, seq;
+
+        if (!op || c->reconnect_ms <= 0 || c->recovering)
+                return;
+        if (strcmp(op, "register") == 0) {
+                if (proto_get_u64(rp->msg.root, "id", &id) == 0 &&
+                    proto_get_u64(rp->msg.root, "seq", &seq) == 0)
+                        rec_add(c, false, id, buf, len, seq, fds, nfds);
+        } else if (strcmp(op, "unregister") == 0 || strcmp(op, "adopt") == 0) {
+                /* adopt: the daemon owns it now, there is nothing to give back */
+                if (proto_get_u64(rp->msg.root, "id", &id) == 0)
+                        rec_drop_id(c, id);
+        } else if (strcmp(op, "lookup") == 0) {
+                if (proto_get_u64(rp->msg.root, "lease", &id) == 0)
+                        lease_add(c, id);
+        } else if (strcmp(op, "release") == 0) {
+                if (request_decode(buf, len, &m) == 0) {
+                        if (proto_get_u64(m.root, "lease", &id) == 0)
+                                lease_drop(c, id);
+                        proto_msg_free(&m);
+                }
+        } else if (strcmp(op, "watch") == 0) {
+                bool on = true;
+                rec_drop_watch(c);
+                (void)proto_get_bool(rp->msg.root, "watching", &on);
+                if (on && proto_get_u64(rp->msg.root, "seq", &seq) == 0)
+                        rec_add(c, true, 0, buf, len, seq, NULL, 0);
+        }
+}
+
+/* ---- reconnecting ------------------------------------------------------ */
+
+bool gpuipc__may_reconnect(const gpuipc_client *c, int err)
+{
+        if (c->reconnect_ms <= 0 || c->freed || c->recovering || !c->path[0])
+                return false;
+        return err == -ECONNRESET || err == -EPIPE || err == -ESHUTDOWN;
+}
+
+static int64_t mono_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+        struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+/* A new socket connected to c->path, retrying until the deadline. */
+static int connect_again(gpuipc_client *c, int64_t deadline)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int delay = 5;
+
+        memcpy(sa.sun_path, c->path, sizeof(c->path));
+        for (;;) {
+                int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), r;
+                if (fd < 0)
+                        return -errno;
+                do
+                        r = connect(fd, (const struct sockaddr *)&sa, sizeof(sa));
+                while (r < 0 && errno == EINTR);
+                if (r == 0)
+                        return fd;
+                r = -errno;
+                close(fd);
+                if (r != -ENOENT && r != -ECONNREFUSED && r != -EAGAIN)
+                        return r;
+                if (mono_ms() + delay > deadline)
+                        return r;
+                sleep_ms(delay);
+                if (delay < 200)
+                        delay *= 2;
+        }
+}
+
+static bool in_array(const msgpack_object *a, uint64_t v)
+{
+        if (!a || a->type != MSGPACK_OBJECT_ARRAY)
+                return false;
+        for (uint32_t i = 0; i < a->via.array.size; i++) {
+                uint64_t x;
+                if (proto_obj_u64(&a->via.array.ptr[i], &x) == 0 && x == v)
+                        return true;
+        }
+        return false;
+}
+
+static void send_release(gpuipc_client *c, uint64_t lease)
+{
+        struct gpuipc__reply rp = {};
+        struct proto_out o;
+        uint8_t *buf;
+        uint64_t seq;
+        size_t len;
+
+        seq = gpuipc__request(c, &o, "release", 1);
+        proto_pack_ku64(&o.pk, "lease", lease);
+        if (proto_out_finish(&o, c->max_frame) < 0 || !(buf = proto_out_release(&o, &len))) {
+                proto_out_free(&o);
+                return;
+        }
+        proto_out_free(&o);
+        if (gpuipc__send_wait(c, buf, len, seq, NULL, 0, &rp) == 0)
+                gpuipc__reply_free(&rp);
+        free(buf);
+}
+
+/* Sends a kept frame again; a registration learns its new id.  A record
+ * the daemon refuses (the name was taken meanwhile, say) is dropped. */
+static int replay(gpuipc_client *c, struct gpuipc__rec *r, bool *ret_keep)
+{
+        struct gpuipc__reply rp = {};
+        uint64_t id;
+        int k;
+
+        *ret_keep = false;
+        k = gpuipc__send_wait(c, r->frame, r->len, r->seq, r->fds, r->nfds, &rp);
+        if (k < 0)
+                return k;       /* the connection: stop */
+        if (gpuipc__reply_error(c, &rp) < 0)
+                return 0;
+        if (!r->watch && proto_get_u64(rp.msg.root, "id", &id) == 0) {
+                r->cur_id = id;
+                if (id != r->user_id)
+                        c->remapped = true;
+        }
+        gpuipc__reply_free(&rp);
+        *ret_keep = true;
+        return 0;
+}
+
+/* After hello: make the daemon's view of this session match ours. */
+static int reconcile(gpuipc_client *c, const msgpack_object *root)
+{
+        const msgpack_object *regs = NULL, *leases = NULL;
+        bool resumed = false;
+        int k = 0;
+
+        (void)proto_get_bool(root, "resumed", &resumed);
+        (void)proto_get_array(root, "regs", &regs);
+        (void)proto_get_array(root, "leases", &leases);
+        if (resumed && leases) {
+                /* A lease we do not know came from a lookup whose reply was
+                 * lost with the connection: give it back. */
+                for (uint32_t i = 0; i < leases->via.array.size; i++) {
+                        uint64_t id;
+                        bool known = false;
+                        if (proto_obj_u64(&leases->via.array.ptr[i], &id) < 0)
+                                continue;
+                        for (size_t j = 0; j < c->n_leases && !known; j++)
+                                known = c->leases[j] == id;
+                        if (!known)
+                                send_release(c, id);
+                }
+        }
+        /* Leases the daemon no longer has stay forgotten: the views keep
+         * their mappings, their release is a no-op. */
+        for (size_t j = 0; j < c->n_leases;)
+                if (!resumed || (leases && !in_array(leases, c->leases[j])))
+                        c->leases[j] = c->leases[--c->n_leases];
+                else
+                        j++;
+        for (struct gpuipc__rec **pp = &c->recs; *pp && k == 0;) {
+                struct gpuipc__rec *r = *pp;
+                bool keep = true;
+                if (r->watch || !resumed || (regs && !in_array(regs, r->cur_id)))
+                        k = replay(c, r, &keep);
+                if (keep) {
+                        pp = &r->next;
+                } else {
+                        *pp = r->next;
+                        rec_free(r);
+                }
+        }
+        return k;
+}
+
+int gpuipc__reconnect(gpuipc_client *c)
+{
+        struct gpuipc__reply rp = {};
+        int64_t deadline = mono_ms() + c->reconnect_ms;
+        char msg[GPUIPC__ERRMSG_MAX];
+        int fd, k;
+
+        c->recovering = true;
+        if (c->fd >= 0)
+                close(c->fd);
+        c->fd = -1;
+        proto_fdq_clear(&c->fdq);
+        proto_reader_free(&c->rd);
+        k = proto_reader_init(&c->rd, c->max_frame);
+        fd = k < 0 ? k : connect_again(c, deadline);
+        if (fd < 0) {
+                k = fd;
+                goto out;
+        }
+        c->fd = fd;
+        c->dead = 0;
+        k = gpuipc__hello(c, &rp);
+        if (k == 0) {
+                k = reconcile(c, rp.msg.root);
+                gpuipc__reply_free(&rp);
+        }
+        if (k == 0)
+                c->reconnects++;
+out:
+        c->recovering = false;
+        if (k < 0) {
+                snprintf(msg, sizeof(msg), "the connection to gpuipcd was lost and could not be "
+                         "re-established within %d ms (%s)", c->reconnect_ms,
+                         gpuipc_strerror(k));
+                gpuipc__client_kill(c, k == -ENOENT || k == -ECONNREFUSED ? -ECONNRESET : k);
+                return gpuipc__fail(c, -ECONNRESET, "%s", msg);
+        }
+        return 0;
+}
+
+/* ---- the call in flight ------------------------------------------------ */
+
+static bool op_is(const char *op, const char *name)
+{
+        return op && strcmp(op, name) == 0;
+}
+
+/* A reply made up for a call whose effect the reconnect already found. */
+static int fake_reply(gpuipc_client *c, uint64_t seq, bool with_id, uint64_t id,
+                      struct gpuipc__reply *ret)
+{
+        struct proto_out o;
+        uint8_t *buf;
+        size_t len;
+        int k;
+
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, 2 + with_id);
+        proto_pack_ku64(&o.pk, "seq", seq);
+        proto_pack_ku64(&o.pk, "leases", 0);
+        if (with_id)
+                proto_pack_ku64(&o.pk, "id", id);
+        k = proto_out_finish(&o, c->max_frame);
+        buf = k < 0 ? NULL : proto_out_release(&o, &len);
+        proto_out_free(&o);
+        if (!buf)
+                return -ENOMEM;
+        memset(ret, 0, sizeof(*ret));
+        ret->body = malloc(len - PROTO_HDR_LEN);
+        if (!ret->body) {
+                free(buf);
+                return -ENOMEM;
+        }
+        memcpy(ret->body, buf + PROTO_HDR_LEN, len - PROTO_HDR_LEN);
+        free(buf);
+        k = proto_decode(ret->body, len - PROTO_HDR_LEN, &ret->msg, NULL);
+        if (k < 0) {
+                free(ret->body);
+                ret->body = NULL;
+        }
+        return k;
+}
+
+static bool has_error(const struct gpuipc__reply *rp, const char *code)
+{
+        const msgpack_object *err;
+        const char *s;
+        size_t n;
+
+        if (proto_get_map(rp->msg.root, "error", &err) < 0)
+                return false;
+        if (!code)
+                return true;
+        return proto_get_str(err, "code", &s, &n) == 0 && n == strlen(code) &&
+               memcmp(s, code, n) == 0;
+}
+
+/* The id of name when this process's (resumed) connection owns it, or 0. */
+static uint64_t owned_id(gpuipc_client *c, const char *name, size_t nlen)
+{
+        const msgpack_object *reg, *owner;
+        struct gpuipc__reply rp = {};
+        struct proto_out o;
+        uint64_t seq, id = 0, pid = 0;
+        bool connected = false;
+        uint8_t *buf;
+        size_t len;
+
+        seq = gpuipc__request(c, &o, "stat", 1);
+        proto_pack_str(&o.pk, "name");
+        proto_pack_strn(&o.pk, name, nlen);
+        if (proto_out_finish(&o, c->max_frame) < 0 || !(buf = proto_out_release(&o, &len))) {
+                proto_out_free(&o);
+                return 0;
+        }
+        proto_out_free(&o);
+        if (gpuipc__send_wait(c, buf, len, seq, NULL, 0, &rp) == 0) {
+                if (proto_get_map(rp.msg.root, "reg", &reg) == 0 &&
+                    proto_get_map(reg, "owner", &owner) == 0 &&
+                    proto_get_u64(owner, "pid", &pid) == 0 &&
+                    proto_get_bool(owner, "connected", &connected) == 0 &&
+                    pid == (uint64_t)getpid() && connected)
+                        (void)proto_get_u64(reg, "id", &id);
+                gpuipc__reply_free(&rp);
+        }
+        free(buf);
+        return id;
+}
+
+/* register after a reconnect: a resumed session may own the name already
+ * (the first attempt took effect); then that registration is the answer. */
+static int register_again(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
+                          const int *fds, unsigned nfds, struct gpuipc__reply *ret)
+{
+        struct gpuipc__reply rp = {};
+        struct proto_msg m;
+        const char *name;
+        uint64_t id = 0;
+        size_t nlen;
+        int k;
+
+        k = gpuipc__send_wait(c, buf, len, seq, fds, nfds, &rp);
+        if (k < 0)
+                return k;
+        if (has_error(&rp, "exists") && request_decode(buf, len, &m) == 0) {
+                if (proto_get_str(m.root, "name", &name, &nlen) == 0)
+                        id = owned_id(c, name, nlen);
+                proto_msg_free(&m);
+        }
+        if (id == 0) {
+                *ret = rp;
+                ret->msg.root = &ret->msg.up.data;
+                return 0;
+        }
+        gpuipc__reply_free(&rp);
+        return fake_reply(c, seq, true, id, ret);
+}
+
+int gpuipc__recover(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
+                    const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply)
+{
+        const char *op = c->cur_op;
+        struct gpuipc__reply rp = {};
+        int k;
+
+        k = gpuipc__reconnect(c);
+        if (k < 0)
+                return k;
+        c->cur_op = op;
+        if (op_is(op, "register"))
+                return register_again(c, buf, len, seq, fds, nfds, ret_reply);
+        if (op_is(op, "ping") || op_is(op, "list") || op_is(op, "stat") ||
+            op_is(op, "stats") || op_is(op, "metrics") || op_is(op, "cuda_status") ||
+            op_is(op, "lookup") || op_is(op, "watch"))
+                return gpuipc__send_wait(c, buf, len, seq, fds, nfds, ret_reply);
+        if (op_is(op, "unregister") || op_is(op, "release")) {
+                /* Gone already means the first attempt did it. */
+                k = gpuipc__send_wait(c, buf, len, seq, fds, nfds, &rp);
+                if (k < 0)
+                        return k;
+                if (has_error(&rp, "not_found")) {
+                        gpuipc__reply_free(&rp);
+                        return fake_reply(c, seq, false, 0, ret_reply);
+                }
+                *ret_reply = rp;
+                ret_reply->msg.root = &ret_reply->msg.up.data;
+                return 0;
+        }
+        return gpuipc__fail(c, -ECONNRESET, "gpuipcd restarted during this %s; the connection "
+                            "is back, but whether the request took effect is unknown",
+                            op ? op : "request");
+}

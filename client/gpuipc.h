@@ -190,7 +190,8 @@ GPUIPC_EXPORT void gpuipc_client_free(gpuipc_client *c);
  * store) gives the session back as it was; otherwise the client registers
  * again what it registered and has not unregistered, and maps the new ids
  * back to those its caller knows.  For that it keeps a copy of each
- * register request and a dup of its fd.  A call in flight completes when
+ * register request, and, when the daemon says it keeps no state, a dup of
+ * its fd (one fd per registration).  A call in flight completes when
  * its outcome can be found (register, unregister, lookup, release and the
  * queries); any other fails with -ECONNRESET.  See docs/restart.md. */
 GPUIPC_EXPORT int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms);

@@ -211,7 +211,7 @@ int op_hello(struct req *q)
                 }
         }
 
-        reply_start(&o, q->seq, 6 + (want_resume ? 1 + 2 * resumed : 0));
+        reply_start(&o, q->seq, 7 + (want_resume ? 1 + 2 * resumed : 0));
         proto_pack_ku64(&o.pk, "version", v < PROTO_VERSION ? v : PROTO_VERSION);
         proto_pack_kstr(&o.pk, "server", SERVER_NAME);
         proto_pack_ku64(&o.pk, "max_frame", c->d->cfg.max_frame);
@@ -220,6 +220,7 @@ int op_hello(struct req *q)
         proto_pack_str(&o.pk, "session");
         msgpack_pack_bin(&o.pk, REG_SESSION_LEN);
         msgpack_pack_bin_body(&o.pk, c->party.session, REG_SESSION_LEN);
+        proto_pack_kbool(&o.pk, "fdstore", persist_enabled());
         if (want_resume)
                 proto_pack_kbool(&o.pk, "resumed", resumed);
         if (resumed)

@@ -73,12 +73,12 @@ int op_adopt(struct req *q)
         rc->alloc = a;
         alloc_put(&d->allocs, old);
         registry_set_kind(R, r, PROTO_KIND_CUDA_VMM);
-        persist_cuda_changed(d, r);
         quota_charge(d, r);     /* the daemon holds the copy now */
         r->offset = 0;
         r->fd = a->fd;
         r->ephemeral = false;
         r->revocable = false;
+        persist_cuda_changed(d, r);
         leases = registry_mark_leases(R, r);
         log_info("adopted %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u into a %" PRIu64
                  "-byte VMM allocation; %u leases still map the producer's memory", r->name,

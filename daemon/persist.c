@@ -390,10 +390,13 @@ static void pack_cuda_fn(msgpack_packer *pk, const void *arg)
 {
         const struct reg *r = arg;
 
-        msgpack_pack_map(pk, 4);
+        msgpack_pack_map(pk, 7);
         proto_pack_kstr(pk, "t", "C");
         proto_pack_ku64(pk, "id", r->id);
         proto_pack_ku64(pk, "kind", r->kind);
+        proto_pack_ku64(pk, "offset", r->offset);
+        proto_pack_kbool(pk, "ephemeral", r->ephemeral);
+        proto_pack_kbool(pk, "revocable", r->revocable);
         pack_cuda(pk, r->cuda);
 }
 

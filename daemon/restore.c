@@ -13,6 +13,7 @@
 #include "journal.h"
 #include "log.h"
 #include "persist.h"
+#include "quota.h"
 #include "proto.h"
 #include "restore.h"
 #include "session.h"
@@ -219,6 +220,9 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
                 k = proto_get_map(m, "cuda", &sub) < 0 ? -EINVAL : decode_cuda(x, sub, &p.cuda);
                 if (k < 0)
                         goto fail;
+                /* cuda-vmm lookups send the allocation's fd (as register does) */
+                if (p.kind == PROTO_KIND_CUDA_VMM)
+                        p.fd = p.cuda->alloc->fd;
         }
         snprintf(exe_buf, sizeof(exe_buf), "%.*s", (int)(exe_len > WATCH_EXE_MAX ? 0 : exe_len),
                  exe);
@@ -247,11 +251,15 @@ static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
         const msgpack_object *sub;
         uint8_t device[ALLOC_UUID_LEN];
         struct alloc *a, *old;
-        uint64_t id, kind;
+        uint64_t id, kind, offset;
+        bool ephemeral, revocable;
         int k;
 
         if (proto_get_u64(m, "id", &id) < 0 || proto_get_u64(m, "kind", &kind) < 0 ||
             kind == PROTO_KIND_HOST || kind >= _PROTO_KIND_MAX ||
+            proto_get_u64(m, "offset", &offset) < 0 ||
+            proto_get_bool(m, "ephemeral", &ephemeral) < 0 ||
+            proto_get_bool(m, "revocable", &revocable) < 0 ||
             proto_get_map(m, "cuda", &sub) < 0)
                 return -EINVAL;
         r = registry_find_id(x->d->reg, id);
@@ -260,10 +268,16 @@ static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
         k = decode_alloc(x, sub, device, &a);
         if (k < 0)
                 return k;
+        /* As adopt does it (ops_adopt.c). */
         old = r->cuda->alloc;
         r->cuda->alloc = a;
         alloc_put(&x->d->allocs, old);
         registry_set_kind(x->d->reg, r, (unsigned)kind);
+        quota_charge(x->d, r);
+        r->offset = offset;
+        r->fd = kind == PROTO_KIND_CUDA_VMM ? a->fd : -1;
+        r->ephemeral = ephemeral;
+        r->revocable = revocable;
         return 0;
 }
 

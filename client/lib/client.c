@@ -141,6 +141,8 @@ int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply)
         c->max_frame = (uint32_t)max_frame;
         c->rd.max_frame = (uint32_t)max_frame;
         /* A daemon without sessions (older) gives none: then nothing resumes. */
+        c->state_kept = false;
+        (void)proto_get_bool(rp.msg.root, "fdstore", &c->state_kept);
         if (proto_get_bin(rp.msg.root, "session", &session, &slen) == 0 &&
             slen == GPUIPC__SESSION_LEN) {
                 memcpy(c->session, session, GPUIPC__SESSION_LEN);

@@ -74,6 +74,7 @@ struct gpuipc_client {
         char path[108];                 /* the socket connected to */
         int reconnect_ms;               /* how long to keep trying; 0: never */
         bool has_session, recovering, remapped;
+        bool state_kept;                /* the daemon keeps state over restarts */
         uint8_t session[GPUIPC__SESSION_LEN];
         const char *cur_op;             /* op of the request last built (static) */
         struct gpuipc__rec *recs;       /* what a reconnect re-establishes */

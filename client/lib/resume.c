@@ -30,6 +30,7 @@ struct gpuipc__rec {
         size_t len;
         int fds[PROTO_MAX_FDS];
         unsigned nfds;
+        bool needs_fds;                 /* its frame declares fds we may not hold */
 };
 
 static void rec_free(struct gpuipc__rec *r)
@@ -114,6 +115,12 @@ static void rec_add(gpuipc_client *c, bool watch, uint64_t id, const uint8_t *bu
         r->seq = seq;
         r->watch = watch;
         r->user_id = r->cur_id = id;
+        /* A daemon that keeps its state gives the registration back by
+         * itself: no need to hold an fd per registration (the frame stays,
+         * to register again should the store fail). */
+        r->needs_fds = nfds > 0;
+        if (c->state_kept)
+                nfds = 0;
         for (unsigned i = 0; i < nfds; i++) {
                 r->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
                 if (r->fds[i] < 0) {
@@ -278,6 +285,8 @@ static int replay(gpuipc_client *c, struct gpuipc__rec *r, bool *ret_keep)
         int k;
 
         *ret_keep = false;
+        if (r->needs_fds && r->nfds == 0)
+                return 0;       /* not kept: cannot be sent again */
         k = gpuipc__send_wait(c, r->frame, r->len, r->seq, r->fds, r->nfds, &rp);
         if (k < 0)
                 return k;       /* the connection: stop */

@@ -523,6 +523,9 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
         if (tail > 0)
                 log_warn("restore: %zu bytes at the journal's end were torn or corrupt and "
                          "are ignored", tail);
+        /* What is left once the journal's later records have applied. */
+        ret->regs = registry_counters(d->reg)->registrations;
+        ret->leases = registry_counters(d->reg)->leases;
         ret->sessions = session_detached_count(d);
         log_info("restored %" PRIu64 " registrations, %" PRIu64 " leases and %" PRIu64
                  " sessions from the fd store (%" PRIu64 " records skipped, %" PRIu64

@@ -4,7 +4,11 @@
  * points whose calls the real-GPU suite counts and forwards them to the real
  * libcuda.so.1, which it depends on (linked against the toolkit's stub), so
  * dlsym() on this library finds every other entry point in the real one.  At
- * exit it writes "name count" lines to $GPUIPC_GPU_COUNT_FILE. */
+ * exit it writes "name count" lines to $GPUIPC_GPU_COUNT_FILE.
+ *
+ * With GPUIPC_GPU_DENY_PEER=1 it answers cuDeviceCanAccessPeer with 0, so
+ * that a machine whose GPUs can reach each other also runs the library's
+ * path for GPUs that cannot (-EXDEV, then the copy to the consumer's GPU). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -56,6 +60,20 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
                 fn = real("cuMemImportFromShareableHandle");
         atomic_fetch_add(&n_import, 1);
         return fn(handle, osHandle, shHandleType);
+}
+
+CUresult CUDAAPI cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+        static __typeof__(cuDeviceCanAccessPeer) *fn;
+        const char *deny = getenv("GPUIPC_GPU_DENY_PEER");
+
+        if (deny && !strcmp(deny, "1")) {
+                *can = 0;
+                return CUDA_SUCCESS;
+        }
+        if (!fn)
+                fn = real("cuDeviceCanAccessPeer");
+        return fn(can, dev, peer);
 }
 
 /* Read by the suite through dlsym on this library. */

@@ -427,14 +427,17 @@ int main(int argc, char **argv)
 
         if (argc == 3)
                 return role(argv[1], argv[2]);
-        if (argc != 2 || strcmp(argv[1], "all") != 0) {
-                fprintf(stderr, "usage: %s all | producer|consumer CASE\n", argv[0]);
+        if (argc != 2) {
+                fprintf(stderr, "usage: %s all | CASE | producer|consumer CASE\n", argv[0]);
                 return 2;
         }
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 const char *n = cases[i].name;
                 bool ok;
                 pid_t prod, cons = -1;
+
+                if (strcmp(argv[1], "all") != 0 && strcmp(argv[1], n) != 0)
+                        continue;
 
                 if (!strcmp(n, "peer")) {
                         if (gpu_count() < 2) {

@@ -18,6 +18,14 @@ while [ ! -S "$GPUIPC_SOCKET" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); 
 GPUIPC_GPU_PTX="$here/kernels.ptx" GPUIPC_LIBCUDA="$B/gpu/libcountcuda.so" \
         "$B/gpu/gpu_test" all
 rc=$?
+# Two GPUs that can reach each other: run the peer case again as if they
+# could not (the shim says so), for -EXDEV and the copy fallback.
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$ngpu" -ge 2 ]; then
+        echo "peer again, peer access denied by the shim:"
+        GPUIPC_GPU_DENY_PEER=1 GPUIPC_GPU_PTX="$here/kernels.ptx" \
+                GPUIPC_LIBCUDA="$B/gpu/libcountcuda.so" "$B/gpu/gpu_test" peer || rc=1
+fi
 
 kill -TERM "$dpid"
 wait "$dpid"

@@ -84,7 +84,7 @@ const char *cuda_path(const struct cuda *cu);
         X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy_v2)                    \
         X(cuEventSynchronize) X(cuStreamWaitEvent)                                \
         X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle)           \
-        X(cuDeviceGetAttribute)
+        X(cuDeviceGetAttribute) X(cuMemcpyPeer)
 
 struct cuda {
         void *dl;

@@ -70,7 +70,7 @@ int gpuipc__cu_missing(gpuipc_client *c, const char *fn)
         return gpuipc__fail(c, -ENOTSUP, "the CUDA driver lacks %s (driver too old?)", fn);
 }
 
-static int primary_ctx(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext *ret)
+int gpuipc__cu_primary(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext *ret)
 {
         CUdevice dev;
         CUcontext ctx = NULL;
@@ -107,7 +107,7 @@ int gpuipc__cu_enter(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext *
         CUresult res;
         int r;
 
-        r = primary_ctx(c, cu, ordinal, &ctx);
+        r = gpuipc__cu_primary(c, cu, ordinal, &ctx);
         if (r < 0)
                 return r;
         if (cu->cuCtxGetCurrent(&saved) != CUDA_SUCCESS)

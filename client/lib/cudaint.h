@@ -35,6 +35,8 @@ int gpuipc__cu_missing(gpuipc_client *c, const char *fn);
 /* Makes ordinal's primary context current (retaining it once per process)
  * and saves the caller's context in *ret_saved for gpuipc__cu_leave(). */
 int gpuipc__cu_enter(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext *ret_saved);
+/* The primary context of ordinal, retained once per process. */
+int gpuipc__cu_primary(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext *ret);
 void gpuipc__cu_leave(struct cuda *cu, CUcontext saved);
 
 /* 1 when device ordinal dev can access memory on device ordinal peer

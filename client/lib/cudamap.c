@@ -312,7 +312,7 @@ static int view_copy(gpuipc_client *c, struct cuda *cu, int device, gpuipc_view 
         CUdeviceptr dst = 0, src = (CUdeviceptr)(uintptr_t)v->data;
         size_t size = (size_t)v->info->size;
         const char *what = "cuMemAlloc (copy to device)";
-        CUcontext saved;
+        CUcontext saved, home_ctx, dst_ctx;
         CUresult res;
         int r;
 
@@ -320,15 +320,23 @@ static int view_copy(gpuipc_client *c, struct cuda *cu, int device, gpuipc_view 
         if (r == 0)
                 r = GPUIPC__CU_NEED(c, cu, cuMemFree_v2);
         if (r == 0)
+                r = GPUIPC__CU_NEED(c, cu, cuMemcpyPeer);
+        if (r == 0)
+                r = gpuipc__cu_primary(c, cu, v->device, &home_ctx);
+        if (r == 0)
+                r = gpuipc__cu_primary(c, cu, device, &dst_ctx);
+        if (r == 0)
                 r = gpuipc__cu_enter(c, cu, device, &saved);
         if (r < 0)
                 return r;
         res = cu->cuMemAlloc_v2(&dst, size ? size : 1);
         if (res == CUDA_SUCCESS) {
-                /* Unified addressing: the driver stages the copy when the
-                 * devices have no peer path. */
-                what = "cuMemcpyDtoD (copy to device)";
-                res = cu->cuMemcpyDtoD_v2(dst, src, size);
+                /* Context to context: the driver stages the copy when the
+                 * devices have no peer path.  (cuMemcpyDtoD from the
+                 * consumer's context fails for cuda-vmm memory, which is
+                 * mapped for its home device only.) */
+                what = "cuMemcpyPeer (copy to device)";
+                res = cu->cuMemcpyPeer(dst, dst_ctx, src, home_ctx, size);
         }
         if (res == CUDA_SUCCESS) {
                 what = "cuCtxSynchronize (copy to device)";

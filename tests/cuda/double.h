@@ -129,6 +129,7 @@ struct dbl_region {
         int phys;
         struct dbl_ctx *ctx;    /* NULL for VMM */
         int prot;               /* PROT_* the device/host has on it */
+        uint32_t access_phys;   /* VMM: physical devices cuMemSetAccess granted */
         /* DBL_R_ALLOC */
         char path[320];
         /* DBL_R_IPC */

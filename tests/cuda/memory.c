@@ -361,8 +361,18 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes,
  * Validate and run one memory operation.  dst_dev/src_dev say which sides
  * must be device memory; -1 means "either" (cuMemcpy with UVA).
  */
-static CUresult mem_op(struct dbl_op *op, int dst_dev, int src_dev, CUstream hstream,
-                       bool async)
+/* VMM memory is reachable only from the devices cuMemSetAccess named: the
+ * real driver fails a cuMemcpyDtoD whose current device is not one of them
+ * with CUDA_ERROR_INVALID_VALUE, peer capable or not (seen on two H200s). */
+static bool vmm_reachable(uintptr_t p, int phys)
+{
+        struct dbl_region *r = dbl_region_find(p);
+
+        return !r || r->kind != DBL_R_VMM || (r->access_phys & (1u << phys));
+}
+
+static CUresult mem_op_ex(struct dbl_op *op, int dst_dev, int src_dev, CUstream hstream,
+                          bool async, bool any_device)
 {
         CUresult rc = dbl_enter_ctx();
         if (rc != CUDA_SUCCESS) {
@@ -385,6 +395,9 @@ static CUresult mem_op(struct dbl_op *op, int dst_dev, int src_dev, CUstream hst
         else if (dst_dev && !dbl_range_ok(d, span, PROT_READ | PROT_WRITE))
                 rc = CUDA_ERROR_INVALID_VALUE;
         else if (op->kind == DBL_OP_COPY && src_dev && !dbl_range_ok(s, span, PROT_READ))
+                rc = CUDA_ERROR_INVALID_VALUE;
+        else if (!any_device && op->kind == DBL_OP_COPY && dst_dev && src_dev &&
+                 (!vmm_reachable(d, dbl_current()->phys) || !vmm_reachable(s, dbl_current()->phys)))
                 rc = CUDA_ERROR_INVALID_VALUE;
         if (rc != CUDA_SUCCESS || span == 0) {
                 free(op);
@@ -409,6 +422,12 @@ static struct dbl_op *op_new(enum dbl_op_kind kind, CUdeviceptr dst, const void 
                 op->value = value;
         }
         return op;
+}
+
+static CUresult mem_op(struct dbl_op *op, int dst_dev, int src_dev, CUstream hstream,
+                       bool async)
+{
+        return mem_op_ex(op, dst_dev, src_dev, hstream, async, false);
 }
 
 #define MEM_OP(kind, dst, src, n, value, dst_dev, src_dev, stream, async)             \
@@ -437,6 +456,32 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
         DBL_ENTER();
         MEM_OP(DBL_OP_COPY, dstDevice, (const void *)(uintptr_t)srcDevice, ByteCount, 0, 1, 1,
                NULL, false);
+}
+
+/* Between two contexts' memory: the driver stages it when the devices have
+ * no peer path, so neither peer access nor the current device matters;
+ * each side must be reachable from its own context's device. */
+CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                              CUcontext srcContext, size_t ByteCount)
+{
+        DBL_ENTER();
+        struct dbl_ctx *dc = (struct dbl_ctx *)dstContext, *sc = (struct dbl_ctx *)srcContext;
+        CUresult rc = dbl_enter();
+        if (rc != CUDA_SUCCESS)
+                return rc;
+        if (!dc || !sc || !dbl_ctx_valid(dc) || !dbl_ctx_valid(sc))
+                rc = CUDA_ERROR_INVALID_CONTEXT;
+        else if (!vmm_reachable((uintptr_t)dstDevice, dc->phys) ||
+                 !vmm_reachable((uintptr_t)srcDevice, sc->phys))
+                rc = CUDA_ERROR_INVALID_VALUE;
+        dbl_unlock();
+        if (rc != CUDA_SUCCESS)
+                return rc;
+        struct dbl_op *op = op_new(DBL_OP_COPY, dstDevice, (const void *)(uintptr_t)srcDevice,
+                                   ByteCount, 0);
+        if (op == NULL)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        return mem_op_ex(op, 1, 1, NULL, false, true);
 }
 
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)

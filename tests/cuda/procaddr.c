@@ -64,6 +64,7 @@ static const struct entry entries[] = {
         E(cuMemcpyHtoD, cuMemcpyHtoD_v2, 3020),
         E(cuMemcpyDtoH, cuMemcpyDtoH_v2, 3020),
         E(cuMemcpyDtoD, cuMemcpyDtoD_v2, 3020),
+        E(cuMemcpyPeer, cuMemcpyPeer, 4000),
         E(cuMemcpyAsync, cuMemcpyAsync, 4000),
         E(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2, 3020),
         E(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2, 3020),

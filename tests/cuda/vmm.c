@@ -619,12 +619,18 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
                 }
                 p += r->size;
         }
+        uint32_t granted = 0;
+        for (size_t i = 0; rc == CUDA_SUCCESS && i < count; i++)
+                if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+                        granted |= 1u << dbl.visible[desc[i].location.id];
         for (uintptr_t p = (uintptr_t)ptr; rc == CUDA_SUCCESS && p < (uintptr_t)ptr + size;) {
                 struct dbl_region *r = dbl_region_find(p);
-                if (mprotect((void *)r->base, r->size, prot) != 0)
+                if (mprotect((void *)r->base, r->size, prot) != 0) {
                         rc = CUDA_ERROR_OPERATING_SYSTEM;
-                else
+                } else {
                         r->prot = prot;
+                        r->access_phys = granted;
+                }
                 p += r->size;
         }
         dbl_unlock();

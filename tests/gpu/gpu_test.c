@@ -148,7 +148,16 @@ static int produce_peer(gpuipc_client *c)
                                 NULL));
         gpuipc_cudabuf_free(b);
         GK(gpuipc_register_cuda(c, "gpu/peer/ipc", p + MiB, 4 * MiB, NULL, NULL, 0, &id));
-        GK(gpuipc_wait_released(c, id, 60000));
+        /* A consumer without peer access looks it up twice (the -EXDEV
+         * probe, then the copy); it unregisters before its last release, so
+         * the memory may go once a release finds the name gone. */
+        for (;;) {
+                gpuipc_list *l = NULL;
+                GK(gpuipc_wait_released(c, id, 60000));
+                if (gpuipc_stat(c, "gpu/peer/ipc", &l) == -ENOENT)
+                        break;
+                gpuipc_list_free(l);
+        }
         CK(cuMemFree(p));
         return 0;
 }
@@ -288,6 +297,8 @@ static int consume_peer_one(gpuipc_client *c, const char *name, uint64_t size, u
         if (count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v), size, seed, pattern_off))
                 return fail("%s: wrong bytes on the consumer's GPU", name);
         printf("timing %s %s lookup_us=%.0f\n", name, can_peer ? "peer" : "copy", now_us() - t0);
+        if (!strcmp(name, "gpu/peer/ipc"))
+                GK(gpuipc_unregister(c, name));         /* the producer's cue */
         GK(gpuipc_view_release(v));
         return 0;
 }

@@ -23,6 +23,8 @@ rc=$?
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$ngpu" -ge 2 ]; then
         echo "peer again, peer access denied by the shim:"
+        "$B/gpuipcctl" rm gpu/peer/ipc >/dev/null 2>&1
+        "$B/gpuipcctl" rm gpu/peer/vmm >/dev/null 2>&1
         GPUIPC_GPU_DENY_PEER=1 GPUIPC_GPU_PTX="$here/kernels.ptx" \
                 GPUIPC_LIBCUDA="$B/gpu/libcountcuda.so" "$B/gpu/gpu_test" peer || rc=1
 fi

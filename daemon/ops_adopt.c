@@ -78,6 +78,9 @@ int op_adopt(struct req *q)
         r->fd = a->fd;
         r->ephemeral = false;
         r->revocable = false;
+        /* The copy is complete: consumers of the copy have nothing of the
+         * producer's to wait for, and its event may be gone with it. */
+        rc->has_event = false;
         persist_cuda_changed(d, r);
         leases = registry_mark_leases(R, r);
         log_info("adopted %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u into a %" PRIu64

@@ -278,6 +278,7 @@ static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
         r->fd = kind == PROTO_KIND_CUDA_VMM ? a->fd : -1;
         r->ephemeral = ephemeral;
         r->revocable = revocable;
+        r->cuda->has_event = get_fixed_bin(sub, "event", r->cuda->event, ALLOC_HANDLE_LEN) == 0;
         return 0;
 }
 

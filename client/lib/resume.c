@@ -506,17 +506,30 @@ static int register_again(gpuipc_client *c, const uint8_t *buf, size_t len, uint
         return fake_reply(c, seq, true, id, ret);
 }
 
+static int recover(gpuipc_client *c, const char *op, const uint8_t *buf, size_t len,
+                   uint64_t seq, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
+
 int gpuipc__recover(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
                     const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply)
 {
         const char *op = c->cur_op;
+        int k = recover(c, op, buf, len, seq, fds, nfds, ret_reply);
+
+        /* The reconnect and the checks sent requests of their own: the
+         * caller's bookkeeping (gpuipc__track) is for this op. */
+        c->cur_op = op;
+        return k;
+}
+
+static int recover(gpuipc_client *c, const char *op, const uint8_t *buf, size_t len,
+                   uint64_t seq, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply)
+{
         struct gpuipc__reply rp = {};
         int k;
 
         k = gpuipc__reconnect(c);
         if (k < 0)
                 return k;
-        c->cur_op = op;
         if (op_is(op, "register"))
                 return register_again(c, buf, len, seq, fds, nfds, ret_reply);
         if (op_is(op, "ping") || op_is(op, "list") || op_is(op, "stat") ||

@@ -4,7 +4,14 @@
  * the file descriptor store, and restarts the daemon with SIGTERM or
  * SIGKILL.  Registrations, their bytes, leases and sessions must come back;
  * clients reconnect by themselves.  One test runs without the store and
- * checks that clients re-register instead. */
+ * checks that clients re-register instead.
+ *
+ * Suite restart_cuda does the same for the CUDA kinds through the driver
+ * double ($GPUIPC_BUILDDIR/tests/cuda/libcuda.so.1, whose device pointers
+ * are host addresses): cuda-vmm allocations in the store, cuda-ipc records,
+ * adopted buffers.  Suite restart_inflight checks calls that were waiting
+ * for their reply when the daemon died (helper-cuda-resume interposes the
+ * library's sendmsg/recvmsg to pin down the moment). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -17,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,6 +137,11 @@ struct reg {
         uint64_t id;
         uint32_t leases, pid;
         bool connected, ephemeral;
+        /* for the CUDA kinds */
+        gpuipc_kind kind;
+        uint64_t size, offset, alloc_id, alloc_size, buffer_id;
+        uint32_t alloc_regs;
+        bool has_event;
 };
 
 /* gpuipc_stat through a fresh connection: 0, or the error (-ENOENT). */
@@ -151,6 +164,14 @@ static int stat_name(const char *name, struct reg *ret)
                         .pid = i->owner_pid,
                         .connected = !(i->flags & GPUIPC_INFO_OWNER_GONE),
                         .ephemeral = !!(i->flags & GPUIPC_INFO_EPHEMERAL),
+                        .kind = i->kind,
+                        .size = i->size,
+                        .offset = i->offset,
+                        .alloc_id = i->alloc_id,
+                        .alloc_size = i->alloc_size,
+                        .buffer_id = i->buffer_id,
+                        .alloc_regs = i->alloc_regs,
+                        .has_event = i->has_event != 0,
                 };
         }
         gpuipc_list_free(l);
@@ -829,4 +850,687 @@ Test(restart, ids_continue)
                      gone);
         gpuipc_client_free(c);
         finish();
+}
+
+/* ==== CUDA kinds, through the driver double ============================== */
+
+#define IPC_SIZE 32768u
+#define IPC_OFF  12345u
+
+static void cuda_init_suite(void)
+{
+        init();
+        setenv("GPUIPC_LIBCUDA", h_path("tests/cuda/libcuda.so.1"), 1);
+        unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+TestSuite(restart_cuda, .init = cuda_init_suite, .fini = fini, .timeout = 60);
+
+static const char *vmm_name(uint64_t alloc_id)
+{
+        static char bufs[4][32];
+        static unsigned next;
+        char *b = bufs[next++ % 4];
+        snprintf(b, sizeof(bufs[0]), "vmm-%" PRIu64, alloc_id);
+        return b;
+}
+
+static void spawn_cuda(struct h_child *ch)
+{
+        h_spawn(ch, "helper-cuda-resume", NULL, true);
+        expect_cmd(ch, "ping", "ok", "helper-cuda-resume starting (the driver double loaded?)");
+}
+
+/* The answer "id N" to cmd, sent before. */
+static uint64_t read_id(struct h_child *ch, const char *cmd)
+{
+        char buf[512];
+        unsigned long long id;
+
+        read_reply(ch, cmd, buf, sizeof(buf));
+        cr_assert_eq(sscanf(buf, "id %llu", &id), 1, "\"%s\" answered \"%s\"", cmd, buf);
+        return id;
+}
+
+static uint64_t helper_reg_cmd(struct h_child *ch, const char *cmd)
+{
+        send_cmd(ch, "%s", cmd);
+        return read_id(ch, cmd);
+}
+
+/* helper-cuda-producer with args, to its "ready" and exit. */
+static void produce_and_exit(const char *const *args)
+{
+        struct h_child prod;
+        char line[64];
+        int n, rc;
+
+        h_spawn(&prod, "helper-cuda-producer", args, true);
+        n = h_read_line(&prod, line, sizeof(line), 15000);
+        rc = h_wait(&prod, 15000);
+        cr_assert(n >= 0 && rc == 0, "helper-cuda-producer %s: exit %d, see its stderr", args[0],
+                  rc);
+        cr_assert_str_eq(line, "ready");
+}
+
+static void check_pattern(const void *data, size_t size, uint32_t seed, const char *what)
+{
+        const uint8_t *p = data;
+
+        for (size_t i = 0; i < size; i++)
+                if (p[i] != h_pattern(i, seed))
+                        cr_assert_fail("%s: byte %zu is 0x%02x, want 0x%02x", what, i, p[i],
+                                       h_pattern(i, seed));
+}
+
+/* A lookup by c, its kind and size checked and every byte read. */
+static gpuipc_view *lookup_check(gpuipc_client *c, const char *name, gpuipc_kind kind,
+                                 uint64_t size, uint32_t seed, const char *when)
+{
+        gpuipc_view *v = NULL;
+        const gpuipc_info *info;
+        char what[300];
+        int r = gpuipc_lookup(c, name, 0, 0, &v);
+
+        cr_assert_eq(r, 0, "%s: lookup %s: %s (%s)", when, name, gpuipc_strerror(r),
+                     gpuipc_errmsg(c));
+        info = gpuipc_view_info(v);
+        cr_assert_eq(info->kind, kind, "%s: %s has kind %d, want %d", when, name, info->kind,
+                     kind);
+        cr_assert_eq(gpuipc_view_size(v), size, "%s: %s is %zu bytes, want %" PRIu64, when, name,
+                     gpuipc_view_size(v), size);
+        snprintf(what, sizeof(what), "%s: %s", when, name);
+        check_pattern(gpuipc_view_data(v), size, seed, what);
+        return v;
+}
+
+/* What a raw lookup shows of a CUDA registration: handles the library
+ * does not expose. */
+struct raw_view {
+        uint64_t lease, id, offset, alloc_id, buffer_id;
+        char kind[16];
+        bool has_handle, has_event, has_key;
+        uint8_t handle[64], event[64], key[16];
+};
+
+static void pack_name(msgpack_packer *pk, void *data)
+{
+        proto_pack_kstr(pk, "name", data);
+}
+
+static void pack_lease_id(msgpack_packer *pk, void *data)
+{
+        proto_pack_ku64(pk, "lease", *(const uint64_t *)data);
+}
+
+static void copy_bin(const msgpack_object *m, const char *key, uint8_t *out, size_t n, bool *has)
+{
+        const uint8_t *b;
+        size_t len;
+
+        *has = proto_get_bin(m, key, &b, &len) == 0 && len == n;
+        if (*has)
+                memcpy(out, b, n);
+}
+
+/* Looks name up on a raw connection and releases the lease at once. */
+static struct raw_view raw_lookup(const char *name)
+{
+        const msgpack_object *reg, *alloc;
+        struct raw_view rv = { 0 };
+        struct h_frame f;
+        const char *s;
+        size_t sl;
+        int fd = h_raw_connect(sd.sock);
+
+        h_raw_hello(fd, 1);
+        cr_assert_eq(h_raw_request(fd, "lookup", 2, 1, pack_name, (void *)name, NULL, 0), 0);
+        cr_assert_eq(h_raw_recv(fd, 5000, &f), 1, "no reply to a raw lookup of %s", name);
+        h_expect_reply(&f, 2, "");
+        cr_assert_eq(proto_get_u64(f.m.root, "lease", &rv.lease), 0);
+        cr_assert_eq(proto_get_map(f.m.root, "reg", &reg), 0);
+        (void)proto_get_u64(reg, "id", &rv.id);
+        (void)proto_get_u64(reg, "offset", &rv.offset);
+        if (proto_get_str(reg, "kind", &s, &sl) == 0)
+                snprintf(rv.kind, sizeof(rv.kind), "%.*s", (int)sl, s);
+        if (proto_get_map(reg, "alloc", &alloc) == 0) {
+                (void)proto_get_u64(alloc, "id", &rv.alloc_id);
+                copy_bin(alloc, "key", rv.key, sizeof(rv.key), &rv.has_key);
+        }
+        (void)proto_get_u64(reg, "buffer_id", &rv.buffer_id);
+        copy_bin(reg, "handle", rv.handle, sizeof(rv.handle), &rv.has_handle);
+        copy_bin(reg, "event", rv.event, sizeof(rv.event), &rv.has_event);
+        h_frame_free(&f);
+        cr_assert_eq(h_raw_request(fd, "release", 3, 1, pack_lease_id, &rv.lease, NULL, 0), 0);
+        h_raw_expect_reply(fd, 3, "");
+        close(fd);
+        return rv;
+}
+
+static void expect_same_reg(const struct reg *now, const struct reg *was, const char *name)
+{
+        cr_expect_eq(now->id, was->id, "%s came back as id %" PRIu64 ", was %" PRIu64, name,
+                     now->id, was->id);
+        cr_expect_eq(now->kind, was->kind, "%s came back as kind %d, was %d", name, now->kind,
+                     was->kind);
+        cr_expect_eq(now->size, was->size, "%s: size %" PRIu64 ", was %" PRIu64, name, now->size,
+                     was->size);
+        cr_expect_eq(now->offset, was->offset, "%s: offset %" PRIu64 ", was %" PRIu64, name,
+                     now->offset, was->offset);
+        cr_expect_eq(now->alloc_id, was->alloc_id, "%s: alloc id %" PRIu64 ", was %" PRIu64,
+                     name, now->alloc_id, was->alloc_id);
+        cr_expect_eq(now->alloc_size, was->alloc_size, "%s: alloc size %" PRIu64 ", was %" PRIu64,
+                     name, now->alloc_size, was->alloc_size);
+        cr_expect_eq(now->ephemeral, was->ephemeral, "%s: ephemeral %d, was %d", name,
+                     now->ephemeral, was->ephemeral);
+}
+
+/* Exactly one registration named name in the list of its namespace. */
+static void expect_listed_once(const char *prefix, const char *name, uint64_t id)
+{
+        gpuipc_client *c = connect_client();
+        gpuipc_list *l = NULL;
+        unsigned n = 0;
+        int r = gpuipc_list_fetch(c, prefix, &l);
+
+        cr_assert_eq(r, 0, "list %s: %s", prefix, gpuipc_strerror(r));
+        for (size_t i = 0; i < gpuipc_list_count(l); i++) {
+                const gpuipc_info *info = gpuipc_list_get(l, i);
+                if (strcmp(info->name, name) != 0)
+                        continue;
+                n++;
+                cr_expect_eq(info->id, id, "list shows %s as id %" PRIu64 ", want %" PRIu64, name,
+                             info->id, id);
+        }
+        cr_expect_eq(n, 1, "list %s shows %s %u times", prefix, name, n);
+        gpuipc_list_free(l);
+        gpuipc_client_free(c);
+}
+
+/* ---- c1: a durable cuda-vmm registration of an exited producer ----------- */
+
+static void vmm_durable_survives(int sig)
+{
+        const char *args[] = { "vmm", "rs/vmm", "0", "3145733", "9", NULL };
+        struct raw_view before, after;
+        struct reg was, now;
+        gpuipc_client *c;
+        gpuipc_view *v;
+
+        start_store(NULL);
+        produce_and_exit(args);
+        was = must_stat("rs/vmm", "before the restart");
+        cr_assert_eq(was.kind, GPUIPC_KIND_CUDA_VMM, "rs/vmm is kind %d", was.kind);
+        cr_assert_neq(was.alloc_id, 0);
+        cr_assert(!was.ephemeral);
+        cr_assert_eq(h_sd_stored_name_settle(&sd, vmm_name(was.alloc_id), 1, 2000), 1,
+                     "the allocation of rs/vmm is not in the fd store as %s: [%s]",
+                     vmm_name(was.alloc_id), h_sd_store_str(&sd));
+        before = raw_lookup("rs/vmm");
+        cr_assert(before.has_key, "a raw lookup of cuda-vmm rs/vmm has no alloc key");
+
+        restart(sig);
+        now = must_stat("rs/vmm", "after the restart");
+        expect_same_reg(&now, &was, "rs/vmm");
+        cr_expect_eq(now.leases, 0, "rs/vmm has %u leases after the restart", now.leases);
+        cr_expect(!now.connected, "the exited producer's rs/vmm has a connected owner");
+        expect_listed_once("rs", "rs/vmm", was.id);
+        after = raw_lookup("rs/vmm");
+        cr_expect_eq(after.alloc_id, before.alloc_id);
+        cr_expect(after.has_key && memcmp(after.key, before.key, sizeof(after.key)) == 0,
+                  "the allocation key of rs/vmm changed across the restart: consumers key their "
+                  "imports by it");
+        c = connect_client();
+        v = lookup_check(c, "rs/vmm", GPUIPC_KIND_CUDA_VMM, 3145733, 9, "after the restart");
+        cr_expect_eq(gpuipc_view_info(v)->alloc_id, was.alloc_id);
+        cr_expect_eq(must_stat("rs/vmm", "with the consumer's view").leases, 1);
+        cr_assert_eq(gpuipc_view_release(v), 0, "%s", gpuipc_errmsg(c));
+        gpuipc_client_free(c);
+        cr_expect_eq(h_sd_stored_name(&sd, vmm_name(was.alloc_id)), 1,
+                     "%s left the store, rs/vmm still registered: [%s]", vmm_name(was.alloc_id),
+                     h_sd_store_str(&sd));
+        cr_expect_eq(h_sd_stored(&sd, "vmm-"), 1, "want one vmm- fd stored: [%s]",
+                     h_sd_store_str(&sd));
+        finish();
+}
+
+Test(restart_cuda, vmm_durable_survives_sigkill)
+{
+        vmm_durable_survives(SIGKILL);
+}
+
+Test(restart_cuda, vmm_durable_survives_sigterm)
+{
+        vmm_durable_survives(SIGTERM);
+}
+
+/* ---- c2: two registrations of one cuda-vmm allocation -------------------- */
+
+#define V2_SIZE 524295u
+#define V2_OFF  1060921u
+
+Test(restart_cuda, vmm_shared_allocation)
+{
+        struct h_child p;
+        struct reg was0, was1, now0, now1;
+        gpuipc_view *v0, *v1, *v1b;
+        gpuipc_client *c;
+        const char *an;
+        char buf[128];
+        unsigned long long id0, id1;
+
+        start_store(NULL);
+        spawn_cuda(&p);
+        snprintf(buf, sizeof(buf), "vmm2 rs/v2 %u %u 21", V2_SIZE, V2_OFF);
+        send_cmd(&p, "%s", buf);
+        read_reply(&p, buf, buf, sizeof(buf));
+        cr_assert_eq(sscanf(buf, "id %llu %llu", &id0, &id1), 2, "vmm2 answered \"%s\"", buf);
+        was0 = must_stat("rs/v2/0", "before the restart");
+        was1 = must_stat("rs/v2/1", "before the restart");
+        cr_assert_eq(was0.kind, GPUIPC_KIND_CUDA_VMM);
+        cr_assert_eq(was1.kind, GPUIPC_KIND_CUDA_VMM);
+        cr_assert_eq(was0.alloc_id, was1.alloc_id, "two regions of one cudabuf got allocations "
+                     "%" PRIu64 " and %" PRIu64, was0.alloc_id, was1.alloc_id);
+        cr_assert_eq(was1.alloc_regs, 2);
+        cr_assert_eq(was1.offset, V2_OFF);
+        an = vmm_name(was0.alloc_id);
+        cr_assert_eq(h_sd_stored_settle(&sd, "vmm-", 1, 2000), 1,
+                     "one allocation, two registrations: want one vmm- fd stored, [%s]",
+                     h_sd_store_str(&sd));
+        cr_assert_eq(h_sd_stored_name(&sd, an), 1, "%s not stored: [%s]", an,
+                     h_sd_store_str(&sd));
+        c = connect_client();
+        v1 = lookup_check(c, "rs/v2/1", GPUIPC_KIND_CUDA_VMM, V2_SIZE, 22, "before the restart");
+
+        restart(SIGKILL);
+        cr_expect_eq(h_sd_stored(&sd, "vmm-"), 1, "after the restart want one vmm- fd stored, "
+                     "[%s]", h_sd_store_str(&sd));
+        cr_expect_eq(h_sd_stored_name(&sd, an), 1, "%s not stored after the restart: [%s]", an,
+                     h_sd_store_str(&sd));
+        now0 = must_stat("rs/v2/0", "after the restart");
+        now1 = must_stat("rs/v2/1", "after the restart");
+        expect_same_reg(&now0, &was0, "rs/v2/0");
+        expect_same_reg(&now1, &was1, "rs/v2/1");
+        cr_expect_eq(now1.alloc_regs, 2, "the allocation has %u registrations after the restart",
+                     now1.alloc_regs);
+        cr_expect_eq(now1.leases, 1, "the consumer's lease on rs/v2/1 did not survive (leases %u)",
+                     now1.leases);
+        v0 = lookup_check(c, "rs/v2/0", GPUIPC_KIND_CUDA_VMM, V2_SIZE, 21, "after the restart");
+        v1b = lookup_check(c, "rs/v2/1", GPUIPC_KIND_CUDA_VMM, V2_SIZE, 22, "after the restart");
+        check_pattern(gpuipc_view_data(v1), V2_SIZE, 22, "the view from before the restart");
+
+        /* the producer (resumed) unregisters both; the leases keep the memory */
+        expect_cmd(&p, "unreg rs/v2/0", "ok", "the producer unregisters after the restart");
+        expect_cmd(&p, "unreg rs/v2/1", "ok", "the producer unregisters after the restart");
+        cr_expect_eq(h_sd_stored_name(&sd, an), 1, "%s left the store while leases still map "
+                     "it: [%s]", an, h_sd_store_str(&sd));
+        cr_assert_eq(gpuipc_view_release(v0), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_release(v1b), 0, "%s", gpuipc_errmsg(c));
+        cr_expect_eq(h_sd_stored_name(&sd, an), 1, "%s left the store while the lease from "
+                     "before the restart still maps it: [%s]", an, h_sd_store_str(&sd));
+        cr_assert_eq(gpuipc_view_release(v1), 0, "releasing the lease from before the restart: "
+                     "%s", gpuipc_errmsg(c));
+        cr_expect_eq(h_sd_stored_settle(&sd, "vmm-", 0, 3000), 0,
+                     "both registrations unregistered and released, the store still holds "
+                     "[%s]", h_sd_store_str(&sd));
+        gpuipc_client_free(c);
+        expect_cmd(&p, "free rs/v2", "ok", "the producer frees its cudabuf");
+        helper_quit(&p);
+        finish();
+}
+
+/* ---- c3: a cuda-ipc registration of a live producer ---------------------- */
+
+static void ipc_survives(bool resume_first)
+{
+        struct raw_view before, after;
+        struct h_child p;
+        struct reg was, now;
+        gpuipc_client *c;
+        gpuipc_view *v, *v2;
+        char cmd[128];
+        uint64_t id;
+        int r = 0;
+
+        start_store(NULL);
+        spawn_cuda(&p);
+        snprintf(cmd, sizeof(cmd), "ipc rs/ipc %u %u 31", IPC_SIZE, IPC_OFF);
+        id = helper_reg_cmd(&p, cmd);
+        was = must_stat("rs/ipc", "before the restart");
+        cr_assert_eq(was.kind, GPUIPC_KIND_CUDA_IPC, "rs/ipc is kind %d", was.kind);
+        cr_assert(was.ephemeral && was.has_event);
+        cr_assert_eq(was.offset, IPC_OFF);
+        before = raw_lookup("rs/ipc");
+        cr_assert(before.has_handle && before.has_event, "a raw lookup of rs/ipc lacks a handle");
+        cr_expect_eq(h_sd_stored(&sd, "vmm-"), 0, "a cuda-ipc registration stored an fd: [%s]",
+                     h_sd_store_str(&sd));
+        c = connect_client();
+        v = lookup_check(c, "rs/ipc", GPUIPC_KIND_CUDA_IPC, IPC_SIZE, 31, "before the restart");
+
+        restart(SIGKILL);
+        now = must_stat("rs/ipc", "after the restart, producer idle");
+        expect_same_reg(&now, &was, "rs/ipc");
+        cr_expect_eq(now.id, id);
+        cr_expect_eq(now.buffer_id, was.buffer_id, "rs/ipc: buffer id %" PRIu64 ", was %" PRIu64,
+                     now.buffer_id, was.buffer_id);
+        cr_expect(now.has_event, "rs/ipc lost its event across the restart");
+        cr_expect_eq(now.pid, (uint32_t)p.pid, "rs/ipc owned by pid %u, want the producer's %d",
+                     now.pid, (int)p.pid);
+        cr_expect_eq(now.leases, 1, "the consumer's lease on rs/ipc did not survive (leases %u)",
+                     now.leases);
+        after = raw_lookup("rs/ipc");
+        cr_expect_eq(after.id, id);
+        cr_expect_eq(after.alloc_id, before.alloc_id, "alloc id %" PRIu64 " after, %" PRIu64
+                     " before the restart", after.alloc_id, before.alloc_id);
+        cr_expect_eq(after.buffer_id, before.buffer_id);
+        cr_expect(after.has_handle &&
+                  memcmp(after.handle, before.handle, sizeof(after.handle)) == 0,
+                  "the IPC handle of rs/ipc changed across the restart");
+        cr_expect(after.has_event && memcmp(after.event, before.event, sizeof(after.event)) == 0,
+                  "the IPC event handle of rs/ipc changed across the restart");
+        v2 = lookup_check(c, "rs/ipc", GPUIPC_KIND_CUDA_IPC, IPC_SIZE, 31, "after the restart");
+        cr_expect_eq(gpuipc_view_wait_stream(v, NULL), 0, "the view from before the restart: %s",
+                     gpuipc_errmsg(c));
+
+        if (resume_first) {
+                expect_cmd(&p, "ping", "ok", "the producer's first call after the restart");
+                cr_expect(must_stat("rs/ipc", "after the producer's ping").connected,
+                          "rs/ipc has no connected owner after its producer's call");
+        }
+        /* the producer exits: its cuda-ipc registration goes, as ever */
+        helper_quit(&p);
+        cr_expect_geq(wait_gone("rs/ipc", 3000), 0, "cuda-ipc rs/ipc outlived its producer "
+                      "(%s) after the restart", resume_first ? "resumed" : "never resumed");
+        for (int i = 0; i < 100; i++) {
+                r = gpuipc_view_wait_stream(v2, NULL);
+                if (r != 0)
+                        break;
+                h_sleep_ms(20);
+        }
+        cr_expect_eq(r, -ESTALE, "a consumer's view after the producer's exit: wait_stream %d "
+                     "(%s), want -ESTALE (revoked)", r, gpuipc_errmsg(c));
+        gpuipc_view_release(v2);
+        gpuipc_view_release(v);
+        gpuipc_client_free(c);
+        finish();
+}
+
+Test(restart_cuda, ipc_of_idle_producer_survives)
+{
+        ipc_survives(false);
+}
+
+Test(restart_cuda, ipc_of_resumed_producer_survives)
+{
+        ipc_survives(true);
+}
+
+/* ---- c4: adopted buffers -------------------------------------------------- */
+
+/* Adopted by a producer that stays (idle) across the restart, and frees its
+ * own memory (and event) after the adopt. */
+static void adopted_survives(bool event)
+{
+        struct h_child p;
+        struct reg was, now;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char cmd[128];
+        uint64_t id;
+
+        start_store(NULL);
+        spawn_cuda(&p);
+        snprintf(cmd, sizeof(cmd), "ipc rs/ad 1048579 4096 41%s", event ? "" : " noevent");
+        id = helper_reg_cmd(&p, cmd);
+        expect_cmd(&p, "adopt rs/ad", "leases 0", "adopting rs/ad");
+        expect_cmd(&p, "free rs/ad", "ok", "the producer frees its own memory");
+        was = must_stat("rs/ad", "after the adopt");
+        cr_assert_eq(was.kind, GPUIPC_KIND_CUDA_VMM, "adopted rs/ad is kind %d", was.kind);
+        cr_assert(!was.ephemeral, "adopted rs/ad is ephemeral");
+        cr_assert_eq(was.offset, 0);
+        cr_assert_eq(h_sd_stored_name_settle(&sd, vmm_name(was.alloc_id), 1, 2000), 1,
+                     "the adopted allocation is not in the fd store as %s: [%s]",
+                     vmm_name(was.alloc_id), h_sd_store_str(&sd));
+        c = connect_client();
+        v = lookup_check(c, "rs/ad", GPUIPC_KIND_CUDA_VMM, 1048579, 41,
+                         event ? "after the adopt of a registration with an event, the "
+                                 "producer's event destroyed" : "after the adopt");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+
+        restart(SIGKILL);
+        now = must_stat("rs/ad", "after the restart");
+        cr_expect_eq(now.id, id);
+        expect_same_reg(&now, &was, "adopted rs/ad");
+        v = lookup_check(c, "rs/ad", GPUIPC_KIND_CUDA_VMM, 1048579, 41, "after the restart");
+        cr_expect_eq(gpuipc_view_info(v)->offset, 0);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        gpuipc_client_free(c);
+        /* durable now: the producer's exit leaves it */
+        helper_quit(&p);
+        cr_expect_lt(wait_gone("rs/ad", 1000), 0, "adopted (durable) rs/ad went with its "
+                     "producer after the restart");
+        finish();
+}
+
+Test(restart_cuda, adopted_survives)
+{
+        adopted_survives(false);
+}
+
+/* The producer's IPC event goes with the producer's memory. */
+Test(restart_cuda, adopted_with_event_survives)
+{
+        adopted_survives(true);
+}
+
+/* Adopted by helper-cuda-producer adopt, which exits before the restart. */
+Test(restart_cuda, adopted_of_exited_producer_survives)
+{
+        static const struct {
+                const char *name;
+                uint64_t size, alloc_size;
+                uint32_t seed;
+        } want[] = {
+                { "ad/vmm", 3145733, 4u << 20, 40 },
+                { "ad/a", 1048579, 2u << 20, 41 },
+                { "ad/b", 3145728, 4u << 20, 42 },
+        };
+        const char *args[] = { "adopt", "ad", "0", "40", NULL };
+        struct reg was[3], now;
+        gpuipc_client *c;
+        gpuipc_view *v;
+
+        start_store(NULL);
+        produce_and_exit(args);
+        for (int i = 0; i < 3; i++) {
+                was[i] = must_stat(want[i].name, "before the restart");
+                cr_assert_eq(was[i].kind, GPUIPC_KIND_CUDA_VMM, "%s is kind %d", want[i].name,
+                             was[i].kind);
+                cr_assert(!was[i].ephemeral, "%s is ephemeral", want[i].name);
+                cr_assert_eq(h_sd_stored_name_settle(&sd, vmm_name(was[i].alloc_id), 1, 2000), 1,
+                             "%s: %s is not in the store: [%s]", want[i].name,
+                             vmm_name(was[i].alloc_id), h_sd_store_str(&sd));
+        }
+
+        restart(SIGKILL);
+        c = connect_client();
+        for (int i = 0; i < 3; i++) {
+                char when[64];
+                int r = stat_name(want[i].name, &now);
+
+                cr_expect_eq(r, 0, "%s (%s) is gone after the restart: %s", want[i].name,
+                             i ? "adopted" : "registered as cuda-vmm", gpuipc_strerror(r));
+                if (r < 0)
+                        continue;
+                expect_same_reg(&now, &was[i], want[i].name);
+                snprintf(when, sizeof(when), "after the restart");
+                v = lookup_check(c, want[i].name, GPUIPC_KIND_CUDA_VMM, want[i].size,
+                                 want[i].seed, when);
+                cr_expect_eq(gpuipc_view_info(v)->alloc_size, want[i].alloc_size);
+                cr_expect_eq(gpuipc_view_info(v)->offset, 0);
+                cr_assert_eq(gpuipc_view_release(v), 0);
+        }
+        gpuipc_client_free(c);
+        cr_expect_eq(h_sd_stored(&sd, "vmm-"), 3, "want the three allocations stored: [%s]",
+                     h_sd_store_str(&sd));
+        finish();
+}
+
+/* ==== calls in flight during a restart ==================================== */
+
+TestSuite(restart_inflight, .init = cuda_init_suite, .fini = fini, .timeout = 60);
+
+/* How the call is caught in flight. */
+enum inflight {
+        UNREAD,         /* the daemon is stopped: the request is never read */
+        REPLY_LOST,     /* the daemon does it; the reply goes with the connection */
+};
+
+/* Sends cmd, armed for its request op; returns once the request is out
+ * (UNREAD: the daemon is stopped) or the daemon has answered it
+ * (REPLY_LOST).  The caller restarts the daemon, then reads the answer. */
+static void in_flight(struct h_child *p, enum inflight how, const char *op, const char *cmd)
+{
+        char arm[64], buf[128];
+        const char *mark = how == UNREAD ? "sent" : "dropped";
+
+        snprintf(arm, sizeof(arm), "arm %s %s", how == UNREAD ? "stop" : "drop", op);
+        expect_cmd(p, arm, "ok", "arming helper-cuda-resume");
+        if (how == UNREAD)
+                cr_assert_eq(kill(sd.pid, SIGSTOP), 0);
+        send_cmd(p, "%s", cmd);
+        read_reply(p, cmd, buf, sizeof(buf));
+        cr_assert_str_eq(buf, mark, "\"%s\" (%s) answered \"%s\" before the restart", cmd, arm,
+                         buf);
+}
+
+/* ---- i1: register ---------------------------------------------------------- */
+
+static void reg_in_flight(enum inflight how)
+{
+        const char *cmd = "hreg rs/if-reg 65536 51";
+        struct h_child p;
+        struct reg g, done = { 0 };
+        uint64_t id;
+        int code;
+
+        start_store(NULL);
+        spawn_cuda(&p);
+        in_flight(&p, how, "register", cmd);
+        if (how == REPLY_LOST)
+                done = must_stat("rs/if-reg", "once the daemon answered the register");
+        restart(SIGKILL);
+        id = read_id(&p, cmd);
+        g = must_stat("rs/if-reg", "after the register in flight");
+        cr_expect_eq(g.id, id, "the register in flight answered id %" PRIu64 ", rs/if-reg is id %"
+                     PRIu64, id, g.id);
+        if (how == REPLY_LOST)
+                cr_expect_eq(g.id, done.id, "the daemon registered rs/if-reg as id %" PRIu64
+                             " before the restart, it is id %" PRIu64 " after", done.id, g.id);
+        cr_expect_eq(g.pid, (uint32_t)p.pid);
+        cr_expect(g.connected, "rs/if-reg has no connected owner after the register in flight");
+        cr_expect(!g.ephemeral);
+        expect_listed_once("rs", "rs/if-reg", g.id);
+        expect_stored(g.id);
+        cr_expect_eq(h_sd_stored(&sd, "host-"), 1, "want one host- fd stored: [%s]",
+                     h_sd_store_str(&sd));
+        code = consume("rs/if-reg", 65536, 51);
+        cr_expect_eq(code, 0, "a consumer of rs/if-reg: helper-consumer exit %d", code);
+        expect_cmd(&p, "unreg rs/if-reg", "ok", "the producer unregisters");
+        cr_expect_geq(wait_gone("rs/if-reg", 2000), 0);
+        helper_quit(&p);
+        finish();
+}
+
+Test(restart_inflight, register_unread)
+{
+        reg_in_flight(UNREAD);
+}
+
+Test(restart_inflight, register_reply_lost)
+{
+        reg_in_flight(REPLY_LOST);
+}
+
+/* The library keeps a copy of every cuda-ipc register request it made (it
+ * needs no fd), to register it again where a restarted daemon lost it (see
+ * docs/restart.md, Limits): that of a register whose reply was lost too.
+ * Here the next daemon starts without the store. */
+Test(restart_inflight, register_reply_lost_kept_for_reregister)
+{
+        char dir[256], sock[300];
+        const char *args[] = { "--fdstore", "no", "--socket", sock, NULL };
+        struct h_child p;
+        struct reg g;
+        int r;
+
+        start_store(NULL);
+        spawn_cuda(&p);
+        helper_reg_cmd(&p, "ipc rs/kept-ctl 4096 0 53");
+        in_flight(&p, REPLY_LOST, "register", "ipc rs/kept 4096 0 54");
+        restart(SIGKILL);
+        read_id(&p, "ipc rs/kept 4096 0 54");
+        cr_expect_eq(h_sd_errors(&sd), 0);
+
+        /* the same socket path, served by a daemon that kept nothing */
+        snprintf(dir, sizeof(dir), "%s", sd.dir);
+        snprintf(sock, sizeof(sock), "%s", sd.sock);
+        h_sd_stop(&sd);
+        cr_assert_eq(mkdir(dir, 0700), 0, "mkdir %s: %s", dir, strerror(errno));
+        snprintf(nostore_dir, sizeof(nostore_dir), "%s", dir);
+        h_daemon_start(&h_d, args);
+        expect_cmd(&p, "ping", "ok", "the producer's first call after the restart");
+        g = must_stat("rs/kept-ctl", "after a restart that lost everything");
+        cr_expect_eq(g.pid, (uint32_t)p.pid);
+        r = stat_name("rs/kept", &g);
+        cr_expect_eq(r, 0, "rs/kept, registered by a register whose reply was lost, is not "
+                     "registered again after a restart that lost the registry: %s "
+                     "(rs/kept-ctl, registered normally, is)", gpuipc_strerror(r));
+        helper_quit(&p);
+        h_daemon_stop(&h_d);
+        finished = true;
+}
+
+/* ---- i2: lookup ------------------------------------------------------------ */
+
+static void lookup_in_flight(enum inflight how)
+{
+        const char *args[] = { "vmm", "rs/if-look", "0", "3145733", "61", NULL };
+        const char *cmd = "lookup rs/if-look";
+        struct h_child p;
+        struct reg g;
+        uint64_t id;
+
+        start_store(NULL);
+        produce_and_exit(args);
+        g = must_stat("rs/if-look", "before the restart");
+        spawn_cuda(&p);
+        in_flight(&p, how, "lookup", cmd);
+        if (how == REPLY_LOST)
+                cr_assert_eq(must_stat("rs/if-look", "once the daemon answered the lookup").leases,
+                             1);
+        restart(SIGKILL);
+        id = read_id(&p, cmd);
+        cr_expect_eq(id, g.id);
+        g = must_stat("rs/if-look", "after the lookup in flight");
+        cr_expect_eq(g.leases, 1, "after a lookup in flight (%s) rs/if-look has %u leases, "
+                     "want exactly the consumer's one", how == UNREAD ? "never read" :
+                     "reply lost", g.leases);
+        expect_cmd(&p, "check rs/if-look 61", "ok", "the view of the lookup in flight");
+        expect_cmd(&p, "release rs/if-look", "ok", "releasing the view of the lookup in flight");
+        g = must_stat("rs/if-look", "after the release");
+        cr_expect_eq(g.leases, 0, "after the consumer's only release rs/if-look has %u leases",
+                     g.leases);
+        helper_quit(&p);
+        finish();
+}
+
+Test(restart_inflight, lookup_unread)
+{
+        lookup_in_flight(UNREAD);
+}
+
+Test(restart_inflight, lookup_reply_lost)
+{
+        lookup_in_flight(REPLY_LOST);
 }

@@ -407,3 +407,310 @@ Test(registry, free_runs_freed_for_everything)
         R = registry_free(R);
         cr_assert_eq(n_freed, 2);
 }
+
+/* ---- restore: given ids, ownerless adds, moving a party ------------------ */
+
+static struct reg *add_id(struct reg_party *owner, const char *name, uint64_t id)
+{
+        struct reg_params p = {
+                .name = name, .name_len = strlen(name), .size = 1, .fd = -1, .id = id,
+        };
+        struct reg *r = NULL;
+
+        cr_assert_eq(registry_add(R, owner, &p, &r), 0, "adding %s as %llu", name,
+                     (unsigned long long)id);
+        return r;
+}
+
+Test(registry, add_with_id_keeps_it_and_raises_next)
+{
+        uint64_t next_id, next_lease;
+        struct reg *r;
+
+        r = add_id(&alice, "a", 10);
+        cr_assert_eq(r->id, 10);
+        cr_assert_eq(registry_find_id(R, 10), r);
+        registry_next_ids(R, &next_id, &next_lease);
+        cr_assert_eq(next_id, 11);
+        cr_assert_eq(next_lease, 1);
+        cr_assert_eq(add(&alice, "b", 1, false)->id, 11);
+        /* A lower given id is kept and does not lower the counter. */
+        r = add_id(&bob, "c", 5);
+        cr_assert_eq(r->id, 5);
+        cr_assert_eq(add(&bob, "d", 1, false)->id, 12);
+        /* The list stays in order of addition, not of id. */
+        cr_assert_eq(registry_first(R)->id, 10);
+}
+
+Test(registry, add_with_taken_id_is_eexist)
+{
+        struct reg_params p = { .name = "b", .name_len = 1, .size = 1, .fd = -1, .id = 7 };
+        struct reg *r = add_id(&alice, "a", 7), *r2 = NULL;
+        struct lease *l;
+        uint64_t next_id, next_lease;
+
+        cr_assert_eq(registry_add(R, &bob, &p, &r2), -EEXIST);
+        cr_assert_null(r2);
+        cr_assert_null(registry_find_name(R, "b", 1), "the name was not taken");
+        cr_assert_eq(registry_find_id(R, 7), r);
+        cr_assert_eq(registry_counters(R)->registrations, 1);
+        cr_assert_eq(bob.n_live, 0);
+        registry_next_ids(R, &next_id, &next_lease);
+        cr_assert_eq(next_id, 8);
+
+        /* Unregistered but still leased: the id is still taken. */
+        cr_assert_eq(registry_lease(R, r, &bob, &l), 0);
+        cr_assert_eq(registry_unregister(R, r), 0);
+        cr_assert_eq(registry_add(R, &bob, &p, &r2), -EEXIST);
+        cr_assert_eq(registry_release(R, &bob, l->id), 0);
+        cr_assert_eq(count_freed(7), 1);
+        /* Freed: the id may be given again (restore decides, not the registry). */
+        cr_assert_eq(add_id(&bob, "b", 7)->id, 7);
+}
+
+Test(registry, ownerless_add_takes_params_credentials)
+{
+        struct reg_params p = {
+                .name = "o", .name_len = 1, .size = 3, .fd = -1, .id = 4,
+                .pid = 4242, .uid = 1234, .gid = 5678,
+        };
+        struct reg *r;
+
+        cr_assert_eq(registry_add(R, NULL, &p, &r), 0);
+        cr_assert_null(r->owner);
+        cr_assert_eq(r->pid, 4242);
+        cr_assert_eq(r->uid, 1234);
+        cr_assert_eq(r->gid, 5678);
+        cr_assert(r->live);
+        /* With an owner, the owner's credentials win over the params'. */
+        p.name = "w";
+        p.id = 0;
+        cr_assert_eq(registry_add(R, &alice, &p, &r), 0);
+        cr_assert_eq(r->pid, 100);
+        cr_assert_eq(r->uid, 1000);
+        cr_assert_eq(r->gid, 1000);
+        cr_assert_eq(r->id, 5);
+        cr_assert_eq(alice.n_live, 1);
+}
+
+Test(registry, lease_with_id)
+{
+        struct reg *r = add(&alice, "l", 1, false);
+        struct lease *l, *l2 = NULL;
+        uint64_t next_id, next_lease;
+
+        cr_assert_eq(registry_lease_id(R, r, &bob, 40, &l), 0);
+        cr_assert_eq(l->id, 40);
+        cr_assert_eq(l->holder, &bob);
+        cr_assert_eq(l->reg, r);
+        cr_assert_eq(registry_find_lease(R, 40), l);
+        cr_assert_eq(bob.n_leases, 1);
+        cr_assert_eq(r->leases, 1);
+        registry_next_ids(R, &next_id, &next_lease);
+        cr_assert_eq(next_lease, 41);
+
+        cr_assert_eq(registry_lease_id(R, r, &alice, 40, &l2), -EEXIST);
+        cr_assert_null(l2);
+        cr_assert_eq(r->leases, 1);
+        cr_assert_eq(alice.n_leases, 0);
+        cr_assert_eq(registry_counters(R)->leases, 1);
+
+        cr_assert_eq(registry_lease(R, r, &alice, &l2), 0);
+        cr_assert_eq(l2->id, 41);
+        /* A lower given id is kept; the counter does not go back. */
+        cr_assert_eq(registry_lease_id(R, r, &alice, 3, &l2), 0);
+        cr_assert_eq(l2->id, 3);
+        cr_assert_eq(registry_lease(R, r, &alice, &l2), 0);
+        cr_assert_eq(l2->id, 42);
+        cr_assert_eq(registry_release(R, &bob, 40), 0);
+        cr_assert_null(registry_find_lease(R, 40));
+        cr_assert_eq(r->leases, 3);
+}
+
+static bool owns(const struct reg_party *p, const struct reg *r)
+{
+        for (const struct reg *o = p->owned; o; o = o->own_next)
+                if (o == r)
+                        return true;
+        return false;
+}
+
+static unsigned n_owned(const struct reg_party *p)
+{
+        unsigned n = 0;
+
+        for (const struct reg *o = p->owned; o; o = o->own_next) {
+                cr_assert_eq(o->owner, p);
+                cr_assert(o->own_next == NULL || o->own_next->own_prev == o);
+                n++;
+        }
+        return n;
+}
+
+static unsigned n_held(const struct reg_party *p)
+{
+        unsigned n = 0;
+
+        for (const struct lease *l = p->leases; l; l = l->next) {
+                cr_assert_eq(l->holder, p);
+                cr_assert(l->next == NULL || l->next->prev == l);
+                n++;
+        }
+        return n;
+}
+
+Test(registry, party_move_hands_over_everything)
+{
+        struct reg_party carol;
+        struct reg *dur, *eph, *gone, *bobs, *carols;
+        struct lease *l1, *l2, *lc, *lb;
+        uint64_t eph_id, gone_id;
+
+        /* carol already has something of her own: the lists are merged. */
+        reg_party_init(&carol, 100, 1000, 1000);
+        carols = add(&carol, "carol/x", 1, false);
+        cr_assert_eq(registry_lease(R, carols, &carol, &lc), 0);
+
+        dur = add(&alice, "a/dur", 1, false);
+        eph = add(&alice, "a/eph", 1, true);
+        gone = add(&alice, "a/gone", 1, false);         /* unregistered, leased by bob */
+        bobs = add(&bob, "b/x", 1, false);
+        eph_id = eph->id;
+        gone_id = gone->id;
+        cr_assert_eq(registry_lease(R, bobs, &alice, &l1), 0);
+        cr_assert_eq(registry_lease(R, dur, &alice, &l2), 0);
+        cr_assert_eq(registry_lease(R, gone, &bob, &lb), 0);
+        cr_assert_eq(registry_unregister(R, gone), 0);
+        cr_assert_eq(alice.n_live, 2);
+        cr_assert_eq(alice.n_leases, 2);
+
+        registry_party_move(R, &alice, &carol);
+
+        cr_assert_null(alice.owned);
+        cr_assert_null(alice.leases);
+        cr_assert_eq(alice.n_live, 0);
+        cr_assert_eq(alice.n_leases, 0);
+        cr_assert_eq(carol.n_live, 3);
+        cr_assert_eq(carol.n_leases, 3);
+        cr_assert_eq(n_owned(&carol), 4, "carol/x, a/dur, a/eph and a/gone");
+        cr_assert_eq(n_held(&carol), 3);
+        cr_assert(owns(&carol, carols));
+        cr_assert(owns(&carol, gone));
+        cr_assert_eq(dur->owner, &carol);
+        cr_assert_eq(eph->owner, &carol);
+        cr_assert_eq(gone->owner, &carol);
+        cr_assert_eq(l1->holder, &carol);
+        cr_assert_eq(l2->holder, &carol);
+        cr_assert_eq(lb->holder, &bob, "other parties' leases stay");
+        cr_assert_eq(bobs->owner, &bob);
+        cr_assert_eq(registry_counters(R)->leases, 4);
+        cr_assert_eq(registry_counters(R)->live, 4);
+        cr_assert_eq(n_freed, 0);
+
+        /* The moved leases are released through their new holder. */
+        cr_assert_eq(registry_release(R, &alice, l2->id), -ENOENT);
+        cr_assert_eq(registry_release(R, &carol, l2->id), 0);
+        cr_assert_eq(count_released(dur->id), 1, "released goes to the owner, carol now");
+        cr_assert_eq(carol.n_leases, 2);
+
+        /* The old party is empty: its end changes nothing. */
+        registry_party_gone(R, &alice);
+        cr_assert_eq(n_freed, 0);
+        cr_assert_eq(registry_counters(R)->live, 4);
+        cr_assert_eq(registry_counters(R)->leases, 3);
+
+        /* The new one ends as usual: its ephemeral registration goes, its
+         * durable ones are orphaned, its leases dropped. */
+        registry_party_gone(R, &carol);
+        cr_assert_eq(count_freed(eph_id), 1);
+        cr_assert_null(registry_find_name(R, "a/eph", 5));
+        cr_assert_eq(registry_find_name(R, "a/dur", 5), dur);
+        cr_assert_null(dur->owner);
+        cr_assert_null(carols->owner);
+        cr_assert_null(gone->owner);
+        cr_assert_eq(count_freed(gone_id), 0, "bob still leases it");
+        cr_assert_null(carol.owned);
+        cr_assert_null(carol.leases);
+        cr_assert_eq(carol.n_live, 0);
+        cr_assert_eq(carol.n_leases, 0);
+        cr_assert_eq(bobs->leases, 0);
+        cr_assert_eq(registry_counters(R)->leases, 1);
+        cr_assert_eq(registry_counters(R)->live, 3);
+        cr_assert_eq(registry_release(R, &bob, lb->id), 0);
+        cr_assert_eq(count_freed(gone_id), 1);
+        cr_assert_eq(count_released(gone_id), 0, "no owner to tell");
+}
+
+Test(registry, party_move_of_empty_party)
+{
+        struct reg_party carol;
+        struct reg *r = add(&bob, "x", 1, false);
+
+        reg_party_init(&carol, 1, 2, 3);
+        registry_party_move(R, &alice, &carol);
+        cr_assert_null(carol.owned);
+        cr_assert_null(carol.leases);
+        cr_assert_eq(carol.n_live, 0);
+        cr_assert_eq(carol.n_leases, 0);
+        cr_assert_eq(r->owner, &bob);
+}
+
+Test(registry, raise_ids_never_lowers)
+{
+        uint64_t next_id, next_lease;
+
+        registry_raise_ids(R, 100, 50);
+        registry_next_ids(R, &next_id, &next_lease);
+        cr_assert_eq(next_id, 100);
+        cr_assert_eq(next_lease, 50);
+        registry_raise_ids(R, 10, 0);
+        registry_raise_ids(R, 0, 49);
+        registry_next_ids(R, &next_id, &next_lease);
+        cr_assert_eq(next_id, 100);
+        cr_assert_eq(next_lease, 50);
+        registry_raise_ids(R, 0, 60);
+        registry_next_ids(R, &next_id, &next_lease);
+        cr_assert_eq(next_id, 100);
+        cr_assert_eq(next_lease, 60);
+
+        struct reg *r = add(&alice, "r", 1, false);
+        struct lease *l;
+        cr_assert_eq(r->id, 100);
+        cr_assert_eq(registry_lease(R, r, &bob, &l), 0);
+        cr_assert_eq(l->id, 60);
+        /* Ids already handed out are above a smaller raise. */
+        registry_raise_ids(R, 50, 30);
+        cr_assert_eq(add(&alice, "s", 1, false)->id, 101);
+}
+
+Test(registry, first_walks_all_including_unregistered_leased)
+{
+        struct reg *a = add(&alice, "a", 1, false), *b = add(&alice, "b", 1, false);
+        struct reg *c = add(&bob, "c", 1, true), *d = add(&bob, "d", 1, false);
+        struct lease *l;
+        uint64_t seen[8];
+        unsigned n = 0;
+
+        cr_assert_eq(registry_lease(R, b, &bob, &l), 0);
+        cr_assert_eq(registry_unregister(R, b), 0);     /* leased: stays */
+        cr_assert_eq(registry_unregister(R, d), 0);     /* freed */
+        (void)c;
+        for (const struct reg *r = registry_first(R); r; r = r->next) {
+                cr_assert_lt(n, 8);
+                seen[n++] = r->id;
+        }
+        cr_assert_eq(n, 3);
+        cr_assert_eq(seen[0], a->id);
+        cr_assert_eq(seen[1], b->id);
+        cr_assert_eq(seen[2], c->id);
+        cr_assert_not(registry_first(R)->next->live);
+
+        cr_assert_eq(registry_release(R, &bob, l->id), 0);
+        cr_assert_eq(registry_first(R), a);
+        cr_assert_eq(registry_first(R)->next->id, c->id);
+        registry_party_gone(R, &bob);   /* c is ephemeral */
+        cr_assert_eq(registry_first(R), a);
+        cr_assert_null(registry_first(R)->next);
+        cr_assert_eq(registry_unregister(R, a), 0);
+        cr_assert_null(registry_first(R));
+}

@@ -264,12 +264,13 @@ static int write_snapshot(struct daemon *d, struct journal *j)
         for (const struct reg *r = registry_first(d->reg); r && s.err == 0; r = r->next) {
                 pack_reg(&s.pk, r);
                 s.err = append(j, &s.sb);
-                if (s.err == 0 && !r->live) {
-                        pack_id(&s.pk, "U", r->id);
-                        s.err = append(j, &s.sb);
-                }
                 for (const struct lease *l = r->held; l && s.err == 0; l = l->rnext) {
                         pack_lease(&s.pk, l);
+                        s.err = append(j, &s.sb);
+                }
+                /* After its leases: unregistered without them, it is freed. */
+                if (s.err == 0 && !r->live) {
+                        pack_id(&s.pk, "U", r->id);
                         s.err = append(j, &s.sb);
                 }
         }

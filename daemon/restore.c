@@ -26,7 +26,55 @@ struct restore_ctx {
         bool *owned;                    /* the fd is a registration's now */
         size_t n;
         struct restore_result *res;
+        struct hmap alloc_ids;          /* ids of the allocations created, never twice */
+        uint64_t records;               /* applied so far */
 };
+
+/* Ids at or above this are refused: a corrupt journal must not wrap the
+ * counters (ids are never reused, so a wrap would hand out taken ones). */
+#define ID_LIMIT (UINT64_C(1) << 62)
+
+struct id_node {
+        struct hmap_node node;
+        uint64_t id;
+};
+
+static bool id_seen(const struct hmap *h, uint64_t id)
+{
+        uint64_t hash = hmap_hash_u64(id);
+
+        for (struct hmap_node *n = hmap_bucket(h, hash); n; n = n->next)
+                if (n->hash == hash && container_of(n, struct id_node, node)->id == id)
+                        return true;
+        return false;
+}
+
+static int id_add(struct hmap *h, uint64_t id)
+{
+        struct id_node *n = malloc(sizeof(*n));
+
+        if (!n)
+                return -ENOMEM;
+        n->id = id;
+        if (hmap_insert(h, &n->node, hmap_hash_u64(id)) < 0) {
+                free(n);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+static void ids_free(struct hmap *h)
+{
+        for (size_t b = 0; h->buckets && b <= h->mask; b++) {
+                struct hmap_node *n = h->buckets[b];
+                while (n) {
+                        struct hmap_node *next = n->next;
+                        free(container_of(n, struct id_node, node));
+                        n = next;
+                }
+        }
+        hmap_free(h);
+}
 
 static int stored_fd(struct restore_ctx *x, const char *name)
 {
@@ -112,8 +160,8 @@ bad:
 }
 
 /* The allocation of a CUDA record, under its old id where it is new. */
-static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint8_t device[],
-                        struct alloc **ret)
+static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t want_kind,
+                        uint8_t device[], struct alloc **ret)
 {
         struct alloc_table *T = &x->d->allocs;
         uint8_t handle[ALLOC_HANDLE_LEN], key[ALLOC_KEY_LEN];
@@ -127,7 +175,8 @@ static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint8_t 
             proto_get_u64(m, "asize", &asize) < 0 ||
             proto_get_u64(m, "buffer_id", &buffer_id) < 0 || get_u32(m, "auid", &auid) < 0 ||
             get_fixed_bin(m, "handle", handle, sizeof(handle)) < 0 ||
-            get_fixed_bin(m, "key", key, sizeof(key)) < 0 || aid == 0)
+            get_fixed_bin(m, "key", key, sizeof(key)) < 0 || aid == 0 || aid >= ID_LIMIT ||
+            akind != want_kind)
                 return -EINVAL;
         saved = T->next_id;
         T->next_id = aid;
@@ -148,17 +197,32 @@ static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint8_t 
                 r = -EINVAL;
         }
         T->next_id = saved > aid + 1 ? saved : aid + 1;
-        return r;
+        if (r < 0)
+                return r;
+        if ((*ret)->regs == 1) {
+                /* A new entry: its id must be new too, or two allocations
+                 * would share the id consumers key their mappings by. */
+                if ((*ret)->id != aid || id_seen(&x->alloc_ids, aid) ||
+                    id_add(&x->alloc_ids, aid) < 0) {
+                        alloc_put(T, *ret);
+                        return -EINVAL;
+                }
+        } else if ((*ret)->id != aid) {
+                alloc_put(T, *ret);
+                return -EINVAL;         /* a known key under another id */
+        }
+        return 0;
 }
 
-static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, struct reg_cuda **ret)
+static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t kind,
+                       struct reg_cuda **ret)
 {
         struct reg_cuda *rc = reg_cuda_new();
         int r;
 
         if (!rc)
                 return -ENOMEM;
-        r = decode_alloc(x, m, rc->device, &rc->alloc);
+        r = decode_alloc(x, m, kind, rc->device, &rc->alloc);
         if (r < 0) {
                 free(rc);
                 return r;
@@ -182,7 +246,7 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
         struct reg *r;
         int i = -1, ro_fd = -1, k;
 
-        if (proto_get_u64(m, "id", &p.id) < 0 || p.id == 0 ||
+        if (proto_get_u64(m, "id", &p.id) < 0 || p.id == 0 || p.id >= ID_LIMIT ||
             proto_get_str(m, "name", &p.name, &p.name_len) < 0 ||
             proto_name_check(p.name, p.name_len, &why) < 0 ||
             proto_get_u64(m, "kind", &kind) < 0 || kind >= _PROTO_KIND_MAX ||
@@ -217,7 +281,8 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
                         goto fail;
                 p.fd = x->fds[i].fd;
         } else {
-                k = proto_get_map(m, "cuda", &sub) < 0 ? -EINVAL : decode_cuda(x, sub, &p.cuda);
+                k = proto_get_map(m, "cuda", &sub) < 0 ? -EINVAL
+                                                      : decode_cuda(x, sub, p.kind, &p.cuda);
                 if (k < 0)
                         goto fail;
                 /* cuda-vmm lookups send the allocation's fd (as register does) */
@@ -265,7 +330,7 @@ static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
         r = registry_find_id(x->d->reg, id);
         if (!r || !r->cuda)
                 return -ENOENT;
-        k = decode_alloc(x, sub, device, &a);
+        k = decode_alloc(x, sub, kind, device, &a);
         if (k < 0)
                 return k;
         /* As adopt does it (ops_adopt.c). */
@@ -291,7 +356,8 @@ static int apply_lease(struct restore_ctx *x, const msgpack_object *m)
         struct reg *r;
         int k;
 
-        if (proto_get_u64(m, "id", &id) < 0 || id == 0 || proto_get_u64(m, "reg", &reg_id) < 0 ||
+        if (proto_get_u64(m, "id", &id) < 0 || id == 0 || id >= ID_LIMIT ||
+            proto_get_u64(m, "reg", &reg_id) < 0 ||
             get_token(m, token) < 0)
                 return -EINVAL;
         registry_raise_ids(x->d->reg, 0, id + 1);
@@ -331,6 +397,8 @@ static int apply_header(struct restore_ctx *x, const msgpack_object *m)
                 return -EINVAL;
         if (version != PERSIST_VERSION)
                 return -EPROTONOSUPPORT;
+        if (next_id >= ID_LIMIT || next_lease >= ID_LIMIT || next_alloc >= ID_LIMIT)
+                return -EINVAL;
         registry_raise_ids(x->d->reg, next_id, next_lease);
         if (next_alloc > x->d->allocs.next_id)
                 x->d->allocs.next_id = next_alloc;
@@ -350,10 +418,17 @@ int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
         struct reg *r;
         int k = 0;
 
-        if (proto_decode(body, len, &m, NULL) < 0)
-                return -EINVAL;
+        if (proto_decode(body, len, &m, NULL) < 0) {
+                proto_msg_free(&m);
+                return x->records++ == 0 ? -EPROTONOSUPPORT : -EINVAL;
+        }
         if (proto_get_str(m.root, "t", &t, &tlen) < 0 || tlen != 1) {
                 k = -EINVAL;
+                goto out;
+        }
+        /* A journal starts with its header, and has one. */
+        if ((x->records++ == 0) != (t[0] == 'H')) {
+                k = x->records == 1 ? -EPROTONOSUPPORT : -EINVAL;
                 goto out;
         }
         switch (t[0]) {
@@ -419,6 +494,7 @@ struct restore_ctx *restore_ctx_new(struct daemon *d, struct sd_fd *fds, size_t 
         b->x.fds = fds;
         b->x.n = n;
         b->x.res = &b->res;
+        hmap_init(&b->x.alloc_ids);
         return &b->x;
 }
 
@@ -432,6 +508,7 @@ void restore_ctx_free(struct restore_ctx *x)
         free(x->fds);
         free(x->claimed);
         free(x->owned);
+        ids_free(&x->alloc_ids);
         free(x);                /* the first member of its block */
 }
 
@@ -465,8 +542,10 @@ static uint64_t journal_serial(int fd)
         blen = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
         if (blen == 0 || blen > (size_t)n - JOURNAL_HDR_LEN)
                 return 0;
-        if (proto_decode(hdr + JOURNAL_HDR_LEN, blen, &m, NULL) < 0)
+        if (proto_decode(hdr + JOURNAL_HDR_LEN, blen, &m, NULL) < 0) {
+                proto_msg_free(&m);
                 return 0;
+        }
         (void)proto_get_u64(m.root, "serial", &serial);
         proto_msg_free(&m);
         return serial;
@@ -480,6 +559,7 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
         int best = -1;
         long k;
 
+        hmap_init(&x.alloc_ids);
         memset(ret, 0, sizeof(*ret));
         ret->gen = -1;
         if (n == 0)
@@ -542,5 +622,6 @@ out:
         free(buf);
         free(x.claimed);
         free(x.owned);
+        ids_free(&x.alloc_ids);
         free(fds);
 }

@@ -424,6 +424,38 @@ Test(restart, lease_survives)
         finish();
 }
 
+/* An unregistered buffer that a consumer still maps outlives two restarts:
+ * the second replays the snapshot the first wrote, where a U record written
+ * before the registration's leases freed it. */
+Test(restart, unregistered_leased_survives_snapshots)
+{
+        struct h_child prod, cons;
+        char want[64];
+        uint64_t id;
+
+        start_store(NULL);
+        spawn_resume(&prod);
+        spawn_resume(&cons);
+        id = helper_reg(&prod, "rs/unreg", 65536, 6, false);
+        snprintf(want, sizeof(want), "id %" PRIu64, id);
+        expect_cmd(&cons, "lookup rs/unreg", want, "consumer lookup");
+        expect_cmd(&prod, "unreg rs/unreg", "ok", "unregister while leased");
+        expect_stored(id);
+
+        restart(SIGTERM);
+        restart(SIGKILL);
+        cr_assert_eq(h_sd_stored_name_settle(&sd, host_name(id), 1, 2000), 1,
+                     "host-%" PRIu64 " left the store after two restarts although a consumer "
+                     "still holds a lease: %s", id, h_sd_store_str(&sd));
+        expect_cmd(&cons, "check rs/unreg 6", "ok", "consumer's view after two restarts");
+        expect_cmd(&cons, "release rs/unreg", "ok", "releasing the restored lease");
+        cr_expect_eq(h_sd_stored_name_settle(&sd, host_name(id), 0, 2000), 0,
+                     "host-%" PRIu64 " is still stored after the last release", id);
+        helper_quit(&cons);
+        helper_quit(&prod);
+        finish();
+}
+
 /* ---- 5: a producer that dies while the daemon is down -------------------- */
 
 Test(restart, producer_dead_while_down)
@@ -623,6 +655,8 @@ static void pack_raw_reg(msgpack_packer *pk, void *data)
         proto_pack_kstr(pk, "kind", "host");
         proto_pack_ku64(pk, "size", a->size);
         proto_pack_kbool(pk, "ephemeral", true);
+        /* the memfd has no write seal: restore must not ask for one */
+        proto_pack_kbool(pk, "shared_write", true);
         proto_pack_ku64(pk, "fds", 1);
 }
 
@@ -675,7 +709,7 @@ Test(restart, resume_refused_to_other_pid)
                 p[i] = h_pattern(i, 21);
         munmap(p, a.size);
         cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-        cr_assert_eq(h_raw_request(fd, "register", 2, 5, pack_raw_reg, &a, &mfd, 1), 0);
+        cr_assert_eq(h_raw_request(fd, "register", 2, 6, pack_raw_reg, &a, &mfd, 1), 0);
         close(mfd);
         cr_assert_eq(h_raw_recv(fd, 5000, &f), 1, "no register reply");
         h_expect_reply(&f, 2, "");

@@ -136,6 +136,8 @@ $(BUILDDIR)/tests/integ_%: $(BUILDDIR)/obj/tests/integration/integ_%.o $(BUILDDI
 # integ_restart plays systemd for the daemon: sdhost.o, with a notify thread.
 $(BUILDDIR)/tests/integ_restart: $(BUILDDIR)/obj/tests/integration/sdhost.o
 $(BUILDDIR)/tests/integ_restart: LDFLAGS += -pthread
+$(BUILDDIR)/tests/integ_survive: $(BUILDDIR)/obj/tests/integration/sdhost.o
+$(BUILDDIR)/tests/integ_survive: LDFLAGS += -pthread
 
 $(BUILDDIR)/tests/helper-%: $(BUILDDIR)/obj/tests/integration/helper-%.o $(LIBA)
 	@mkdir -p $(dir $@)

@@ -31,7 +31,10 @@ static void on_released(struct reg *r, void *userdata)
         if (d->restoring)
                 return;         /* the event went out before the restart */
         if (r->owner->detached) {
-                r->release_missed = true;       /* sent when it resumes */
+                /* A session waiting to be resumed gets it then; a
+                 * connection closing for a restart never lost the lease. */
+                if (!d->stopping)
+                        session_note_released(d, r->owner, r->id, r->name, r->name_len);
                 return;
         }
         daemon_send_released(conn_from_party(r->owner), r);
@@ -43,7 +46,6 @@ void daemon_send_released(struct conn *c, struct reg *r)
         struct proto_out o;
         uint32_t dropped;
 
-        r->release_missed = false;
         if (c->closed)
                 return;
         proto_out_init(&o);

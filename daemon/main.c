@@ -19,6 +19,7 @@
 #include "listen.h"
 #include "log.h"
 #include "metrics_http.h"
+#include "conn.h"
 #include "ops.h"
 #include "persist.h"
 #include "restore.h"
@@ -163,7 +164,13 @@ static void on_signal(uv_signal_t *h, int signum)
         d->stopping = true;
         log_info("received %s, shutting down (%u connections, %" PRIu64 " registrations)",
                  strsignal(signum), d->n_conns, registry_counters(d->reg)->registrations);
-        /* What the clients hold stays in the fd store for the next start. */
+        /* What the clients hold stays in the fd store for the next start:
+         * the connections end here, but not their sessions, so closing them
+         * must tell nobody of releases, revocations or unregistrations the
+         * next daemon will not have made. */
+        if (persist_enabled())
+                for (struct conn *c = d->conns; c; c = c->next)
+                        c->party.detached = true;
         persist_freeze();
         session_stop(d);
         listener_close(&listener);
@@ -244,8 +251,8 @@ static void restore(struct daemon *d)
         persist_init(d);
         sd_take_stored(&fds, &n);
         restore_run(d, fds, n, &res);
-        if (persist_start(d, res.gen, res.serial) == 0)
-                session_watch_all(d);
+        (void)persist_start(d, res.gen, res.serial, res.kept);
+        session_watch_all(d);
 }
 
 static int start(struct daemon *d)
@@ -347,6 +354,9 @@ int main(int argc, char **argv)
         }
         r = start(d);
         if (r < 0) {
+                /* The store keeps what was restored for the next try. */
+                persist_freeze();
+                session_stop(d);
                 /* Let the handles that did open finish closing. */
                 uv_run(&loop, UV_RUN_DEFAULT);
                 daemon_done(d);

@@ -150,25 +150,35 @@ int req_target(struct req *q, struct target *ret)
         return 0;
 }
 
-/* The ids a resumed session owns and holds, as far as they fit a frame
- * (a client with more learns them by other means: stat, its own records). */
+/* Most ids one of the resume lists carries: both fit a frame. */
+static uint32_t resume_list_cap(const struct conn *c)
+{
+        return (c->d->cfg.max_frame - 512) / 20;
+}
+
+/* How many of regs and leases the hello reply carries (0 to 2): a list
+ * that does not fit is left out whole, since a client reads a missing id
+ * as gone. */
+static uint32_t resumed_lists(const struct conn *c)
+{
+        return (c->party.n_live <= resume_list_cap(c)) + (c->party.n_leases <= resume_list_cap(c));
+}
+
 static void pack_resumed(msgpack_packer *pk, const struct conn *c)
 {
-        uint32_t cap = (c->d->cfg.max_frame - 512) / 20, n;
-
-        n = c->party.n_live < cap ? c->party.n_live : cap;
-        proto_pack_str(pk, "regs");
-        msgpack_pack_array(pk, n);
-        for (const struct reg *r = c->party.owned; r && n > 0; r = r->own_next)
-                if (r->live) {
-                        msgpack_pack_uint64(pk, r->id);
-                        n--;
-                }
-        n = c->party.n_leases < cap ? c->party.n_leases : cap;
-        proto_pack_str(pk, "leases");
-        msgpack_pack_array(pk, n);
-        for (const struct lease *l = c->party.leases; l && n > 0; l = l->next, n--)
-                msgpack_pack_uint64(pk, l->id);
+        if (c->party.n_live <= resume_list_cap(c)) {
+                proto_pack_str(pk, "regs");
+                msgpack_pack_array(pk, c->party.n_live);
+                for (const struct reg *r = c->party.owned; r; r = r->own_next)
+                        if (r->live)
+                                msgpack_pack_uint64(pk, r->id);
+        }
+        if (c->party.n_leases <= resume_list_cap(c)) {
+                proto_pack_str(pk, "leases");
+                msgpack_pack_array(pk, c->party.n_leases);
+                for (const struct lease *l = c->party.leases; l; l = l->next)
+                        msgpack_pack_uint64(pk, l->id);
+        }
 }
 
 int op_hello(struct req *q)
@@ -178,6 +188,7 @@ int op_hello(struct req *q)
         size_t client_len = 0, token_len = 0;
         const uint8_t *token = NULL;
         bool want_resume, resumed = false;
+        struct session_missed *missed = NULL;
         struct proto_out o;
         uint64_t v;
         int r;
@@ -200,7 +211,7 @@ int op_hello(struct req *q)
                 return req_fail(q, -EINVAL, "resume must be a bin of %u bytes", REG_SESSION_LEN);
         want_resume = r == 0;
         if (!c->hello) {
-                if (want_resume && session_resume(c->d, c, token)) {
+                if (want_resume && session_resume(c->d, c, token, &missed)) {
                         resumed = true;
                 } else if (session_new_token(&c->party) < 0) {
                         return req_fail(q, -EIO, "no random bytes for a session token");
@@ -211,7 +222,7 @@ int op_hello(struct req *q)
                 }
         }
 
-        reply_start(&o, q->seq, 7 + (want_resume ? 1 + 2 * resumed : 0));
+        reply_start(&o, q->seq, 7 + want_resume + (resumed ? resumed_lists(c) : 0));
         proto_pack_ku64(&o.pk, "version", v < PROTO_VERSION ? v : PROTO_VERSION);
         proto_pack_kstr(&o.pk, "server", SERVER_NAME);
         proto_pack_ku64(&o.pk, "max_frame", c->d->cfg.max_frame);
@@ -227,10 +238,8 @@ int op_hello(struct req *q)
                 pack_resumed(&o.pk, c);
         r = reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);
-        if (resumed)
-                for (struct reg *g = c->party.owned; g; g = g->own_next)
-                        if (g->release_missed)
-                                daemon_send_released(c, g);
+        /* What the session missed while detached follows the reply. */
+        session_send_missed(c, missed);
         if (r == 0 && !c->hello) {
                 c->hello = true;
                 access_read_groups(c);

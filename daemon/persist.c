@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <msgpack.h>
+#include <uv.h>
 
 #include "conn.h"
 #include "cuda_reg.h"
@@ -24,10 +25,14 @@
 
 static struct {
         bool enabled, frozen;
+        bool compact_due;               /* run from the check handle */
+        bool check_on;
+        uv_check_t check;
         struct journal j;
         int gen;                        /* the stored name is state<gen & 1> */
         uint64_t serial;                /* of the last snapshot */
         uint64_t compact_at;
+        uint64_t stored, max;           /* entries pushed; $FDSTORE, 0 if unknown */
         struct daemon *d;
 } P = { .j = { .fd = -1 }, .gen = -1 };
 
@@ -35,8 +40,13 @@ void persist_init(struct daemon *d)
 {
         const char *ns = getenv("NOTIFY_SOCKET");
 
+        const char *max = getenv("FDSTORE");
+
         P.d = d;
         P.enabled = d->cfg.fdstore && ns && *ns;
+        /* systemd 254 and later say how many fds the store takes; older
+         * ones drop the excess without a word. */
+        P.max = max && *max ? strtoull(max, NULL, 10) : 0;
 }
 
 bool persist_enabled(void)
@@ -67,8 +77,16 @@ static void store_push(const char *name, int fd)
         /* FDPOLL=0: systemd must not drop an fd whose poll() says HUP or ERR
          * (a device fd of the GPU driver may). */
         snprintf(msg, sizeof(msg), "FDSTORE=1\nFDPOLL=0\nFDNAME=%s", name);
+        if (P.max > 0 && P.stored >= P.max) {
+                log_error("fd store: it holds its maximum of %" PRIu64 " fds "
+                          "(FileDescriptorStoreMax=)", P.max);
+                give_up(-ENOSPC);
+                return;
+        }
         if (!store_send(msg, fd))
                 give_up(-EIO);
+        else
+                P.stored++;
 }
 
 void persist_store_remove(const char *name)
@@ -76,7 +94,8 @@ void persist_store_remove(const char *name)
         char msg[64 + SD_FDNAME_MAX];
 
         snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", name);
-        (void)store_send(msg, -1);
+        if (store_send(msg, -1) && P.stored > 0)
+                P.stored--;
 }
 
 static void state_name(int gen, char buf[16])
@@ -88,7 +107,7 @@ static void state_name(int gen, char buf[16])
  * it could bring back what is gone.  Better none than a wrong one. */
 static void give_up(int err)
 {
-        char name[16];
+        char name[32];
 
         if (!P.enabled)
                 return;
@@ -100,6 +119,16 @@ static void give_up(int err)
                 persist_store_remove(name);
         }
         journal_close(&P.j);
+        /* Without a journal the stored fds would only pin memory. */
+        for (const struct reg *r = P.d ? registry_first(P.d->reg) : NULL; r; r = r->next) {
+                if (r->kind == PROTO_KIND_HOST && !r->cuda)
+                        snprintf(name, sizeof(name), "host-%" PRIu64, r->id);
+                else if (r->cuda && r->cuda->alloc->kind == PROTO_KIND_CUDA_VMM)
+                        snprintf(name, sizeof(name), "vmm-%" PRIu64, r->cuda->alloc->id);
+                else
+                        continue;
+                persist_store_remove(name);
+        }
 }
 
 /* ---- records ----------------------------------------------------------- */
@@ -231,6 +260,17 @@ struct snap {
         int err;
 };
 
+static void pack_missed(msgpack_packer *pk, const struct reg_party *p, uint64_t id,
+                        const char *name, size_t len)
+{
+        msgpack_pack_map(pk, 4);
+        proto_pack_kstr(pk, "t", "M");
+        pack_bin(pk, "session", p->session, REG_SESSION_LEN);
+        proto_pack_ku64(pk, "id", id);
+        proto_pack_str(pk, "name");
+        proto_pack_strn(pk, name, len);
+}
+
 static void snap_session(const struct reg_party *p, void *data)
 {
         struct snap *s = data;
@@ -239,6 +279,13 @@ static void snap_session(const struct reg_party *p, void *data)
                 return;
         pack_session(&s->pk, p);
         s->err = append(s->j, &s->sb);
+        if (!p->detached)
+                return;
+        for (const struct session_missed *m = session_missed_of(p); m && s->err == 0;
+             m = m->next) {
+                pack_missed(&s->pk, p, m->id, m->name, m->name_len);
+                s->err = append(s->j, &s->sb);
+        }
 }
 
 static int write_snapshot(struct daemon *d, struct journal *j)
@@ -312,7 +359,24 @@ static int compact(struct daemon *d)
         return 0;
 }
 
-int persist_start(struct daemon *d, int prev_gen, uint64_t prev_serial)
+/* Compaction runs between loop iterations, never inside a registry
+ * callback: there the change that triggered it is not applied yet (a lease
+ * still linked, a registration still live, a hello not done), and the
+ * snapshot would miss it while the record that says so goes with the old
+ * journal. */
+static void on_check(uv_check_t *h)
+{
+        int r;
+
+        if (!P.compact_due || !persist_enabled())
+                return;
+        P.compact_due = false;
+        r = compact(h->data);
+        if (r < 0)
+                give_up(r);
+}
+
+int persist_start(struct daemon *d, int prev_gen, uint64_t prev_serial, uint64_t stored)
 {
         int r;
 
@@ -320,10 +384,17 @@ int persist_start(struct daemon *d, int prev_gen, uint64_t prev_serial)
                 return 0;
         P.gen = prev_gen;
         P.serial = prev_serial;
+        P.stored = stored;
         r = compact(d);
         if (r < 0) {
                 give_up(r);
                 return r;
+        }
+        if (uv_check_init(d->loop, &P.check) == 0) {
+                P.check.data = d;
+                P.check_on = true;
+                (void)uv_check_start(&P.check, on_check);
+                uv_unref((uv_handle_t *)&P.check);
         }
         log_info("fd store: registrations and leases are kept across restarts");
         return 0;
@@ -332,6 +403,9 @@ int persist_start(struct daemon *d, int prev_gen, uint64_t prev_serial)
 void persist_freeze(void)
 {
         P.frozen = true;
+        if (P.check_on)
+                uv_close((uv_handle_t *)&P.check, NULL);
+        P.check_on = false;
 }
 
 void persist_done(void)
@@ -358,7 +432,7 @@ static void record(pack_fn fn, const void *arg)
         r = append(&P.j, &sb);
         msgpack_sbuffer_destroy(&sb);
         if (r == 0 && P.j.len > P.compact_at)
-                r = compact(P.d);
+                P.compact_due = true;
         if (r < 0)
                 give_up(r);
 }
@@ -415,6 +489,29 @@ void persist_session(struct daemon *d, const struct reg_party *p)
 {
         (void)d;
         record(pack_session_fn, p);
+}
+
+struct missed_arg {
+        const struct reg_party *p;
+        uint64_t id;
+        const char *name;
+        size_t len;
+};
+
+static void pack_missed_fn(msgpack_packer *pk, const void *arg)
+{
+        const struct missed_arg *a = arg;
+
+        pack_missed(pk, a->p, a->id, a->name, a->len);
+}
+
+void persist_missed(struct daemon *d, const struct reg_party *p, uint64_t id, const char *name,
+                    size_t len)
+{
+        struct missed_arg a = { p, id, name, len };
+
+        (void)d;
+        record(pack_missed_fn, &a);
 }
 
 void persist_session_end(struct daemon *d, const struct reg_party *p)

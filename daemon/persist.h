@@ -5,8 +5,8 @@
  * daemon then pushes (FDSTORE=1) every host registration's memfd as
  * "host-ID" and every cuda-vmm allocation's fd as "vmm-ALLOCID", and a
  * journal memfd (journal.h) as "state0" or "state1" whose records describe
- * sessions (S, E), registrations (A, U, C), leases (L, R) and the id
- * counters (H).  The journal starts with a snapshot of the whole state and
+ * sessions (S, E), released events a detached session missed (M),
+ * registrations (A, U, C), leases (L, R) and the id counters (H).  The journal starts with a snapshot of the whole state and
  * grows by one record per change; when it has grown to twice its snapshot
  * a new snapshot goes out under the other name and the old one is removed.
  * restore.c replays it on the next start.  Every function here is a no-op
@@ -28,9 +28,10 @@ struct daemon;
 void persist_init(struct daemon *d);
 bool persist_enabled(void);
 /* Writes the first snapshot and pushes it; prev_gen is the generation
- * restored from (0 or 1), or -1, and prev_serial its snapshot serial.  From
- * here on changes are journalled. */
-int persist_start(struct daemon *d, int prev_gen, uint64_t prev_serial);
+ * restored from (0 or 1), or -1, prev_serial its snapshot serial, and
+ * stored the number of fds the store holds.  From here on changes are
+ * journalled. */
+int persist_start(struct daemon *d, int prev_gen, uint64_t prev_serial, uint64_t stored);
 /* Shutdown: the store keeps what it has; nothing is removed from now on. */
 void persist_freeze(void);
 void persist_done(void);
@@ -46,6 +47,9 @@ void persist_removed(struct daemon *d, const struct reg *r);
 void persist_freed(struct daemon *d, const struct reg *r);
 void persist_leased(struct daemon *d, const struct lease *l);
 void persist_unleased(struct daemon *d, const struct lease *l);
+/* A released event kept for detached session p (session.c). */
+void persist_missed(struct daemon *d, const struct reg_party *p, uint64_t id, const char *name,
+                    size_t len);
 /* r's CUDA allocation changed (adopt moved it into a daemon-owned copy). */
 void persist_cuda_changed(struct daemon *d, const struct reg *r);
 

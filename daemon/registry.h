@@ -64,7 +64,6 @@ struct reg {
         bool ephemeral : 1;
         bool revocable : 1;             /* its leases are revoked with its owner */
         bool live : 1;
-        bool release_missed : 1;        /* released while its owner was detached */
         char name[];                    /* NUL-terminated; meta follows it */
 };
 

@@ -262,10 +262,14 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
         /* Never reuse the id, whether or not it comes back. */
         registry_raise_ids(d->reg, p.id + 1, 0);
         (void)proto_get_str(m, "exe", &exe, &exe_len);
-        if (get_token(m, token) == 0)
+        /* An ephemeral one of a session that ended went with it; without
+         * a session it had lost its owner already and lives on for its
+         * leases (its U record follows them). */
+        if (get_token(m, token) == 0) {
                 owner = session_detached_find(d, token);
-        if (p.ephemeral && !owner)
-                return -ESRCH;          /* its session is gone, and with it this */
+                if (!owner && p.ephemeral)
+                        return -ESRCH;
+        }
         if (proto_get_bin(m, "meta", &p.meta, &p.meta_len) == -EINVAL)
                 return -EINVAL;
         if (proto_get_map(m, "access", &sub) == 0 && (k = decode_access(sub, &p.access)) < 0)
@@ -371,6 +375,24 @@ static int apply_lease(struct restore_ctx *x, const msgpack_object *m)
         return k;
 }
 
+static int apply_missed(struct restore_ctx *x, const msgpack_object *m)
+{
+        uint8_t token[REG_SESSION_LEN];
+        struct reg_party *p;
+        const char *name;
+        size_t len;
+        uint64_t id;
+
+        if (get_token(m, token) < 0 || proto_get_u64(m, "id", &id) < 0 ||
+            proto_get_str(m, "name", &name, &len) < 0 || len == 0 || len > PROTO_NAME_MAX)
+                return -EINVAL;
+        p = session_detached_find(x->d, token);
+        if (!p)
+                return -ESRCH;
+        session_note_released(x->d, p, id, name, len);
+        return 0;
+}
+
 static int apply_session(struct restore_ctx *x, const msgpack_object *m)
 {
         uint8_t token[REG_SESSION_LEN];
@@ -455,6 +477,9 @@ int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
                 break;
         case 'C':
                 k = apply_cuda(x, m.root);
+                break;
+        case 'M':
+                k = apply_missed(x, m.root);
                 break;
         case 'L':
                 k = apply_lease(x, m.root);
@@ -614,7 +639,9 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
                  ret->leases, ret->sessions, ret->skipped, ret->missing);
 out:
         for (size_t i = 0; i < n; i++) {
-                if (!x.claimed || !x.claimed[i])
+                if (x.claimed && x.claimed[i])
+                        ret->kept++;
+                else
                         persist_store_remove(fds[i].name);
                 if (!x.owned || !x.owned[i])
                         close(fds[i].fd);

@@ -23,6 +23,7 @@ struct restore_result {
         uint64_t serial;                /* its snapshot serial */
         uint64_t regs, leases, sessions, skipped;
         uint64_t missing;               /* records of freed registrations, mostly */
+        uint64_t kept;                  /* stored fds left in the store */
 };
 
 /* Consumes fds[0..n) and frees the array. */

@@ -20,6 +20,8 @@ struct dsession {
         struct daemon *d;
         uint64_t start_time;
         int pidfd;                      /* watched, or -1 */
+        struct session_missed *missed, *missed_tail;
+        uint32_t n_missed;
         uv_poll_t poll;                 /* with pidfd */
         bool timed : 1;                 /* ends when the grace timer fires */
 };
@@ -120,11 +122,75 @@ struct reg_party *session_detached_find(struct daemon *d, const uint8_t token[RE
         return s ? &s->party : NULL;
 }
 
+static void missed_free(struct session_missed *m)
+{
+        while (m) {
+                struct session_missed *next = m->next;
+                free(m);
+                m = next;
+        }
+}
+
+void session_note_released(struct daemon *d, struct reg_party *p, uint64_t id,
+                           const char *name, size_t len)
+{
+        struct dsession *s = container_of(p, struct dsession, party);
+        struct session_missed *m = malloc(sizeof(*m) + len + 1);
+
+        if (!m) {
+                log_warn("out of memory: the released event of %.*s is lost for pid %u",
+                         (int)len, name, p->pid);
+                return;
+        }
+        m->next = NULL;
+        m->id = id;
+        m->name_len = (uint16_t)len;
+        memcpy(m->name, name, len);
+        m->name[len] = '\0';
+        if (s->missed_tail)
+                s->missed_tail->next = m;
+        else
+                s->missed = m;
+        s->missed_tail = m;
+        if (++s->n_missed > SESSION_MISSED_MAX) {
+                struct session_missed *old = s->missed;
+                s->missed = old->next;
+                free(old);
+                s->n_missed--;
+        }
+        persist_missed(d, p, id, name, len);
+}
+
+const struct session_missed *session_missed_of(const struct reg_party *p)
+{
+        return container_of(p, const struct dsession, party)->missed;
+}
+
+void session_send_missed(struct conn *c, struct session_missed *m)
+{
+        while (m) {
+                struct session_missed *next = m->next;
+                struct proto_out o;
+
+                proto_out_init(&o);
+                msgpack_pack_map(&o.pk, 3);
+                proto_pack_kstr(&o.pk, "event", "released");
+                proto_pack_ku64(&o.pk, "id", m->id);
+                proto_pack_str(&o.pk, "name");
+                proto_pack_strn(&o.pk, m->name, m->name_len);
+                (void)conn_send(c, &o, NULL);
+                proto_out_free(&o);
+                free(m);
+                m = next;
+        }
+}
+
 static void on_poll_closed(uv_handle_t *h)
 {
         struct dsession *s = container_of((uv_poll_t *)h, struct dsession, poll);
 
         close(s->pidfd);
+        missed_free(s->missed);
         free(s);
 }
 
@@ -146,6 +212,7 @@ static void dsession_free(struct daemon *d, struct dsession *s)
                 uv_close((uv_handle_t *)&s->poll, on_poll_closed);
                 return;
         }
+        missed_free(s->missed);
         free(s);
 }
 
@@ -209,18 +276,15 @@ static int watch_pid(struct daemon *d, struct dsession *s)
                 return 0;
         }
         r = uv_poll_init(d->loop, &s->poll, fd);
-        if (r == 0) {
-                s->poll.data = s;
-                r = uv_poll_start(&s->poll, UV_READABLE, on_pid_exit);
-                if (r < 0)
-                        uv_close((uv_handle_t *)&s->poll, NULL);
-        }
         if (r < 0) {
                 close(fd);
                 return r;
         }
+        /* From here the handle owns fd: it is closed with it. */
         s->pidfd = fd;
-        return 1;
+        s->poll.data = s;
+        r = uv_poll_start(&s->poll, UV_READABLE, on_pid_exit);
+        return r < 0 ? r : 1;
 }
 
 void session_watch_all(struct daemon *d)
@@ -256,12 +320,17 @@ void session_watch_all(struct daemon *d)
                  d->n_detached, timed, d->cfg.resume_grace_ms);
 }
 
-bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SESSION_LEN])
+bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SESSION_LEN],
+                    struct session_missed **ret_missed)
 {
         struct dsession *s = find(d, token);
 
+        *ret_missed = NULL;
         if (!s || s->party.pid != c->party.pid || s->party.uid != c->party.uid)
                 return false;
+        *ret_missed = s->missed;
+        s->missed = s->missed_tail = NULL;
+        s->n_missed = 0;
         registry_party_move(d->reg, &s->party, &c->party);
         memcpy(c->party.session, token, REG_SESSION_LEN);
         c->party.start_time = s->start_time;
@@ -304,7 +373,9 @@ void session_done(struct daemon *d)
                 struct hmap_node *n = d->detached.buckets[b];
                 while (n) {
                         struct hmap_node *next = n->next;
-                        free(container_of(n, struct dsession, node));
+                        struct dsession *s = container_of(n, struct dsession, node);
+                        missed_free(s->missed);
+                        free(s);
                         n = next;
                 }
         }

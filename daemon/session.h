@@ -19,6 +19,7 @@
 
 struct daemon;
 struct conn;
+struct session_missed;
 
 /* Draws a fresh token into p->session and reads the start time of p's
  * process; -EIO when no random bytes are to be had. */
@@ -43,8 +44,29 @@ void session_detached_end(struct daemon *d, struct reg_party *p, bool unresumed)
 void session_watch_all(struct daemon *d);
 /* hello with `resume`: when a detached session of that token belongs to
  * c's peer (pid and uid), c takes over what it owns and holds and its
- * token.  Returns true when resumed. */
-bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SESSION_LEN]);
+ * token, and *ret_missed the released events it missed (for
+ * session_send_missed()).  Returns true when resumed. */
+bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SESSION_LEN],
+                    struct session_missed **ret_missed);
+/* A released event for a detached session, kept for its resume. */
+struct session_missed {
+        struct session_missed *next;
+        uint64_t id;
+        uint16_t name_len;
+        char name[];
+};
+
+#define SESSION_MISSED_MAX 4096u        /* kept per session; older ones go */
+
+/* The last lease of registration id went while its owner p, a detached
+ * session, waits to be resumed: keeps the event (and journals it). */
+void session_note_released(struct daemon *d, struct reg_party *p, uint64_t id,
+                           const char *name, size_t len);
+/* The events kept for p, oldest first (snapshots). */
+const struct session_missed *session_missed_of(const struct reg_party *p);
+/* After a resumed hello's reply: sends c the kept events and frees them. */
+void session_send_missed(struct conn *c, struct session_missed *m);
+
 /* Calls fn for each detached session (snapshots). */
 void session_detached_each(struct daemon *d, void (*fn)(const struct reg_party *p, void *data),
                            void *data);

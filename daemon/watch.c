@@ -175,7 +175,8 @@ static void emit(const char *type, const struct reg *r, const struct lease *l, u
         bool packed = false;
 
         for (struct watcher *w = watchers; w; w = w->next) {
-                if (w->c->closed || !in_prefix(w, r) || !access_may_see(w->c, r))
+                if (w->c->closed || w->c->party.detached || !in_prefix(w, r) ||
+                    !access_may_see(w->c, r))
                         continue;
                 if (!packed) {
                         proto_out_init(&o);

@@ -25,6 +25,13 @@
 
 struct gpuipc__rec;
 
+/* A lease this client holds: ids are only unique within one daemon's state,
+ * so each carries the epoch it was taken in. */
+struct gpuipc__lease {
+        uint64_t id;
+        uint32_t epoch;
+};
+
 /* The IPC events that came with one `released` event (cuda kinds). */
 struct gpuipc__relev {
         struct gpuipc__relev *next;
@@ -41,6 +48,7 @@ struct gpuipc__access {
         uint32_t uids[GPUIPC_ACCESS_IDS_MAX];
         uint32_t gids[GPUIPC_ACCESS_IDS_MAX];
         char group[33];
+        uint32_t group_gid;             /* group resolved here (getgrnam_r) */
 };
 
 struct gpuipc_client {
@@ -75,10 +83,13 @@ struct gpuipc_client {
         int reconnect_ms;               /* how long to keep trying; 0: never */
         bool has_session, recovering, remapped;
         bool state_kept;                /* the daemon keeps state over restarts */
+        bool leases_incomplete;         /* a lease id could not be recorded */
+        uint64_t local_ids;             /* client-local registration ids handed out */
+        uint32_t epoch;                 /* lease id space: +1 per restart without state */
         uint8_t session[GPUIPC__SESSION_LEN];
         const char *cur_op;             /* op of the request last built (static) */
         struct gpuipc__rec *recs;       /* what a reconnect re-establishes */
-        uint64_t *leases;               /* lease ids held, unordered */
+        struct gpuipc__lease *leases;   /* leases held, unordered */
         size_t n_leases, cap_leases;
         uint64_t reconnects;
 };
@@ -170,8 +181,13 @@ int gpuipc__reconnect(gpuipc_client *c);
 int gpuipc__recover(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
                     const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
 /* Bookkeeping after a call of c->cur_op succeeded with reply rp. */
+/* May change the reply's `id` (a registration whose daemon id equals an id
+ * the caller already holds gets a client-local one). */
 void gpuipc__track(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
-                   unsigned nfds, const struct gpuipc__reply *rp);
+                   unsigned nfds, struct gpuipc__reply *rp);
+/* Whether c's connection holds lease id, as far as c knows (true when it
+ * cannot tell). */
+bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch);
 /* The id the caller knows for a daemon registration id. */
 uint64_t gpuipc__user_id(const gpuipc_client *c, uint64_t id);
 void gpuipc__resume_clear(gpuipc_client *c);
@@ -226,6 +242,7 @@ struct gpuipc_view {
         int device;                     /* device ordinal here, -1 for host */
         void *event;                    /* the producer's CUevent, opened, or NULL */
         uint64_t copy;                  /* COPY_TO_DEVICE: our CUdeviceptr, or 0 */
+        uint32_t epoch;                 /* c->epoch when the lease was taken */
 };
 
 /* Releases the lease (with an IPC event handle of GPUIPC__EVENT_LEN bytes,

@@ -17,7 +17,6 @@
 
 static void released_push(gpuipc_client *c, uint64_t id)
 {
-        id = gpuipc__user_id(c, id);
         if (c->released_n == GPUIPC__RELEASED_MAX) {
                 c->released_start = (c->released_start + 1) % GPUIPC__RELEASED_MAX;
                 c->released_n--;
@@ -190,6 +189,7 @@ static int handle_event(gpuipc_client *c, const msgpack_object *root, bool in_ca
 
         if (proto_obj_str_eq(ev, "released")) {
                 if (proto_get_u64(root, "id", &id) == 0) {
+                        id = gpuipc__user_id(c, id);    /* the id the caller knows */
                         released_push(c, id);
                         relev_push(c, id, proto_get(root, "events"));
                 }
@@ -446,8 +446,8 @@ int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int 
         if (r == 0)
                 r = gpuipc__reply_error(c, &rp);
         if (r == 0) {
-                gpuipc__track(c, buf, len, fds, nfds, &rp);
                 reply_move(ret_reply, &rp);
+                gpuipc__track(c, buf, len, fds, nfds, ret_reply);
         }
         free(buf);
         return r;

@@ -69,19 +69,33 @@ static void lease_add(gpuipc_client *c, uint64_t id)
 {
         if (c->n_leases == c->cap_leases) {
                 size_t cap = c->cap_leases ? 2 * c->cap_leases : 16;
-                uint64_t *p = realloc(c->leases, cap * sizeof(*p));
-                if (!p)
-                        return;         /* then a reconnect cannot tell it apart */
+                struct gpuipc__lease *p = realloc(c->leases, cap * sizeof(*p));
+                if (!p) {
+                        c->leases_incomplete = true;
+                        return;
+                }
                 c->leases = p;
                 c->cap_leases = cap;
         }
-        c->leases[c->n_leases++] = id;
+        c->leases[c->n_leases++] = (struct gpuipc__lease){ .id = id, .epoch = c->epoch };
+}
+
+bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch)
+{
+        if (epoch != c->epoch)
+                return false;   /* taken from a daemon whose state is gone */
+        if (c->leases_incomplete)
+                return true;
+        for (size_t i = 0; i < c->n_leases; i++)
+                if (c->leases[i].id == id)
+                        return true;
+        return false;
 }
 
 static bool lease_drop(gpuipc_client *c, uint64_t id)
 {
         for (size_t i = 0; i < c->n_leases; i++)
-                if (c->leases[i] == id) {
+                if (c->leases[i].id == id) {
                         c->leases[i] = c->leases[--c->n_leases];
                         return true;
                 }
@@ -156,32 +170,77 @@ static void rec_drop_watch(gpuipc_client *c)
                 }
 }
 
+/* Sets the reply's uint `key` to v in place. */
+static void reply_set_u64(struct gpuipc__reply *rp, const char *key, uint64_t v)
+{
+        const msgpack_object *root = rp->msg.root;
+
+        for (uint32_t i = 0; i < root->via.map.size; i++) {
+                msgpack_object_kv *kv = &root->via.map.ptr[i];
+                if (proto_obj_str_eq(&kv->key, key) &&
+                    kv->val.type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                        kv->val.via.u64 = v;
+        }
+}
+
+static bool user_id_taken(const gpuipc_client *c, uint64_t id)
+{
+        for (const struct gpuipc__rec *r = c->recs; r; r = r->next)
+                if (!r->watch && r->user_id == id)
+                        return true;
+        return false;
+}
+
 void gpuipc__track(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
-                   unsigned nfds, const struct gpuipc__reply *rp)
+                   unsigned nfds, struct gpuipc__reply *rp)
 {
         const char *op = c->cur_op;
         struct proto_msg m;
         uint64_t id, seq;
 
-        if (!op || c->reconnect_ms <= 0 || c->recovering)
+        if (!op || c->recovering)
                 return;
-        if (strcmp(op, "register") == 0) {
-                if (proto_get_u64(rp->msg.root, "id", &id) == 0 &&
-                    proto_get_u64(rp->msg.root, "seq", &seq) == 0)
-                        rec_add(c, false, id, buf, len, seq, fds, nfds);
-        } else if (strcmp(op, "unregister") == 0 || strcmp(op, "adopt") == 0) {
-                /* adopt: the daemon owns it now, there is nothing to give back */
-                if (proto_get_u64(rp->msg.root, "id", &id) == 0)
-                        rec_drop_id(c, id);
-        } else if (strcmp(op, "lookup") == 0) {
+        /* Leases are tracked always (a view's release asks); what a
+         * reconnect re-establishes only when reconnecting is on. */
+        if (strcmp(op, "lookup") == 0) {
                 if (proto_get_u64(rp->msg.root, "lease", &id) == 0)
                         lease_add(c, id);
-        } else if (strcmp(op, "release") == 0) {
+                return;
+        }
+        if (strcmp(op, "release") == 0) {
                 if (request_decode(buf, len, &m) == 0) {
                         if (proto_get_u64(m.root, "lease", &id) == 0)
                                 lease_drop(c, id);
                         proto_msg_free(&m);
                 }
+                return;
+        }
+        if (c->reconnect_ms <= 0)
+                return;
+        if (strcmp(op, "register") == 0) {
+                if (proto_get_u64(rp->msg.root, "id", &id) < 0 ||
+                    proto_get_u64(rp->msg.root, "seq", &seq) < 0)
+                        return;
+                rec_add(c, false, id, buf, len, seq, fds, nfds);
+                /* A daemon that started afresh hands out ids the caller may
+                 * hold already (for registrations it gave back under new
+                 * ones): then this one gets a client-local id. */
+                if (c->remapped && c->recs && c->recs->cur_id == id) {
+                        bool clash = false;
+                        for (const struct gpuipc__rec *r = c->recs->next; r && !clash; r = r->next)
+                                clash = !r->watch && r->user_id == id;
+                        if (clash) {
+                                do
+                                        id = (UINT64_C(1) << 63) | ++c->local_ids;
+                                while (user_id_taken(c, id));
+                                c->recs->user_id = id;
+                                reply_set_u64(rp, "id", id);
+                        }
+                }
+        } else if (strcmp(op, "unregister") == 0 || strcmp(op, "adopt") == 0) {
+                /* adopt: the daemon owns it now, there is nothing to give back */
+                if (proto_get_u64(rp->msg.root, "id", &id) == 0)
+                        rec_drop_id(c, id);
         } else if (strcmp(op, "watch") == 0) {
                 bool on = true;
                 rec_drop_watch(c);
@@ -321,7 +380,7 @@ static int reconcile(gpuipc_client *c, const msgpack_object *root)
                         if (proto_obj_u64(&leases->via.array.ptr[i], &id) < 0)
                                 continue;
                         for (size_t j = 0; j < c->n_leases && !known; j++)
-                                known = c->leases[j] == id;
+                                known = c->leases[j].id == id;
                         if (!known)
                                 send_release(c, id);
                 }
@@ -329,10 +388,15 @@ static int reconcile(gpuipc_client *c, const msgpack_object *root)
         /* Leases the daemon no longer has stay forgotten: the views keep
          * their mappings, their release is a no-op. */
         for (size_t j = 0; j < c->n_leases;)
-                if (!resumed || (leases && !in_array(leases, c->leases[j])))
+                if (!resumed || (leases && !in_array(leases, c->leases[j].id)))
                         c->leases[j] = c->leases[--c->n_leases];
                 else
                         j++;
+        /* A daemon without the old state numbers leases afresh. */
+        if (!resumed) {
+                c->epoch++;
+                c->leases_incomplete = false;
+        }
         for (struct gpuipc__rec **pp = &c->recs; *pp && k == 0;) {
                 struct gpuipc__rec *r = *pp;
                 bool keep = true;

@@ -109,6 +109,7 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
                 free(v);
                 return gpuipc__end(c, r);
         }
+        v->epoch = c->epoch;
         if (proto_get_u64(rp.msg.root, "lease", &v->lease) < 0) {
                 gpuipc__reply_free(&rp);
                 free(v);
@@ -172,7 +173,9 @@ int gpuipc__view_release(gpuipc_view *v, const uint8_t *event)
          * the connection; only the mapping is left to undo. */
         if (!c->freed) {
                 r = gpuipc__begin(c);
-                if (r == 0)
+                /* A lease the daemon forgot in a restart (it kept no state):
+                 * releasing its id could drop a newer lease that reuses it. */
+                if (r == 0 && gpuipc__lease_held(c, v->lease, v->epoch))
                         r = gpuipc__end(c, send_release(c, v->lease, event));
         }
         gpuipc__cuview_close(v);

@@ -26,6 +26,8 @@ struct h_sd {
         char sock[300];         /* DIR/gpuipcd.sock: the listening socket's path */
         char log[300];          /* DIR/daemon.log: stderr of every start, appended */
         unsigned starts;        /* daemons started so far */
+        bool may_fail;          /* h_sd_try_start_again() is waiting */
+        int failed_status;      /* its wait status when the daemon died */
         struct h_sd_state *st;  /* notify thread and store; internal */
 };
 
@@ -35,6 +37,10 @@ struct h_sd {
  * 10 s for READY=1.  Points h_d.sock at s->sock, so h_spawn() children and
  * the harness's raw helpers reach this daemon. */
 void h_sd_start(struct h_sd *s, const char *const *extra_args);
+/* Starts the daemon again, like h_sd_start_again(), for a start that may
+ * fail: 0 when it reported READY=1, else -1 with s->failed_status (the
+ * daemon was reaped; the store is kept for the next start). */
+int h_sd_try_start_again(struct h_sd *s);
 /* Sends sig and reaps the daemon (10 s, else SIGKILL and fail).  SIGTERM:
  * asserts exit status 0, that STOPPING=1 came and that the socket file is
  * still there (a socket systemd passed is never unlinked); other signals:

@@ -93,8 +93,10 @@ static int parse_ids(struct req *q, const msgpack_object *m, const char *key, ui
         return 0;
 }
 
-/* The group's gid, by name.  NSS may block the loop for a moment; a rule
- * that names a group pays that once, at register time. */
+/* The group's gid, by name, for raw clients that send no group_gid.  NSS
+ * may block the loop for a moment (longer on a slow directory service); a
+ * rule that names a group without its gid pays that once, at register time.
+ * libgpuipc resolves the name in the producer and sends group_gid. */
 static int resolve_group(struct req *q, struct reg_access *a)
 {
         struct group g, *res = NULL;
@@ -110,12 +112,31 @@ static int resolve_group(struct req *q, struct reg_access *a)
         return 0;
 }
 
+/* The gid the producer resolved the group name to, when it sent one: the
+ * daemon trusts it (the producer could grant any gid through gids anyway)
+ * and does no NSS lookup.  -ENOENT when absent. */
+static int parse_group_gid(struct req *q, const msgpack_object *m, struct reg_access *a)
+{
+        uint64_t v;
+        int k;
+
+        k = proto_get_u64(m, "group_gid", &v);
+        if (k == -ENOENT)
+                return k;
+        if (k < 0 || v >= UINT32_MAX)
+                return req_fail(q, -EINVAL, "access.group_gid must be a uint below 4294967295");
+        a->group_gid = (uint32_t)v;
+        a->has_group = true;
+        return 0;
+}
+
 int access_parse(struct req *q, struct reg_access **ret)
 {
         const msgpack_object *m = NULL;
         struct reg_access *a;
         const char *group;
         size_t glen = 0;
+        uint64_t gid;
         int k;
 
         *ret = NULL;
@@ -140,8 +161,13 @@ int access_parse(struct req *q, struct reg_access **ret)
                                      "%u bytes", ACCESS_GROUP_MAX);
                 else if (k == 0) {
                         memcpy(a->group, group, glen);
-                        k = resolve_group(q, a);
-                } else
+                        k = parse_group_gid(q, m, a);
+                        if (k == -ENOENT)
+                                k = resolve_group(q, a);
+                } else if (proto_get_u64(m, "group_gid", &gid) != -ENOENT)
+                        k = req_fail(q, -EINVAL, "access.group_gid needs access.group, the "
+                                     "name it stands for");
+                else
                         k = 0;
         }
         if (k < 0) {

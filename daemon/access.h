@@ -1,8 +1,9 @@
 /* access.h: who may see a registration, and who is an administrator.
  *
  * A registration's owner (its uid) and root always may; the access rule a
- * register request carries may add uids, gids, a group (resolved to a gid
- * once, at register time) or everyone.  A peer matches a gid by its primary
+ * register request carries may add uids, gids, a group (with the gid the
+ * producer resolved it to, group_gid, or else resolved by the daemon once,
+ * at register time) or everyone.  A peer matches a gid by its primary
  * gid or one of the supplementary groups read from SO_PEERGROUPS at hello
  * (the groups it had when it connected, no /proc race). */
 #ifndef GPUIPCD_ACCESS_H
@@ -33,7 +34,8 @@ struct reg_access {
 };
 
 /* Validates the request's access map (absent: owner only, *ret NULL) and
- * resolves its group.  -EINVAL (or -ENOMEM) with req_fail() otherwise. */
+ * takes its group's gid from group_gid, or resolves the name with NSS when
+ * the request has none.  -EINVAL (or -ENOMEM) with req_fail() otherwise. */
 int access_parse(struct req *q, struct reg_access **ret);
 /* Packs r's rule as the record's access map. */
 void access_pack(msgpack_packer *pk, const struct reg *r);

@@ -7,7 +7,12 @@
 
 #include "host.h"
 
-int host_check_fd(int fd, uint64_t offset, uint64_t size, const char **ret_why)
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010      /* Linux 5.1 */
+#endif
+
+int host_check_fd(int fd, uint64_t offset, uint64_t size, bool shared_write,
+                  const char **ret_why)
 {
         const char *why = NULL;
         struct stat st;
@@ -18,6 +23,10 @@ int host_check_fd(int fd, uint64_t offset, uint64_t size, const char **ret_why)
                 why = "not a memfd (F_GET_SEALS failed)";
         else if (!(seals & F_SEAL_SHRINK))
                 why = "memfd is not sealed against shrinking (F_SEAL_SHRINK)";
+        else if (!shared_write && !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)))
+                why = "memfd is not sealed against writes: any consumer could reopen its "
+                      "read-only fd read-write; seal it (F_SEAL_FUTURE_WRITE or F_SEAL_WRITE), "
+                      "or register with shared_write: true to share it writable";
         else if (fstat(fd, &st) < 0)
                 why = "cannot stat the memfd";
         else if (offset > UINT64_MAX - size || (uint64_t)st.st_size < offset + size)

@@ -119,7 +119,7 @@ int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb)
 
 /* Field checks of register, in the order the protocol lists them. */
 static int register_params(struct req *q, struct reg_params *p, const msgpack_object **ret_meta,
-                           bool *ret_ephemeral_given)
+                           bool *ret_ephemeral_given, bool *ret_shared_write)
 {
         const char *s, *why;
         size_t len;
@@ -149,6 +149,9 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         if (r == -EINVAL)
                 return req_fail(q, -EINVAL, "ephemeral must be a bool");
         *ret_ephemeral_given = r == 0;
+        r = proto_get_bool(q->m, "shared_write", ret_shared_write);
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "shared_write must be a bool");
         r = proto_get_map(q->m, "meta", ret_meta);
         if (r == -EINVAL)
                 return req_fail(q, -EINVAL, "meta must be a map");
@@ -207,7 +210,7 @@ int op_register(struct req *q)
         struct daemon *d = c->d;
         struct reg_params p = { .fd = -1 };
         const msgpack_object *meta = NULL;
-        bool ephemeral_given = false;
+        bool ephemeral_given = false, shared_write = false;
         msgpack_sbuffer sb;
         struct proto_out o;
         struct reg *existing, *r;
@@ -215,7 +218,7 @@ int op_register(struct req *q)
         int k, ro_fd = -1;
 
         msgpack_sbuffer_init(&sb);
-        k = register_params(q, &p, &meta, &ephemeral_given);
+        k = register_params(q, &p, &meta, &ephemeral_given, &shared_write);
         if (k < 0)
                 goto out;
         if (meta) {
@@ -249,7 +252,9 @@ int op_register(struct req *q)
                 goto out;
         }
         if (p.kind == PROTO_KIND_HOST) {
-                k = host_check_fd(q->fds[0], p.offset, p.size, &why);
+                /* Unsealed against writes only when the producer says it
+                 * means to share the buffer writable. */
+                k = host_check_fd(q->fds[0], p.offset, p.size, shared_write, &why);
                 if (k < 0) {
                         k = req_fail(q, k, "%s", why);
                         goto out;

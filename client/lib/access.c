@@ -1,8 +1,49 @@
 /* access.c: the access rule a client's registrations carry. */
 #include <errno.h>
+#include <grp.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
+
+/* The gid of group name, looked up here, in the producer: the daemon then
+ * trusts group_gid and does no NSS lookup of its own in its event loop. */
+static int resolve_group(gpuipc_client *c, const char *name, uint32_t *ret_gid)
+{
+        long hint = sysconf(_SC_GETGR_R_SIZE_MAX);
+        size_t len = hint > 0 ? (size_t)hint : 4096;
+        struct group g, *res = NULL;
+        char *buf = NULL;
+        int k;
+
+        for (;;) {
+                char *nbuf = realloc(buf, len);
+                if (!nbuf) {
+                        free(buf);
+                        return gpuipc__fail(c, -ENOMEM, "out of memory looking up group '%s'",
+                                            name);
+                }
+                buf = nbuf;
+                k = getgrnam_r(name, &g, buf, len, &res);
+                if (k != ERANGE || len >= (1u << 20))
+                        break;
+                len *= 2;
+        }
+        if (k == 0 && res)
+                *ret_gid = (uint32_t)res->gr_gid;
+        free(buf);
+        if (k == ENOENT || k == ESRCH)          /* "not found" from some NSS modules */
+                k = 0;
+        if (k != 0)
+                return gpuipc__fail(c, -k, "cannot look up group '%s': %s", name, strerror(k));
+        if (!res)
+                return gpuipc__fail(c, -ENOENT, "access group '%s': no such group on this host",
+                                    name);
+        if (*ret_gid == UINT32_MAX)
+                return gpuipc__fail(c, -EINVAL, "access group '%s' has gid 4294967295", name);
+        return 0;
+}
 
 GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a)
 {
@@ -23,6 +64,11 @@ GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a)
         if (a->group && (glen == 0 || glen >= sizeof(n.group)))
                 return gpuipc__fail(c, -EINVAL, "access group names are 1 to %zu bytes",
                                     sizeof(n.group) - 1);
+        if (a->group) {
+                int r = resolve_group(c, a->group, &n.group_gid);
+                if (r < 0)
+                        return r;
+        }
         n.set = true;
         n.public_ = a->public_ != 0;
         n.n_uids = a->n_uids;
@@ -49,7 +95,7 @@ void gpuipc__access_pack(msgpack_packer *pk, const gpuipc_client *c)
         if (!a->set)
                 return;
         proto_pack_str(pk, "access");
-        msgpack_pack_map(pk, a->group[0] ? 4 : 3);
+        msgpack_pack_map(pk, a->group[0] ? 5 : 3);
         proto_pack_kbool(pk, "public", a->public_);
         proto_pack_str(pk, "uids");
         msgpack_pack_array(pk, a->n_uids);
@@ -59,6 +105,8 @@ void gpuipc__access_pack(msgpack_packer *pk, const gpuipc_client *c)
         msgpack_pack_array(pk, a->n_gids);
         for (uint32_t i = 0; i < a->n_gids; i++)
                 msgpack_pack_uint32(pk, a->gids[i]);
-        if (a->group[0])
+        if (a->group[0]) {
                 proto_pack_kstr(pk, "group", a->group);
+                proto_pack_ku64(pk, "group_gid", a->group_gid);
+        }
 }

@@ -107,8 +107,10 @@ static int check_memfd(gpuipc_client *c, int fd, uint64_t offset, uint64_t size)
 /* Seals fd against new writers (F_SEAL_FUTURE_WRITE): mappings that exist
  * stay writable, new writable mappings and write() fail for every holder of
  * the file, so a consumer's read-only fd cannot be reopened read-write
- * through /proc to write it.  Kernels before 5.1 lack the seal (EINVAL);
- * the buffer is then registered without it, as documented in gpuipc.h. */
+ * through /proc to write it.  gpuipcd refuses a memfd without a write seal
+ * unless the register request says shared_write.  Kernels before 5.1 lack
+ * the seal (EINVAL): the buffer is then registered without it, as if
+ * GPUIPC_REGISTER_SHARED_WRITE were given (gpuipc.h), and 1 says so. */
 static int seal_future_write(gpuipc_client *c, int fd)
 {
         int seals = fcntl(fd, F_GET_SEALS);
@@ -117,8 +119,10 @@ static int seal_future_write(gpuipc_client *c, int fd)
                 return gpuipc__fail(c, -EBADF, "fd %d is not a memfd (sealing unsupported)", fd);
         if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
                 return 0;
-        if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0 || errno == EINVAL)
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0)
                 return 0;
+        if (errno == EINVAL)
+                return 1;
         if (errno == EPERM)
                 return gpuipc__fail(c, -EPERM, "the memfd takes no new seals (F_SEAL_SEAL set), "
                                     "so it cannot be sealed against writes; register it with "
@@ -135,6 +139,7 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
         uint64_t seq, id;
         uint32_t nmeta;
         bool ephemeral = flags & GPUIPC_REGISTER_EPHEMERAL;
+        bool shared_write = flags & GPUIPC_REGISTER_SHARED_WRITE;
         int r;
 
         if (!c)
@@ -150,13 +155,15 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
         if (gpuipc__meta_check(meta, &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid metadata: %s", why);
         r = check_memfd(c, fd, offset, size);
-        if (r >= 0 && !(flags & GPUIPC_REGISTER_SHARED_WRITE))
+        if (r >= 0 && !shared_write) {
                 r = seal_future_write(c, fd);
+                shared_write = r == 1;          /* no such seal on this kernel */
+        }
         if (r < 0)
                 return gpuipc__end(c, r);
 
         nmeta = gpuipc__meta_keys(meta);
-        seq = gpuipc__request(c, &o, "register", 5 + ephemeral + (nmeta > 0) +
+        seq = gpuipc__request(c, &o, "register", 5 + ephemeral + shared_write + (nmeta > 0) +
                               gpuipc__access_keys(c));
         proto_pack_kstr(&o.pk, "name", name);
         proto_pack_kstr(&o.pk, "kind", "host");
@@ -165,6 +172,9 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
         proto_pack_ku64(&o.pk, "fds", 1);
         if (ephemeral)
                 proto_pack_kbool(&o.pk, "ephemeral", true);
+        /* The daemon accepts a memfd without a write seal only then. */
+        if (shared_write)
+                proto_pack_kbool(&o.pk, "shared_write", true);
         if (nmeta > 0) {
                 proto_pack_str(&o.pk, "meta");
                 gpuipc__meta_pack(&o.pk, meta);

@@ -6,11 +6,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,7 +93,7 @@ struct reg_args {
         const char *name;
         gpuipc_access access;   /* all zero and !set: the default rule */
         bool set;
-        int want;               /* register's expected result */
+        int want;               /* register's (or gpuipc_access_set's) expected result */
 };
 
 static int do_register(void *p)
@@ -103,8 +105,14 @@ static int do_register(void *p)
 
         if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
                 return 10;
-        if (a->set && gpuipc_access_set(c, &a->access) < 0)
-                return 11;
+        if (a->set) {
+                r = gpuipc_access_set(c, &a->access);
+                if (r < 0) {
+                        gpuipc_hostbuf_free(b);
+                        gpuipc_client_free(c);
+                        return r == a->want ? 0 : 11;
+                }
+        }
         /* durable: it outlives this process, owned by its uid */
         r = gpuipc_register_host(c, a->name, b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
@@ -234,7 +242,8 @@ Test(access, allowed_gid_primary_and_supplementary)
 Test(access, allowed_group_by_name)
 {
         struct who member = { .uid = OTHER, .gid = OTHER, .groups = { NOGROUP }, .ngroups = 1 };
-        struct reg_args bad = { .name = "acc/bad", .set = true, .want = -EINVAL,
+        /* the library resolves the name, in the producer */
+        struct reg_args bad = { .name = "acc/bad", .set = true, .want = -ENOENT,
                                 .access = { .group = "no-such-group-gpuipc" } };
 
         if (!getgrnam("nogroup"))
@@ -243,7 +252,8 @@ Test(access, allowed_group_by_name)
         reg_as(OWNER, "acc/n", &(gpuipc_access){ .group = "nogroup" });
         cr_expect_eq(probe(&member, "acc/n"), 0);
         cr_expect_eq(probe(WHO(THIRD), "acc/n"), 1);
-        cr_expect_eq(as_user(WHO(OWNER), do_register, &bad), 0, "unknown group: EINVAL");
+        cr_expect_eq(as_user(WHO(OWNER), do_register, &bad), 0,
+                     "unknown group: gpuipc_access_set fails with ENOENT");
         h_daemon_stop(&h_d);
 }
 
@@ -431,10 +441,171 @@ Test(access, record_shows_access_and_bounds)
         mfd = memfd_create("acc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         cr_assert_geq(mfd, 0);
         cr_assert_eq(ftruncate(mfd, 4096), 0);
-        cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+        cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_WRITE), 0);
         cr_assert_eq(h_raw_request(fd, "register", 3, 5, pack_bad_register, NULL, &mfd, 1), 0);
         h_raw_expect_reply(fd, 3, "bad_request");
         close(mfd);
         close(fd);
+        h_daemon_stop(&h_d);
+}
+
+/* ---- group_gid: the producer resolves the group name ------------------- */
+
+#define FAKE_GROUP "gpuipc-only-here"   /* in no /etc/group the daemon reads */
+
+struct gg_args {
+        const char *name;
+        const char *group;      /* NULL: no group key */
+        char gid_type;          /* 0: no group_gid; 'u', 's', 'i' (negative), 'b' */
+        uint64_t gid;
+};
+
+static void pack_gg_register(msgpack_packer *pk, void *data)
+{
+        const struct gg_args *a = data;
+
+        proto_pack_kstr(pk, "name", a->name);
+        proto_pack_kstr(pk, "kind", "host");
+        proto_pack_ku64(pk, "size", 4096);
+        proto_pack_ku64(pk, "fds", 1);
+        proto_pack_str(pk, "access");
+        msgpack_pack_map(pk, (a->group != NULL) + (a->gid_type != 0));
+        if (a->group)
+                proto_pack_kstr(pk, "group", a->group);
+        switch (a->gid_type) {
+        case 'u':
+                proto_pack_ku64(pk, "group_gid", a->gid);
+                break;
+        case 's':
+                proto_pack_kstr(pk, "group_gid", "4242");
+                break;
+        case 'i':
+                proto_pack_str(pk, "group_gid");
+                msgpack_pack_int64(pk, -1);
+                break;
+        case 'b':
+                proto_pack_kbool(pk, "group_gid", true);
+                break;
+        }
+}
+
+static void raw_gg_register(int fd, uint64_t seq, const struct gg_args *a, const char *code)
+{
+        int mfd = memfd_create("acc-gg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+        cr_assert_geq(mfd, 0);
+        cr_assert_eq(ftruncate(mfd, 4096), 0);
+        cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_WRITE), 0);
+        cr_assert_eq(h_raw_request(fd, "register", seq, 5, pack_gg_register, (void *)a, &mfd, 1),
+                     0);
+        close(mfd);
+        h_raw_expect_reply(fd, seq, code);
+}
+
+Test(access, group_gid_from_the_producer)
+{
+        struct who supp = { .uid = OTHER, .gid = OTHER, .groups = { GID }, .ngroups = 1 };
+        struct who prim = { .uid = THIRD, .gid = GID };
+        const msgpack_object *reg = NULL, *acc = NULL;
+        struct h_frame f;
+        uint64_t gid = 0;
+        const char *s;
+        size_t n;
+        int fd;
+
+        if (getgrnam(FAKE_GROUP))
+                cr_skip_test("this host has a group named " FAKE_GROUP);
+        start(NULL);
+        fd = h_raw_connect(h_d.sock);
+        h_raw_hello(fd, 1);
+        /* the daemon cannot resolve the name itself ... */
+        raw_gg_register(fd, 2, &(struct gg_args){ "acc/gg-name", FAKE_GROUP, 0, 0 },
+                        "bad_request");
+        /* ... and with group_gid it does not try */
+        raw_gg_register(fd, 3, &(struct gg_args){ "acc/gg", FAKE_GROUP, 'u', GID }, "");
+        cr_assert_eq(h_raw_request(fd, "stat", 4, 1, pack_stat, "acc/gg", NULL, 0), 0);
+        cr_assert_eq(h_raw_recv(fd, 5000, &f), 1);
+        h_expect_reply(&f, 4, "");
+        cr_assert_eq(proto_get_map(f.m.root, "reg", &reg), 0);
+        cr_assert_eq(proto_get_map(reg, "access", &acc), 0);
+        cr_assert_eq(proto_get_str(acc, "group", &s, &n), 0);
+        cr_expect(n == strlen(FAKE_GROUP) && memcmp(s, FAKE_GROUP, n) == 0);
+        cr_assert_eq(proto_get_u64(acc, "group_gid", &gid), 0);
+        cr_expect_eq(gid, GID);
+        h_frame_free(&f);
+        /* group_gid must be a uint below 2^32-1, and comes with group */
+        raw_gg_register(fd, 5, &(struct gg_args){ "acc/gg-s", FAKE_GROUP, 's', 0 }, "bad_request");
+        raw_gg_register(fd, 6, &(struct gg_args){ "acc/gg-i", FAKE_GROUP, 'i', 0 }, "bad_request");
+        raw_gg_register(fd, 7, &(struct gg_args){ "acc/gg-b", FAKE_GROUP, 'b', 0 }, "bad_request");
+        raw_gg_register(fd, 8, &(struct gg_args){ "acc/gg-max", FAKE_GROUP, 'u', UINT32_MAX },
+                        "bad_request");
+        raw_gg_register(fd, 9, &(struct gg_args){ "acc/gg-alone", NULL, 'u', GID },
+                        "bad_request");
+        /* (lookups below send fd released events: no more replies read) */
+        cr_expect_eq(probe(&supp, "acc/gg"), 0, "supplementary group_gid");
+        cr_expect_eq(probe(&prim, "acc/gg"), 0, "primary group_gid");
+        cr_expect_eq(probe(WHO(THIRD), "acc/gg"), 1, "not in group_gid");
+        close(fd);
+        h_daemon_stop(&h_d);
+}
+
+/* In a mount namespace whose /etc/group (a bind mount of path) has
+ * FAKE_GROUP as GID, which the daemon's does not: gpuipc_access_set
+ * resolves it here, and the daemon takes the gid it is sent.  50: no mount
+ * namespace; 51: the bind mount is not what NSS reads. */
+static int do_register_fake_group(const char *path)
+{
+        gpuipc_client *c = NULL;
+        gpuipc_hostbuf *b = NULL;
+        int r;
+
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount(path, "/etc/group", NULL, MS_BIND, NULL) < 0)
+                return 50;
+        if (!getgrnam(FAKE_GROUP))
+                return 51;
+        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
+                return 10;
+        if (gpuipc_access_set(c, &(gpuipc_access){ .group = "no-such-group-gpuipc" }) != -ENOENT ||
+            !strstr(gpuipc_errmsg(c), "no-such-group-gpuipc"))
+                return 11;
+        if (gpuipc_access_set(c, &(gpuipc_access){ .group = FAKE_GROUP }) < 0)
+                return 12;
+        r = gpuipc_register_host(c, "acc/lib-gg", b, NULL, 0, NULL);
+        gpuipc_hostbuf_free(b);
+        gpuipc_client_free(c);
+        return r == 0 ? 0 : 13;
+}
+
+Test(access, group_resolved_by_the_library)
+{
+        struct who supp = { .uid = OTHER, .gid = OTHER, .groups = { GID }, .ngroups = 1 };
+        char path[320];
+        pid_t pid;
+        FILE *g;
+        int code;
+
+        if (getgrnam(FAKE_GROUP))
+                cr_skip_test("this host has a group named " FAKE_GROUP);
+        start(NULL);
+        snprintf(path, sizeof(path), "%s/group", h_d.dir);
+        g = fopen(path, "w");
+        cr_assert_not_null(g);
+        fprintf(g, "root:x:0:\n%s:x:%u:\n", FAKE_GROUP, GID);
+        cr_assert_eq(fclose(g), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                alarm(20);
+                _exit(do_register_fake_group(path));
+        }
+        code = as_user_wait(pid);
+        if (code == 50 || code == 51) {
+                h_daemon_stop(&h_d);
+                cr_skip_test("cannot give a child its own /etc/group (%d)", code);
+        }
+        cr_assert_eq(code, 0, "registering with a group only the producer knows: %d", code);
+        cr_expect_eq(probe(&supp, "acc/lib-gg"), 0, "member of the producer's group");
+        cr_expect_eq(probe(WHO(THIRD), "acc/lib-gg"), 1, "not a member");
         h_daemon_stop(&h_d);
 }

@@ -97,7 +97,8 @@ static int memfd_with(size_t size, uint32_t seed)
         for (size_t i = 0; i < size; i++)
                 p[i] = h_pattern(i, seed);
         munmap(p, size);
-        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+        /* gpuipcd wants a write seal on host memfds unless shared_write */
+        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_WRITE), 0);
         return fd;
 }
 
@@ -1071,4 +1072,114 @@ Test(protocol, empty_strings)
         close(mfd);
         close(fd);
         cr_assert(h_daemon_alive(&h_d), "daemon died on empty strings");
+}
+
+/* ---- host memfds must be sealed against writes, or shared_write -------- */
+
+/* A 4096-byte memfd with seals (F_SEAL_SHRINK at least). */
+static int memfd_sealed_with(int seals)
+{
+        int fd = memfd_create("seal", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(ftruncate(fd, 4096), 0);
+        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | seals), 0, "F_ADD_SEALS %#x: %s",
+                     seals, strerror(errno));
+        return fd;
+}
+
+/* The error message of a refused reply f. */
+static void expect_message_has(const struct h_frame *f, const char *a, const char *b)
+{
+        const msgpack_object *err = NULL;
+        char msg[512];
+        const char *s;
+        size_t n;
+
+        cr_assert_eq(proto_get_map(f->m.root, "error", &err), 0);
+        cr_assert_eq(proto_get_str(err, "message", &s, &n), 0);
+        snprintf(msg, sizeof(msg), "%.*s", (int)n, s);
+        cr_expect(strstr(msg, a) && strstr(msg, b), "message \"%s\" names neither \"%s\" nor "
+                  "\"%s\"", msg, a, b);
+}
+
+/* A consumer's lookup fd for name, reopened read-write through /proc the
+ * way any holder of a read-only memfd fd can; whether a write lands.  The
+ * lease stays until con closes (a release would send the owner an event
+ * between its replies). */
+static bool reopen_write_lands(int con, uint64_t seq, const char *name)
+{
+        struct h_frame f;
+        char path[64];
+        bool landed;
+        int rw;
+
+        req(con, seq, "lookup", "s", "name", name);
+        recv_reply(con, seq, "", &f);
+        cr_assert_eq(f.nfds, 1);
+        cr_expect_eq(fcntl(f.fds[0], F_GETFL) & O_ACCMODE, O_RDONLY);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", f.fds[0]);
+        rw = open(path, O_RDWR | O_CLOEXEC);
+        cr_assert_geq(rw, 0, "reopen %s read-write: %s", path, strerror(errno));
+        landed = pwrite(rw, "w", 1, 0) == 1;
+        close(rw);
+        h_frame_free(&f);
+        return landed;
+}
+
+Test(protocol, register_wants_a_write_seal_or_shared_write)
+{
+        int fd = h_raw_connect(h_d.sock), con = h_raw_connect(h_d.sock), base, mfd;
+        struct h_frame f;
+
+        h_raw_hello(fd, 1);
+        h_raw_hello(con, 1);
+        base = h_daemon_fd_count(&h_d);
+
+        /* sealed against shrinking only: refused, the message says what to do */
+        mfd = memfd_sealed_with(0);
+        req_fds(fd, 2, "register", &mfd, 1, "ssuu", "name", "seal/none", "kind", "host", "size",
+                (uint64_t)4096, "fds", (uint64_t)1);
+        recv_reply(fd, 2, "bad_fd", &f);
+        expect_message_has(&f, "sealed against writes", "shared_write: true");
+        h_frame_free(&f);
+        req_fds(fd, 3, "register", &mfd, 1, "ssuub", "name", "seal/false", "kind", "host", "size",
+                (uint64_t)4096, "fds", (uint64_t)1, "shared_write", 0);
+        recv_reply(fd, 3, "bad_fd", &f);
+        expect_message_has(&f, "F_SEAL_FUTURE_WRITE", "shared_write");
+        h_frame_free(&f);
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base, 2000), base, "a refused memfd stayed open");
+        /* shared_write of another type */
+        req_fds(fd, 4, "register", &mfd, 1, "ssuus", "name", "seal/str", "kind", "host", "size",
+                (uint64_t)4096, "fds", (uint64_t)1, "shared_write", "yes");
+        h_raw_expect_reply(fd, 4, "bad_request");
+        /* the same memfd with shared_write: true is accepted, and is what it
+         * says: writable by any consumer through its read-only fd */
+        req_fds(fd, 5, "register", &mfd, 1, "ssuub", "name", "seal/shared", "kind", "host", "size",
+                (uint64_t)4096, "fds", (uint64_t)1, "shared_write", 1);
+        h_raw_expect_reply(fd, 5, "");
+        cr_expect(reopen_write_lands(con, 20, "seal/shared"));
+        close(mfd);
+
+        /* F_SEAL_WRITE or F_SEAL_FUTURE_WRITE: accepted without the field,
+         * and the reopen cannot write */
+        mfd = memfd_sealed_with(F_SEAL_WRITE);
+        req_fds(fd, 6, "register", &mfd, 1, "ssuu", "name", "seal/write", "kind", "host", "size",
+                (uint64_t)4096, "fds", (uint64_t)1);
+        h_raw_expect_reply(fd, 6, "");
+        cr_expect(!reopen_write_lands(con, 22, "seal/write"));
+        close(mfd);
+        mfd = memfd_create("probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        cr_assert_geq(mfd, 0);
+        if (fcntl(mfd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0) {      /* Linux >= 5.1 */
+                close(mfd);
+                mfd = memfd_sealed_with(F_SEAL_FUTURE_WRITE);
+                req_fds(fd, 7, "register", &mfd, 1, "ssuu", "name", "seal/future", "kind", "host",
+                        "size", (uint64_t)4096, "fds", (uint64_t)1);
+                h_raw_expect_reply(fd, 7, "");
+                cr_expect(!reopen_write_lands(con, 24, "seal/future"));
+        }
+        close(mfd);
+        close(con);
+        close(fd);
 }

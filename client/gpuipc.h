@@ -71,7 +71,9 @@ typedef struct gpuipc_meta {
  * any consumer can then write it (see docs/security.md).  The seal applies
  * to the whole memfd, so to every registration of it.  On kernels without
  * F_SEAL_FUTURE_WRITE (before Linux 5.1) the library registers the buffer
- * unsealed, as if this flag were given. */
+ * unsealed, as if this flag were given.  The daemon refuses a host memfd
+ * that is not sealed against writes unless the request says it is shared
+ * writable, which the library does for this flag. */
 #define GPUIPC_REGISTER_SHARED_WRITE 0x4u
 
 /* Flags of gpuipc_register_cuda(). */
@@ -439,9 +441,9 @@ GPUIPC_EXPORT void gpuipc_cuda_status_free(gpuipc_cuda_status *s);
 #define GPUIPC_ACCESS_IDS_MAX 32        /* uids, and gids, one rule may list */
 
 /* Who besides the owner's uid (and root) may look a registration up, list,
- * stat and watch it.  group is a group name the daemon resolves to a gid at
- * register time (NULL: none); public_ nonzero allows every peer that can
- * reach the socket. */
+ * stat and watch it.  group is a group name (NULL: none), resolved to a gid
+ * by gpuipc_access_set() in the calling process (the daemon is told both);
+ * public_ nonzero allows every peer that can reach the socket. */
 typedef struct gpuipc_access {
         const uint32_t *uids;
         uint32_t n_uids;                /* at most GPUIPC_ACCESS_IDS_MAX */
@@ -453,7 +455,8 @@ typedef struct gpuipc_access {
 
 /* Sets the access rule of this client's later registrations (all kinds);
  * the library copies a.  NULL restores the default, owner only.  -EINVAL
- * for more than GPUIPC_ACCESS_IDS_MAX ids or a bad group name. */
+ * for more than GPUIPC_ACCESS_IDS_MAX ids or a bad group name, -ENOENT when
+ * this process knows no group of that name. */
 GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a);
 
 #ifdef __cplusplus

@@ -91,7 +91,8 @@ static const char *const keys[] = {
         "seq", "op", "name", "id", "kind", "size", "offset", "ephemeral", "meta", "fds",
         "version", "client", "lease", "event", "prefix", "after", "limit", "device",
         "alloc_size", "handle", "buffer_id", "alloc_key", "wait_ms", "writable", "stop",
-        "dtype", "shape", "strides", "user",
+        "dtype", "shape", "strides", "user", "shared_write", "access", "group", "group_gid",
+        "resume", "public", "uids", "gids",
 };
 
 static const char *const strs[] = {
@@ -210,8 +211,11 @@ static int new_memfd(struct src *s)
                 abort();
         if (ftruncate(fd, sizes[b % N(sizes)]) < 0)
                 abort();
+        /* Most get the seals the daemon asks of host buffers (shrink, and
+         * write unless the request says shared_write); some miss one. */
         if (!(b & 0x10))
-                (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | ((b & 0x20) ? F_SEAL_GROW : 0));
+                (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | ((b & 0x20) ? F_SEAL_GROW : 0) |
+                                             ((b & 0x40) ? 0 : F_SEAL_WRITE));
         return fd;
 }
 

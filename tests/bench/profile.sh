@@ -11,14 +11,14 @@ dir=$(mktemp -d /tmp/gpuipc-prof.XXXXXX)
 S="$dir/gpuipcd.sock"
 [ -x "$B/bench/bench_ipc" ] || { echo "profile: build $B/bench/bench_ipc first (make bench-build)" >&2; exit 2; }
 if command -v perf >/dev/null && perf record -q -e cpu-clock -o "$dir/t.data" true 2>/dev/null; then
-        "$B/gpuipcd" --socket "$S" --log-level 3 --max-leases 100000000 &
+        "$B/gpuipcd" --socket "$S" --no-config --log-level 3 --max-leases 100000000 --max-leases-per-uid 100000000 &
         dpid=$!
         sleep 0.3
         perf record -q -e cpu-clock -g -o "$dir/perf.data" -p "$dpid" &
         tool=perf
 else
         valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "$B/gpuipcd" --socket "$S" \
-                --log-level 3 --max-leases 100000000 2>"$dir/vg.log" &
+                --no-config --log-level 3 --max-leases 100000000 --max-leases-per-uid 100000000 2>"$dir/vg.log" &
         dpid=$!
         tool=callgrind
 fi

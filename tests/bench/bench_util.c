@@ -488,6 +488,14 @@ void wire_lookup(struct proto_out *o, uint64_t seq, const char *name)
         req_end(o);
 }
 
+void wire_lookup_have(struct proto_out *o, uint64_t seq, const char *name, uint64_t have)
+{
+        req_begin(o, "lookup", seq, 2);
+        proto_pack_kstr(&o->pk, "name", name);
+        proto_pack_ku64(&o->pk, "have", have);
+        req_end(o);
+}
+
 void wire_release(struct proto_out *o, uint64_t seq, uint64_t lease)
 {
         req_begin(o, "release", seq, 1);

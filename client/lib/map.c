@@ -1,7 +1,8 @@
 /* map.c: the per-process cache of buffer mappings.
  *
- * Every lookup brings a fresh duplicate of the registered memfd, but the
- * buffer behind it is the same file, so (st_dev, st_ino) names it.  Mapping
+ * A lookup brings a fresh duplicate of the registered memfd (unless the
+ * daemon left it out for `have`, below), but the buffer behind it is the
+ * same file, so (st_dev, st_ino) names it.  Mapping
  * it once per process and protection keeps address space and page tables
  * small when many views of one buffer are open, and is what the API
  * promises.  Clients in several threads share this table, hence the mutex.

@@ -573,7 +573,11 @@ int memfd_sealed(size_t size, bool huge)
                 }
                 die("ftruncate(%zu): %s", size, strerror(errno));
         }
-        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+        /* The daemon wants host memfds sealed against writes (unless shared
+         * writable); a huge-page one is filled through a mapping first, and
+         * its caller seals it then. */
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+                                    (huge ? 0 : F_SEAL_FUTURE_WRITE)) < 0)
                 die("F_ADD_SEALS: %s", strerror(errno));
         return fd;
 }

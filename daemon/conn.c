@@ -20,6 +20,8 @@
 
 #define READS_PER_WAKEUP 16     /* fairness: then let other connections run */
 #define IOV_BATCH 64
+#define CHUNK_SIZE 4096         /* the usual chunk, header included */
+#define CHUNK_SPARE_MAX 64      /* usual chunks kept for reuse */
 #define SHUTDOWN_GRACE_MS 1000  /* for peers to take their last frames */
 
 static void on_poll(uv_poll_t *h, int status, int events);
@@ -108,11 +110,46 @@ int conn_new(struct daemon *d, int fd, struct conn **ret)
 
 static void grace_done(struct daemon *d);
 
+/* Written chunks of the usual size wait here for the next replies, so that
+ * a busy connection does not allocate for each.  The daemon has one loop
+ * thread, and the list is bounded. */
+static struct chunk *spare;
+static unsigned n_spare;
+
+static struct chunk *chunk_new(size_t len)
+{
+        size_t size = sizeof(struct chunk) + len;
+        struct chunk *k;
+
+        if (size <= CHUNK_SIZE && spare) {
+                k = spare;
+                spare = k->next;
+                n_spare--;
+        } else {
+                if (size < CHUNK_SIZE)
+                        size = CHUNK_SIZE;
+                k = malloc(size);
+                if (!k)
+                        return NULL;
+                k->cap = size - sizeof(struct chunk);
+        }
+        k->next = NULL;
+        k->pin = NULL;
+        k->fd = -1;
+        k->len = k->off = 0;
+        return k;
+}
+
 static void chunk_free(struct daemon *d, struct chunk *k)
 {
         if (k->pin)
                 registry_unpin(d->reg, k->pin);
-        free(k->buf);
+        if (k->cap == CHUNK_SIZE - sizeof(struct chunk) && n_spare < CHUNK_SPARE_MAX) {
+                k->next = spare;
+                spare = k;
+                n_spare++;
+                return;
+        }
         free(k);
 }
 
@@ -207,28 +244,28 @@ int conn_send_fd(struct conn *c, struct proto_out *o, struct reg *pin, int fd)
                 conn_doom(c);
                 return -ENOBUFS;
         }
-        k = calloc(1, sizeof(*k));
-        if (!k)
-                return send_failed(c, -ENOMEM);
-        k->buf = proto_out_release(o, &k->len);
-        if (!k->buf) {
-                free(k);
-                return send_failed(c, -ENOMEM);
+        /* Copied: o's buffer goes back to proto_out for the next frame. */
+        k = c->out_tail;
+        if (pin || !k || k->cap - k->len < o->sb.size) {
+                k = chunk_new(o->sb.size);
+                if (!k)
+                        return send_failed(c, -ENOMEM);
+                if (pin) {
+                        /* The pin keeps the registration, and so fd, open. */
+                        assert(fd >= 0);
+                        registry_pin(pin);
+                        k->pin = pin;
+                        k->fd = fd;
+                }
+                if (c->out_tail)
+                        c->out_tail->next = k;
+                else
+                        c->out_head = k;
+                c->out_tail = k;
         }
-        k->fd = -1;
-        if (pin) {
-                /* The pin keeps the registration, and so fd, open. */
-                assert(fd >= 0);
-                registry_pin(pin);
-                k->pin = pin;
-                k->fd = fd;
-        }
-        if (c->out_tail)
-                c->out_tail->next = k;
-        else
-                c->out_head = k;
-        c->out_tail = k;
-        c->out_bytes += k->len;
+        memcpy(k->buf + k->len, o->sb.data, o->sb.size);
+        k->len += o->sb.size;
+        c->out_bytes += o->sb.size;
         /* Our own read callback flushes once its batch is done; anyone
          * else's reply waits for the socket to be writable. */
         if (!c->busy)

@@ -21,12 +21,16 @@
 
 struct waiter;
 
+/* Queued output: frames copied end to end.  A frame with an fd starts a
+ * chunk of its own, since the fd travels with the chunk's first byte;
+ * frames without one are appended to the last chunk while they fit. */
 struct chunk {
         struct chunk *next;
         struct reg *pin;                /* keeps fd open; fd travels with byte 0 */
         int fd;                         /* with pin: pin->fd or pin->ro_fd */
         size_t len, off;                /* off: bytes already written */
-        uint8_t *buf;
+        size_t cap;                     /* bytes buf has room for */
+        uint8_t buf[];
 };
 
 struct conn {

@@ -19,11 +19,27 @@ static bool may_write(const struct conn *c, const struct reg *r)
         return c->party.uid == r->uid || c->party.uid == 0;
 }
 
-void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable)
+/* True when the lookup may leave the fd out: the peer named, as `have`, a
+ * lease that this connection holds on r, so it was given r's fd (or, by
+ * the same rule, the fd of an earlier lease on r) and says it kept what it
+ * made of it.  Checking the lease, not just r's id, ties the promise to
+ * this connection: ids mean nothing to another daemon or connection. */
+static bool peer_has(struct conn *c, const struct reg *r, uint64_t have)
+{
+        const struct lease *l;
+
+        if (have == 0)
+                return false;
+        l = registry_find_lease(c->d->reg, have);
+        return l && l->holder == &c->party && l->reg == r;
+}
+
+static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable,
+                          uint64_t have)
 {
         struct registry *R = c->d->reg;
         struct proto_out o;
-        bool has_fd = r->kind != PROTO_KIND_CUDA_IPC;
+        bool has_fd = r->kind != PROTO_KIND_CUDA_IPC && !peer_has(c, r, have);
         int fd = r->kind == PROTO_KIND_HOST && !writable ? r->ro_fd : r->fd;
         struct lease *l;
         char msg[PROTO_NAME_MAX + 128];
@@ -70,12 +86,17 @@ void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writabl
                 registry_lease_undo(R, l);
 }
 
+void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable)
+{
+        lookup_answer(c, seq, r, writable, 0);
+}
+
 int op_lookup(struct req *q)
 {
         struct conn *c = q->c;
         struct registry *R = c->d->reg;
         struct target t;
-        uint64_t wait_ms = 0;
+        uint64_t wait_ms = 0, have = 0;
         bool writable = false;
         struct reg *r;
         int k;
@@ -91,6 +112,9 @@ int op_lookup(struct req *q)
         k = proto_get_bool(q->m, "writable", &writable);
         if (k == -EINVAL)
                 return req_fail(q, -EINVAL, "writable must be a bool");
+        k = proto_get_u64(q->m, "have", &have);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "have must be a uint");
         /* What the peer may not look up is answered as if it did not
          * exist, and a waiting lookup keeps waiting for it. */
         if (t.by_id) {
@@ -115,7 +139,9 @@ int op_lookup(struct req *q)
                         return 0;
                 }
         }
-        ops_lookup_answer(c, q->seq, r, writable);
+        /* A lookup that waited answers another registration than any
+         * lease held when it was sent, so it always carries the fd. */
+        lookup_answer(c, q->seq, r, writable, have);
         return 0;
 }
 

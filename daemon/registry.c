@@ -16,7 +16,11 @@ struct registry {
         struct registry_counters cnt;
         struct registry_callbacks cb;
         void *userdata;
+        struct lease *spare;            /* freed leases kept for reuse */
+        unsigned n_spare;
 };
+
+#define LEASE_SPARE_MAX 256u
 
 int registry_new(const struct registry_callbacks *cb, void *userdata, struct registry **ret)
 {
@@ -108,7 +112,13 @@ static void lease_destroy_ex(struct registry *R, struct lease *l, bool quiet)
                 marks_done = --r->marked == 0;
         h->n_leases--;
         R->cnt.leases--;
-        free(l);
+        if (R->n_spare < LEASE_SPARE_MAX) {
+                l->next = R->spare;
+                R->spare = l;
+                R->n_spare++;
+        } else {
+                free(l);
+        }
 
         assert(r->leases > 0);
         if (--r->leases == 0) {
@@ -150,6 +160,11 @@ struct registry *registry_free(struct registry *R)
                         R->cb.freed(r, R->userdata);
                 free(r->access);
                 free(r);
+        }
+        while (R->spare) {
+                struct lease *l = R->spare;
+                R->spare = l->next;
+                free(l);
         }
         hmap_free(&R->names);
         hmap_free(&R->ids);
@@ -305,9 +320,16 @@ int registry_lease_id(struct registry *R, struct reg *r, struct reg_party *holde
 
         if (lease_id && registry_find_lease(R, lease_id))
                 return -EEXIST;
-        l = calloc(1, sizeof(*l));
-        if (!l)
-                return -ENOMEM;
+        l = R->spare;
+        if (l) {
+                R->spare = l->next;
+                R->n_spare--;
+                memset(l, 0, sizeof(*l));
+        } else {
+                l = calloc(1, sizeof(*l));
+                if (!l)
+                        return -ENOMEM;
+        }
         l->id = lease_id ? lease_id : R->next_lease;
         l->reg = r;
         l->holder = holder;

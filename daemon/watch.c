@@ -24,12 +24,19 @@ struct watcher {
         char prefix[PROTO_NAME_MAX + 1];
 };
 
+/* An executable path, shared by a connection's entry and the entries of
+ * the registrations it made: one copy per connection, not one each. */
+struct exe {
+        uint32_t refs;
+        char s[];
+};
+
 /* One per connection that said hello and per registration not yet freed. */
 struct entry {
         struct hmap_node node;
         uint64_t key;
+        struct exe *exe;                /* a reference; NULL for "" */
         int16_t bytes_slot;             /* registrations: index in bytes[], or -1 */
-        char exe[];
 };
 
 struct bytes_slot {
@@ -61,27 +68,57 @@ static struct entry *entry_find(uint64_t key)
         return NULL;
 }
 
-/* Adds an entry for key with a copy of exe; best effort (the record then
- * shows ""). */
-static struct entry *entry_add(uint64_t key, const char *exe)
+/* A new exe with one reference, or NULL for "" and when out of memory
+ * (best effort: the record then shows ""). */
+static struct exe *exe_new(const char *path)
 {
-        size_t n = strlen(exe);
+        size_t n = strlen(path);
+        struct exe *x;
+
+        if (n == 0)
+                return NULL;
+        x = malloc(sizeof(*x) + n + 1);
+        if (!x)
+                return NULL;
+        x->refs = 1;
+        memcpy(x->s, path, n + 1);
+        return x;
+}
+
+static void exe_unref(struct exe *x)
+{
+        if (x && --x->refs == 0)
+                free(x);
+}
+
+static void entry_free(struct entry *e)
+{
+        exe_unref(e->exe);
+        free(e);
+}
+
+/* Adds an entry for key holding a reference to exe (may be NULL); best
+ * effort. */
+static struct entry *entry_add(uint64_t key, struct exe *exe)
+{
         struct entry *e;
 
         if (!entries_ready) {
                 hmap_init(&entries);
                 entries_ready = true;
         }
-        e = malloc(sizeof(*e) + n + 1);
+        e = malloc(sizeof(*e));
         if (!e)
                 return NULL;
         e->key = key;
         e->bytes_slot = -1;
-        memcpy(e->exe, exe, n + 1);
+        e->exe = exe;
         if (hmap_insert(&entries, &e->node, hmap_hash_u64(key)) < 0) {
                 free(e);
                 return NULL;
         }
+        if (exe)
+                exe->refs++;
         return e;
 }
 
@@ -92,7 +129,7 @@ static void entry_drop(uint64_t key)
         if (!e)
                 return;
         hmap_remove(&entries, &e->node);
-        free(e);
+        entry_free(e);
 }
 
 /* ---- subscriptions ------------------------------------------------------ */
@@ -220,6 +257,7 @@ void watch_emit_revoked(struct reg *r, const struct reg_party *by)
 void watch_conn_hello(struct conn *c)
 {
         char path[64], exe[WATCH_EXE_MAX + 1];
+        struct exe *x;
         ssize_t n;
 
         if (entry_find(CONN_KEY(c->id)))
@@ -231,7 +269,9 @@ void watch_conn_hello(struct conn *c)
         if (n < 0 || (size_t)n >= sizeof(exe) - 1)
                 n = 0;
         exe[n] = '\0';
-        (void)entry_add(CONN_KEY(c->id), exe);
+        x = exe_new(exe);
+        (void)entry_add(CONN_KEY(c->id), x);
+        exe_unref(x);           /* the entry holds it, or nobody */
 }
 
 void watch_conn_closed(struct conn *c)
@@ -244,7 +284,7 @@ const char *watch_reg_exe(uint64_t id)
 {
         struct entry *e = entry_find(id);
 
-        return e ? e->exe : "";
+        return e && e->exe ? e->exe->s : "";
 }
 
 /* ---- bytes per device -------------------------------------------------- */
@@ -284,15 +324,17 @@ void watch_on_added(struct reg *r, void *userdata)
 {
         const struct entry *ce = r->owner && !r->owner->detached
                 ? entry_find(CONN_KEY(conn_from_party(r->owner)->id)) : NULL;
-        const char *exe = restored_exe ? restored_exe : ce ? ce->exe : "";
+        /* A restored registration brings its own path: one copy each. */
+        struct exe *own = restored_exe ? exe_new(restored_exe) : NULL;
         char device[CUDA_UUID_STR_LEN + 1] = "";
         struct entry *e;
         int slot;
 
         if (r->cuda)
                 cuda_uuid_format(r->cuda->device, device);
+        e = entry_add(r->id, restored_exe ? own : ce ? ce->exe : NULL);
         restored_exe = NULL;
-        e = entry_add(r->id, exe);
+        exe_unref(own);         /* the entry holds it, or nobody */
         slot = bytes_slot(r->kind, device);
         if (e && slot >= 0) {
                 e->bytes_slot = (int16_t)slot;
@@ -344,7 +386,7 @@ void watch_done(void)
                 while (entries.buckets[b]) {
                         struct entry *e = container_of(entries.buckets[b], struct entry, node);
                         hmap_remove(&entries, &e->node);
-                        free(e);
+                        entry_free(e);
                 }
         hmap_free(&entries);
         entries_ready = false;

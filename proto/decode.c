@@ -5,8 +5,14 @@
 
 #include "proto.h"
 
+/* One zone kept by proto_msg_free() for the next proto_decode(), cleared
+ * down to its first chunk: msgpack_unpack_next() would allocate a new zone
+ * for every frame.  Threads swap it atomically, like proto_out's buffer. */
+static msgpack_zone *spare_zone;
+
 int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char **ret_why)
 {
+        msgpack_zone *z;
         size_t off = 0;
         int r;
 
@@ -15,7 +21,13 @@ int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char
         r = proto_check(buf, len, ret_why);
         if (r < 0)
                 return r;
-        switch (msgpack_unpack_next(&m->up, (const char *)buf, len, &off)) {
+        z = __atomic_exchange_n(&spare_zone, NULL, __ATOMIC_ACQUIRE);
+        if (!z)
+                z = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE);
+        if (!z)
+                return -ENOMEM;
+        m->up.zone = z;         /* proto_msg_free() gives it back */
+        switch (msgpack_unpack((const char *)buf, len, &off, z, &m->up.data)) {
         case MSGPACK_UNPACK_SUCCESS:
                 break;
         case MSGPACK_UNPACK_NOMEM_ERROR:
@@ -37,9 +49,18 @@ int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char
 
 void proto_msg_free(struct proto_msg *m)
 {
+        msgpack_zone *z;
+
         if (!m)
                 return;
-        msgpack_unpacked_destroy(&m->up);
+        z = m->up.zone;
+        if (z) {
+                msgpack_zone_clear(z);
+                z = __atomic_exchange_n(&spare_zone, z, __ATOMIC_ACQ_REL);
+                if (z)
+                        msgpack_zone_free(z);
+        }
+        msgpack_unpacked_init(&m->up);
         m->root = NULL;
 }
 

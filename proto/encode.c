@@ -4,11 +4,22 @@
 
 #include "proto.h"
 
+/* One buffer of the packer's first size, kept by proto_out_free() for the
+ * next proto_out_init(): a daemon or client that builds one frame at a time
+ * then allocates nothing per frame.  Threads swap it atomically; the one
+ * that loses frees its own. */
+static char *spare_buf;
+
 void proto_out_init(struct proto_out *o)
 {
         static const char zero[PROTO_HDR_LEN];
+        char *buf = __atomic_exchange_n(&spare_buf, NULL, __ATOMIC_ACQUIRE);
 
         msgpack_sbuffer_init(&o->sb);
+        if (buf) {
+                o->sb.data = buf;
+                o->sb.alloc = MSGPACK_SBUFFER_INIT_SIZE;
+        }
         msgpack_packer_init(&o->pk, &o->sb, msgpack_sbuffer_write);
         msgpack_sbuffer_write(&o->sb, zero, sizeof(zero));
 }
@@ -39,8 +50,13 @@ uint8_t *proto_out_release(struct proto_out *o, size_t *ret_len)
 
 void proto_out_free(struct proto_out *o)
 {
-        if (o)
+        if (!o)
+                return;
+        if (o->sb.data && o->sb.alloc == MSGPACK_SBUFFER_INIT_SIZE)
+                free(__atomic_exchange_n(&spare_buf, o->sb.data, __ATOMIC_ACQ_REL));
+        else
                 msgpack_sbuffer_destroy(&o->sb);
+        msgpack_sbuffer_init(&o->sb);
 }
 
 void proto_pack_strn(msgpack_packer *pk, const char *s, size_t n)

@@ -227,10 +227,24 @@ int gpuipc__map_get(int fd, bool writable, uint64_t need, struct gpuipc__map **r
                     uint8_t **ret_base);
 /* Drops a reference; the last one unmaps.  NULL is allowed. */
 void gpuipc__map_put(struct gpuipc__map *m);
+/* The start of m when it covers need bytes, else NULL. */
+uint8_t *gpuipc__map_base(const struct gpuipc__map *m, uint64_t need);
+
+/* Hints (see map.c): the newest host view of c open on name with that
+ * protection.  When there is one, returns true with its lease, registration
+ * id and mapping, on which it takes a reference for the caller. */
+bool gpuipc__hint_get(const gpuipc_client *c, const char *name, bool writable,
+                      uint64_t *ret_lease, uint64_t *ret_id, struct gpuipc__map **ret_map);
+/* Makes host view v (with v->c, v->lease, v->info and v->map set) the
+ * newest of its name and protection; best effort. */
+void gpuipc__hint_add(gpuipc_view *v, const char *name, bool writable);
+/* Forgets v (before it is freed); a view never added is fine. */
+void gpuipc__hint_del(gpuipc_view *v);
 
 /* ---- view.c ------------------------------------------------------------ */
 
 struct gpuipc__cumap;
+struct gpuipc__hint;
 
 struct gpuipc_view {
         gpuipc_client *c;               /* a reference: views may outlive the client */
@@ -243,6 +257,8 @@ struct gpuipc_view {
         void *event;                    /* the producer's CUevent, opened, or NULL */
         uint64_t copy;                  /* COPY_TO_DEVICE: our CUdeviceptr, or 0 */
         uint32_t epoch;                 /* c->epoch when the lease was taken */
+        struct gpuipc__hint *hint;      /* host views: the hints it is on (map.c) */
+        gpuipc_view *hprev, *hnext;
 };
 
 /* Releases the lease (with an IPC event handle of GPUIPC__EVENT_LEN bytes,

@@ -25,9 +25,13 @@ static int send_release(gpuipc_client *c, uint64_t lease, const uint8_t *event)
         return r;
 }
 
-/* Builds the view from a lookup reply: record, fd, mapping. */
+/* Builds the view from a lookup reply: record, fd, mapping.  *have is the
+ * mapping of the view whose lease the lookup sent as `have` (have_id its
+ * registration), or NULL; a reply without an fd for that registration
+ * takes it over, setting *have to NULL. */
 static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned flags,
-                           int device, gpuipc_view *v)
+                           int device, gpuipc_view *v, uint64_t have_id,
+                           struct gpuipc__map **have)
 {
         const msgpack_object *reg;
         uint8_t *base;
@@ -41,6 +45,18 @@ static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned 
         /* Only device records touch the CUDA driver. */
         if (v->info->kind != GPUIPC_KIND_HOST)
                 return gpuipc__cuview_open(c, reg, rp, flags, device, v);
+        if (rp->nfds == 0 && *have && v->info->id == have_id) {
+                /* The daemon left the fd out: the hinted view's mapping is
+                 * of this very registration. */
+                base = gpuipc__map_base(*have, v->info->offset + v->info->size);
+                if (!base)
+                        return gpuipc__fail(c, -EBADMSG, "the buffer's mapping is smaller "
+                                            "than its record says");
+                v->map = *have;
+                *have = NULL;
+                v->data = base + v->info->offset;
+                return 0;
+        }
         r = gpuipc__reply_take_fd(rp, &fd);
         if (r < 0)
                 return gpuipc__fail(c, r, "gpuipcd's lookup reply carries no fd");
@@ -69,10 +85,12 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
                          int device, gpuipc_view **ret_view)
 {
         struct gpuipc__reply rp;
+        struct gpuipc__map *have_map = NULL;
         struct proto_out o;
         gpuipc_view *v;
         const char *why;
-        uint64_t seq, wait_ms;
+        uint64_t seq, wait_ms, have = 0, have_id = 0;
+        bool writable = flags & GPUIPC_LOOKUP_WRITABLE;
         int r;
 
         if (!c || !ret_view)
@@ -96,27 +114,36 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
         if (!v)
                 return gpuipc__end(c, -ENOMEM);
         v->device = -1;
+        /* A host view of this name open already: offer its lease, so that
+         * the daemon may leave the fd out (an older one sends it anyway). */
+        if (!gpuipc__hint_get(c, name, writable, &have, &have_id, &have_map))
+                have = 0;
         seq = gpuipc__request(c, &o, "lookup",
-                              1 + (wait_ms > 0) + !!(flags & GPUIPC_LOOKUP_WRITABLE));
+                              1 + (wait_ms > 0) + writable + (have > 0));
         proto_pack_kstr(&o.pk, "name", name);
         if (wait_ms > 0)
                 proto_pack_ku64(&o.pk, "wait_ms", wait_ms);
         /* The daemon hands out a read-only fd unless asked (and allowed). */
-        if (flags & GPUIPC_LOOKUP_WRITABLE)
+        if (writable)
                 proto_pack_kbool(&o.pk, "writable", true);
+        if (have > 0)
+                proto_pack_ku64(&o.pk, "have", have);
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
         if (r < 0) {
+                gpuipc__map_put(have_map);
                 free(v);
                 return gpuipc__end(c, r);
         }
         v->epoch = c->epoch;
         if (proto_get_u64(rp.msg.root, "lease", &v->lease) < 0) {
                 gpuipc__reply_free(&rp);
+                gpuipc__map_put(have_map);
                 free(v);
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply has no lease");
         }
-        r = view_from_reply(c, &rp, flags, device, v);
+        r = view_from_reply(c, &rp, flags, device, v, have_id, &have_map);
         gpuipc__reply_free(&rp);
+        gpuipc__map_put(have_map);
         if (r < 0) {
                 /* We hold a lease we cannot use: give it back, keeping the
                  * error text that explains the failure. */
@@ -132,6 +159,8 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
                 return gpuipc__end(c, r);
         }
         v->c = gpuipc__client_ref(c);
+        if (v->map)
+                gpuipc__hint_add(v, name, writable);
         *ret_view = v;
         return 0;
 }
@@ -169,6 +198,8 @@ int gpuipc__view_release(gpuipc_view *v, const uint8_t *event)
         if (!v)
                 return 0;
         c = v->c;
+        /* First, so that no lookup offers a lease that is going away. */
+        gpuipc__hint_del(v);
         /* After gpuipc_client_free() the daemon has dropped the lease with
          * the connection; only the mapping is left to undo. */
         if (!c->freed) {

@@ -12,6 +12,7 @@
  *
  * usage: bench_handoff GPUIPCD CSV */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -198,6 +199,9 @@ static bool run_one(const char *mode, size_t size, int round, double res[3])
                         p = gpuipc_hostbuf_data(hb);
                 }
                 memset(p, 7, size);
+                /* Filled: now sealed against writes, as the daemon requires. */
+                if (huge && fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0)
+                        die("F_SEAL_FUTURE_WRITE on the hugetlb memfd: %s", strerror(errno));
                 pid = fork();
                 if (pid == 0)
                         consumer_lookup(name, size, pfd[1]);

@@ -35,6 +35,7 @@ enum kind {
         K_LIB_REG,      /* gpuipc_register_fd, ephemeral */
         K_LIB_REG_UNREG,
         K_WIRE_LOOKUP,  /* proto frames, leases held; depth > 1: pipelined */
+        K_WIRE_LOOKUP_HAVE, /* the same offering a held lease: replies without fd */
         K_WIRE_REG,     /* pipelined registers, one sendmsg (with fd) each */
         K_REDIS,        /* GET, depth pipelined */
 };
@@ -282,7 +283,16 @@ static void run_wire(struct worker *w)
         char name[64];
 
         wire_connect(&c, G.sock);
-        wire_lookup(&o, 7, HOT);
+        if (sp->kind == K_WIRE_LOOKUP_HAVE) {
+                /* One lookup with the fd, then its lease in every request. */
+                wire_lookup(&o, 6, HOT);
+                send_all(c.sock, o.sb.data, o.sb.size, -1);
+                proto_out_free(&o);
+                uint64_t lease = wire_reply(&c, "lease", NULL);
+                wire_lookup_have(&o, 7, HOT, lease);
+        } else {
+                wire_lookup(&o, 7, HOT);
+        }
         one = o.sb.size;
         blen = one * (size_t)depth;
         batch = xmalloc(blen);
@@ -299,7 +309,7 @@ static void run_wire(struct worker *w)
                         w->t0 += now_us() - tp;
                 }
                 double t = now_us();
-                if (sp->kind == K_WIRE_LOOKUP) {
+                if (sp->kind != K_WIRE_REG) {
                         send_all(c.sock, batch, blen, -1);
                 } else {
                         for (int d = 0; d < depth; d++, seq++) {
@@ -324,6 +334,8 @@ static void run_wire(struct worker *w)
                         break;
         }
         stop_clock(w);
+        if (sp->kind == K_WIRE_LOOKUP_HAVE && c.fds_rx > 1)
+                die("%u lookups offering a held lease came with an fd", c.fds_rx - 1);
         free(batch);
         rd_free(&c);
 }
@@ -494,6 +506,7 @@ static void *worker_main(void *arg)
                 run_lib(w);
                 break;
         case K_WIRE_LOOKUP:
+        case K_WIRE_LOOKUP_HAVE:
         case K_WIRE_REG:
                 run_wire(w);
                 break;
@@ -767,7 +780,7 @@ int main(int argc, char **argv)
         const char *csvpath = argc > 2 ? argv[2] : "build/bench/results.csv";
         const char *redis_bin = getenv("REDIS_SERVER") ? getenv("REDIS_SERVER") : "redis-server";
         char sock[128], raw[128], rsock[128], cmd[256];
-        struct shape lk, rel, reg, unreg;
+        struct shape lk, lkn, rel, reg, unreg;
         struct conn_rd c;
         struct proto_out o;
         uint64_t scale_max = 1000000, nofile = 0;
@@ -776,14 +789,16 @@ int main(int argc, char **argv)
         FILE *csv;
 
         if (argc < 2) {
-                fprintf(stderr, "usage: %s GPUIPCD [CSV]\n       %s --load SOCKET SECONDS\n",
+                fprintf(stderr, "usage: %s GPUIPCD [CSV]\n       %s --load SOCKET SECONDS [have]\n",
                         argv[0], argv[0]);
                 return 2;
         }
-        if (!strcmp(argv[1], "--load") && argc == 4) {
+        if (!strcmp(argv[1], "--load") && (argc == 4 || argc == 5)) {
                 /* A fixed lookup load on a running daemon, for profiling:
                  * library lookup+release on one connection and pipelined
-                 * wire lookups on another, at the same time. */
+                 * wire lookups on another, at the same time; with "have"
+                 * the wire lookups offer a held lease (replies without fd). */
+                bool have = argc == 5 && !strcmp(argv[4], "have");
                 struct conn_rd owner;
                 G.sock = argv[2];
                 G.seconds = atof(argv[3]);
@@ -795,7 +810,8 @@ int main(int argc, char **argv)
                 wire_reply(&owner, NULL, NULL);
                 drain_start(owner.sock);
                 int a = add("load", "lookup+release (library)", K_LIB_LOOKUP_REL, 1, 1);
-                int b = add("load", "lookup pipelined (wire)", K_WIRE_LOOKUP, 1, 64);
+                int b = add("load", "lookup pipelined (wire)",
+                            have ? K_WIRE_LOOKUP_HAVE : K_WIRE_LOOKUP, 1, 64);
                 pthread_t t;
                 pthread_create(&t, NULL, load_thread, &cases[b]);
                 run_case(&cases[a], 0);
@@ -843,7 +859,20 @@ int main(int argc, char **argv)
                 proto_out_free(&o);
                 uint64_t lease = wire_reply(&c, "lease", &rl);
                 lk.rep = rl;
-                G.redis_val = rl - PROTO_HDR_LEN;
+                /* A lookup offering that lease: the reply without the fd. */
+                wire_lookup_have(&o, 999, HOT, lease);
+                lkn = (struct shape){ o.sb.size, 0, false, false };
+                send_all(c.sock, o.sb.data, o.sb.size, -1);
+                proto_out_free(&o);
+                uint64_t lease_n = wire_reply(&c, "lease", &rl);
+                lkn.rep = rl;
+                if (c.fds_rx != 1)
+                        die("the daemon ignores `have` (%u fds for two lookups)", c.fds_rx);
+                wire_release(&o, 998, lease_n);
+                send_all(c.sock, o.sb.data, o.sb.size, -1);
+                proto_out_free(&o);
+                wire_reply(&c, NULL, NULL);
+                G.redis_val = lk.rep - PROTO_HDR_LEN;
                 wire_release(&o, 1001, lease);
                 rel = (struct shape){ o.sb.size, 0, false, false };
                 send_all(c.sock, o.sb.data, o.sb.size, -1);
@@ -876,9 +905,10 @@ int main(int argc, char **argv)
 
         printf("gpuipcd host benchmark: %ld online CPUs, %d round(s) x %.1f s per figure\n",
                sysconf(_SC_NPROCESSORS_ONLN), G.rounds, G.seconds);
-        printf("frame sizes (bytes): lookup %zu -> %zu+fd, release %zu -> %zu, register "
-               "%zu+fd -> %zu, unregister %zu -> %zu\n", lk.req, lk.rep, rel.req, rel.rep,
-               reg.req, reg.rep, unreg.req, unreg.rep);
+        printf("frame sizes (bytes): lookup %zu -> %zu+fd, lookup with have %zu -> %zu, "
+               "release %zu -> %zu, register %zu+fd -> %zu, unregister %zu -> %zu\n", lk.req,
+               lk.rep, lkn.req, lkn.rep, rel.req, rel.rep, reg.req, reg.rep, unreg.req,
+               unreg.rep);
         printf("8 and 64 connections are threads of one process; the machine has %ld CPUs, "
                "shared with the daemon (one event-loop thread).\n\n",
                sysconf(_SC_NPROCESSORS_ONLN));
@@ -895,19 +925,25 @@ int main(int argc, char **argv)
                 rd8p16 = add("redis", "GET pipelined", K_REDIS, 8, 16);
         }
         (void)rd8p16;
-        int fl[3], flr[3], fr[3], fru[3], conns[3] = { 1, 8, 64 }, rdc[3] = { rd1, rd8, rd64 };
+        int fl[3], fln[3], flr[3], fr[3], fru[3], conns[3] = { 1, 8, 64 };
+        int rdc[3] = { rd1, rd8, rd64 };
         for (int k = 0; k < 3; k++) {
                 fl[k] = add_raw("raw lookup shape", conns[k], 1, lk, NULL);
+                fln[k] = add_raw("raw lookup shape no fd", conns[k], 1, lkn, NULL);
                 flr[k] = add_raw("raw lookup+release shape", conns[k], 1, lk, &rel);
                 fr[k] = add_raw("raw register shape", conns[k], 1, reg, NULL);
                 fru[k] = add_raw("raw register+unregister shape", conns[k], 1, reg, &unreg);
         }
         int flp = add_raw("raw lookup shape pipelined", 1, 64, lk, NULL);
+        int flpn = add_raw("raw lookup shape pipelined no fd", 1, 64, lkn, NULL);
+        int flpn16 = add_raw("raw lookup shape pipelined no fd", 1, 16, lkn, NULL);
         int frp = add_raw("raw register shape pipelined", 1, 64, reg, NULL);
         int lib_l[3], lib_lr[3];
         for (int k = 0; k < 3; k++) {
+                /* Views stay open, so repeated lookups reuse the mapping
+                 * and come without an fd: the floor has none either. */
                 int i = add("gpuipcd", "lookup (library)", K_LIB_LOOKUP, conns[k], 1);
-                cases[i].floor = fl[k];
+                cases[i].floor = fln[k];
                 cases[i].redis = rdc[k];
                 lib_l[k] = i;
                 i = add("gpuipcd", "lookup+release (library)", K_LIB_LOOKUP_REL, conns[k], 1);
@@ -917,11 +953,20 @@ int main(int argc, char **argv)
         int wl = add("gpuipcd", "lookup (wire; no mmap)", K_WIRE_LOOKUP, 1, 1);
         cases[wl].floor = fl[0];
         cases[wl].redis = rd1;
+        int wlh = add("gpuipcd", "lookup with have (wire; no fd)", K_WIRE_LOOKUP_HAVE, 1, 1);
+        cases[wlh].floor = fln[0];
+        cases[wlh].redis = rd1;
         int wlp = add("gpuipcd", "lookup pipelined (wire)", K_WIRE_LOOKUP, 1, 64);
         cases[wlp].floor = flp;
         cases[wlp].redis = rdp64;
         int wlp16 = add("gpuipcd", "lookup pipelined (wire)", K_WIRE_LOOKUP, 1, 16);
         cases[wlp16].redis = rdp16;
+        int wlph = add("gpuipcd", "lookup pipelined with have (wire)", K_WIRE_LOOKUP_HAVE, 1, 64);
+        cases[wlph].floor = flpn;
+        cases[wlph].redis = rdp64;
+        int wlph16 = add("gpuipcd", "lookup pipelined with have (wire)", K_WIRE_LOOKUP_HAVE, 1, 16);
+        cases[wlph16].floor = flpn16;
+        cases[wlph16].redis = rdp16;
         int lib_r[3];
         for (int k = 0; k < 3; k++) {
                 int i = add("gpuipcd", "register (library)", K_LIB_REG, conns[k], 1);
@@ -990,21 +1035,29 @@ int main(int argc, char **argv)
         } while (0)
         double v;
         v = med(cases[lib_l[0]].r_p50);
-        TARGET("lookup p50 / raw round trip with fd (library, 1 conn)", v, "<= 1.2", v <= 1.2);
+        TARGET("lookup p50 / raw round trip, no fd (library, views open)", v, "<= 1.2",
+               v <= 1.2);
         v = med(cases[wl].r_p50);
         TARGET("lookup p50 / raw round trip with fd (wire, 1 conn)", v, "<= 1.2", v <= 1.2);
+        v = med(cases[wlh].r_p50);
+        TARGET("lookup p50 / raw round trip, no fd (wire with have)", v, "<= 1.2", v <= 1.2);
         v = med(cases[lib_r[0]].r_p50);
         TARGET("register p50 / raw round trip with fd (library, 1 conn)", v, "<= 1.2", v <= 1.2);
         v = med(cases[lib_l[0]].r_redis);
         TARGET("lookup ops/s / Redis GET ops/s, 1 conn", v, ">= 1.3", v >= 1.3);
         v = med(cases[lib_l[1]].r_redis);
         TARGET("lookup ops/s / Redis GET ops/s, 8 conns", v, ">= 1.0", v >= 1.0);
+        v = med(cases[wlph].r_redis);
+        TARGET("pipelined lookup (have) / Redis GET -P 64 ops/s, 1 conn", v, ">= 1.0",
+               v >= 1.0);
+        v = med(cases[wlph16].r_redis);
+        TARGET("pipelined lookup (have) / Redis GET -P 16 ops/s, 1 conn", v, ">= 1.0",
+               v >= 1.0);
         v = med(cases[wlp].r_redis);
-        TARGET("pipelined lookup ops/s / Redis GET -P 64 ops/s, 1 conn", v, ">= 1.0", v >= 1.0);
-        v = med(cases[wlp16].r_redis);
-        TARGET("pipelined lookup ops/s / Redis GET -P 16 ops/s, 1 conn", v, ">= 1.0", v >= 1.0);
-        v = med(cases[wlp].ops);
-        TARGET("batched (pipelined x64) lookups/s, 1 conn", v, "> 1000000", v > 1e6);
+        TARGET("pipelined lookup with fd / Redis GET -P 64 ops/s, 1 conn", v, ">= 1.0",
+               v >= 1.0);
+        v = med(cases[wlph].ops);
+        TARGET("batched (pipelined x64, have) lookups/s, 1 conn", v, "> 1000000", v > 1e6);
         if (nrows >= 2) {
                 v = rows[nrows - 1].wire_p50 / rows[0].wire_p50;
                 TARGET("lookup p50 at largest / at 1k registrations (cuda-ipc, wire)", v,

@@ -205,6 +205,9 @@ pid_t daemon_start(const char *bin, const char *path, uint64_t nofile, uint64_t 
         if (pid == 0) {
                 execl(bin, bin, "--no-config", "--socket", path, "--max-registrations", "4000000",
                       "--max-leases", "100000000", "--max-connections", "4096",
+                      "--max-leases-per-uid", "100000000",
+                      "--max-registrations-per-uid", "4000000",
+                      "--max-connections-per-uid", "4096",
                       "--max-output", "268435456", "--log-level", "3", (char *)NULL);
                 fprintf(stderr, "bench: exec %s: %s\n", bin, strerror(errno));
                 _exit(127);
@@ -485,6 +488,14 @@ void wire_lookup(struct proto_out *o, uint64_t seq, const char *name)
         req_end(o);
 }
 
+void wire_lookup_have(struct proto_out *o, uint64_t seq, const char *name, uint64_t have)
+{
+        req_begin(o, "lookup", seq, 2);
+        proto_pack_kstr(&o->pk, "name", name);
+        proto_pack_ku64(&o->pk, "have", have);
+        req_end(o);
+}
+
 void wire_release(struct proto_out *o, uint64_t seq, uint64_t lease)
 {
         req_begin(o, "release", seq, 1);
@@ -562,7 +573,11 @@ int memfd_sealed(size_t size, bool huge)
                 }
                 die("ftruncate(%zu): %s", size, strerror(errno));
         }
-        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+        /* The daemon wants host memfds sealed against writes (unless shared
+         * writable); a huge-page one is filled through a mapping first, and
+         * its caller seals it then. */
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+                                    (huge ? 0 : F_SEAL_FUTURE_WRITE)) < 0)
                 die("F_ADD_SEALS: %s", strerror(errno));
         return fd;
 }

@@ -87,6 +87,9 @@ void wire_connect(struct conn_rd *c, const char *path);
 /* Builds requests into o (already finished, frame in o->sb).  The seq is
  * whatever the caller passes. */
 void wire_lookup(struct proto_out *o, uint64_t seq, const char *name);
+/* A lookup that offers lease `have` (held on this connection): the daemon
+ * then leaves the fd out when the name still resolves to its registration. */
+void wire_lookup_have(struct proto_out *o, uint64_t seq, const char *name, uint64_t have);
 void wire_release(struct proto_out *o, uint64_t seq, uint64_t lease);
 void wire_register(struct proto_out *o, uint64_t seq, const char *name, uint64_t offset,
                    uint64_t size, bool ephemeral);

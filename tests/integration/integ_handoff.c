@@ -335,6 +335,40 @@ Test(handoff, unregister_while_leased)
         gpuipc_client_free(c);
 }
 
+/* A view open on a name makes later lookups of it reuse the mapping
+ * (without the fd); a new buffer under the name must still be mapped anew. */
+Test(handoff, repeated_lookup_and_name_reused)
+{
+        gpuipc_client *c = connect_client();
+        gpuipc_view *v1 = NULL, *v2 = NULL, *v3 = NULL, *v4 = NULL, *w = NULL;
+
+        produce("again/x", "65536", "7");
+        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, 0, &v1), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, 0, &v2), 0, "%s", gpuipc_errmsg(c));
+        cr_expect_eq(gpuipc_view_data(v1), gpuipc_view_data(v2));
+        cr_expect_eq(gpuipc_view_info(v1)->id, gpuipc_view_info(v2)->id);
+        check_pattern(gpuipc_view_data(v2), 65536, 7);
+        /* the newest view goes first; the older one still serves */
+        cr_expect_eq(gpuipc_view_release(v2), 0);
+        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, 0, &v3), 0, "%s", gpuipc_errmsg(c));
+        check_pattern(gpuipc_view_data(v3), 65536, 7);
+        /* a writable view is not served by a read-only mapping */
+        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, GPUIPC_LOOKUP_WRITABLE, &w), -EPERM,
+                     "write-sealed buffer mapped writable");
+        /* the name now names another buffer: its bytes, not the old ones */
+        cr_assert_eq(gpuipc_unregister(c, "again/x"), 0, "%s", gpuipc_errmsg(c));
+        produce("again/x", "131072", "8");
+        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, 0, &v4), 0, "%s", gpuipc_errmsg(c));
+        cr_expect_neq(gpuipc_view_info(v4)->id, gpuipc_view_info(v1)->id);
+        cr_expect_eq(gpuipc_view_size(v4), 131072);
+        check_pattern(gpuipc_view_data(v4), 131072, 8);
+        check_pattern(gpuipc_view_data(v1), 65536, 7);
+        cr_expect_eq(gpuipc_view_release(v1), 0);
+        cr_expect_eq(gpuipc_view_release(v3), 0);
+        cr_expect_eq(gpuipc_view_release(v4), 0);
+        gpuipc_client_free(c);
+}
+
 Test(handoff, ephemeral_ends_with_producer_durable_stays)
 {
         const char *eargs[] = { "eph/x", "4096", "4", "--ephemeral", "--hold", NULL };

@@ -312,6 +312,91 @@ Test(protocol, lease_lifecycle_over_the_wire)
         close(own);
 }
 
+/* `have`: a lease this connection holds on the registration found lets
+ * the reply leave the fd out; any other value changes nothing. */
+Test(protocol, lookup_have_omits_fd)
+{
+        int own = h_raw_connect(h_d.sock), con = h_raw_connect(h_d.sock);
+        int other = h_raw_connect(h_d.sock);
+        int mfd = memfd_with(4096, 5), mfd2 = memfd_with(4096, 6);
+        struct h_frame f;
+        const msgpack_object *reg;
+        uint64_t id, lease, lease2, lease_y, foreign;
+
+        h_raw_hello(own, 1);
+        h_raw_hello(con, 1);
+        h_raw_hello(other, 1);
+        req_fds(own, 2, "register", &mfd, 1, "ssuu", "name", "have/x", "kind", "host",
+                "size", (uint64_t)4096, "fds", (uint64_t)1);
+        recv_reply(own, 2, "", &f);
+        id = get_u64(f.m.root, "id");
+        h_frame_free(&f);
+        req_fds(own, 3, "register", &mfd2, 1, "ssuu", "name", "have/y", "kind", "host",
+                "size", (uint64_t)4096, "fds", (uint64_t)1);
+        h_raw_expect_reply(own, 3, "");
+
+        req(con, 4, "lookup", "s", "name", "have/x");
+        recv_reply(con, 4, "", &f);
+        lease = get_u64(f.m.root, "lease");
+        cr_expect_eq(f.nfds, 1);
+        h_frame_free(&f);
+
+        /* our lease on it: no fd, no fds field, a new lease, the record */
+        req(con, 5, "lookup", "su", "name", "have/x", "have", lease);
+        recv_reply(con, 5, "", &f);
+        cr_expect_eq(f.nfds, 0, "the reply came with %u fds", f.nfds);
+        cr_expect_null(proto_get(f.m.root, "fds"));
+        lease2 = get_u64(f.m.root, "lease");
+        cr_expect_neq(lease2, lease);
+        cr_assert_eq(proto_get_map(f.m.root, "reg", &reg), 0);
+        cr_expect_eq(get_u64(reg, "id"), id);
+        cr_expect_eq(get_u64(reg, "leases"), 2);
+        h_frame_free(&f);
+        /* by id as well, and writable (we are the owner's uid) */
+        req(con, 6, "lookup", "uub", "id", id, "have", lease2, "writable", 1);
+        recv_reply(con, 6, "", &f);
+        cr_expect_eq(f.nfds, 0);
+        h_frame_free(&f);
+
+        /* a lease on another registration: the fd comes */
+        req(con, 7, "lookup", "s", "name", "have/y");
+        recv_reply(con, 7, "", &f);
+        lease_y = get_u64(f.m.root, "lease");
+        h_frame_free(&f);
+        req(con, 8, "lookup", "su", "name", "have/x", "have", lease_y);
+        recv_reply(con, 8, "", &f);
+        cr_expect_eq(f.nfds, 1, "have of another registration dropped the fd");
+        cr_expect_eq(get_u64(f.m.root, "fds"), 1);
+        h_frame_free(&f);
+        /* another connection's lease, an unknown one, a released one */
+        req(other, 9, "lookup", "s", "name", "have/x");
+        recv_reply(other, 9, "", &f);
+        foreign = get_u64(f.m.root, "lease");
+        h_frame_free(&f);
+        req(con, 10, "lookup", "su", "name", "have/x", "have", foreign);
+        recv_reply(con, 10, "", &f);
+        cr_expect_eq(f.nfds, 1, "another connection's lease dropped the fd");
+        h_frame_free(&f);
+        req(con, 11, "lookup", "su", "name", "have/x", "have", (uint64_t)999999);
+        recv_reply(con, 11, "", &f);
+        cr_expect_eq(f.nfds, 1);
+        h_frame_free(&f);
+        req(con, 12, "release", "u", "lease", lease);
+        h_raw_expect_reply(con, 12, "");
+        req(con, 13, "lookup", "su", "name", "have/x", "have", lease);
+        recv_reply(con, 13, "", &f);
+        cr_expect_eq(f.nfds, 1, "a released lease dropped the fd");
+        h_frame_free(&f);
+        /* the wrong type */
+        req(con, 14, "lookup", "ss", "name", "have/x", "have", "1");
+        h_raw_expect_reply(con, 14, "bad_request");
+        close(mfd);
+        close(mfd2);
+        close(other);
+        close(con);
+        close(own);
+}
+
 Test(protocol, pipelined_requests_in_order)
 {
         int fd = h_raw_connect(h_d.sock), own, mfd = memfd_with(4096, 8);

@@ -48,12 +48,7 @@ void daemon_send_released(struct conn *c, struct reg *r)
 
         if (c->closed)
                 return;
-        proto_out_init(&o);
-        msgpack_pack_map(&o.pk, 3 + events);
-        proto_pack_kstr(&o.pk, "event", "released");
-        proto_pack_ku64(&o.pk, "id", r->id);
-        proto_pack_str(&o.pk, "name");
-        proto_pack_strn(&o.pk, r->name, r->name_len);
+        conn_pack_reg_event(&o, "released", r->id, r->name, r->name_len, events);
         if (events) {
                 dropped = reg_cuda_pack_events(&o.pk, r->cuda);
                 if (dropped > 0)
@@ -77,12 +72,7 @@ static void on_revoked(struct reg *r, struct lease *l, void *userdata)
         c = conn_from_party(l->holder);
         if (c->closed)
                 return;
-        proto_out_init(&o);
-        msgpack_pack_map(&o.pk, 4);
-        proto_pack_kstr(&o.pk, "event", "revoked");
-        proto_pack_ku64(&o.pk, "id", r->id);
-        proto_pack_str(&o.pk, "name");
-        proto_pack_strn(&o.pk, r->name, r->name_len);
+        conn_pack_reg_event(&o, "revoked", r->id, r->name, r->name_len, 1);
         proto_pack_kstr(&o.pk, "reason", "the owner's connection ended; the memory may be gone");
         (void)conn_send(c, &o, NULL);
         proto_out_free(&o);

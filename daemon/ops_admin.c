@@ -61,12 +61,7 @@ static void send_revoked(struct reg *r, struct lease *l, const struct conn *by)
         snprintf(reason, sizeof(reason), "revoked by an administrator (pid %" PRIu32 ", uid %"
                  PRIu32 "); the lease is gone, stop using the view", by->party.pid,
                  by->party.uid);
-        proto_out_init(&o);
-        msgpack_pack_map(&o.pk, 5);
-        proto_pack_kstr(&o.pk, "event", "revoked");
-        proto_pack_ku64(&o.pk, "id", r->id);
-        proto_pack_str(&o.pk, "name");
-        proto_pack_strn(&o.pk, r->name, r->name_len);
+        conn_pack_reg_event(&o, "revoked", r->id, r->name, r->name_len, 2);
         proto_pack_ku64(&o.pk, "lease", l->id);
         proto_pack_kstr(&o.pk, "reason", reason);
         (void)conn_send(h, &o, NULL);

@@ -172,12 +172,7 @@ void session_send_missed(struct conn *c, struct session_missed *m)
                 struct session_missed *next = m->next;
                 struct proto_out o;
 
-                proto_out_init(&o);
-                msgpack_pack_map(&o.pk, 3);
-                proto_pack_kstr(&o.pk, "event", "released");
-                proto_pack_ku64(&o.pk, "id", m->id);
-                proto_pack_str(&o.pk, "name");
-                proto_pack_strn(&o.pk, m->name, m->name_len);
+                conn_pack_reg_event(&o, "released", m->id, m->name, m->name_len, 0);
                 (void)conn_send(c, &o, NULL);
                 proto_out_free(&o);
                 free(m);

@@ -35,15 +35,13 @@ static void alloc_destroy(struct alloc_table *T, struct alloc *a)
 
 void alloc_table_done(struct alloc_table *T)
 {
-        for (size_t i = 0; T->map.buckets && i <= T->map.mask; i++) {
-                struct hmap_node *n = T->map.buckets[i], *next;
-                for (; n; n = next) {
-                        struct alloc *a = container_of(n, struct alloc, node);
-                        next = n->next;
-                        if (a->fd >= 0)
-                                close(a->fd);
-                        free(a);
-                }
+        struct hmap_node *n, *next;
+
+        hmap_for_each_safe(n, next, &T->map) {
+                struct alloc *a = container_of(n, struct alloc, node);
+                if (a->fd >= 0)
+                        close(a->fd);
+                free(a);
         }
         hmap_free(&T->map);
         T->n = 0;

@@ -38,6 +38,14 @@ void hmap_free(struct hmap *h);
  * a failed growth just leaves longer chains. */
 int hmap_insert(struct hmap *h, struct hmap_node *node, uint64_t hash);
 void hmap_remove(struct hmap *h, struct hmap_node *node);
+/* Visits every node of h, bucket by bucket.  The body may remove (and
+ * free) n, since next is read first; it must not insert into h, and a
+ * `break` leaves only the current bucket. */
+#define hmap_for_each_safe(n, next, h)                                                  \
+        for (size_t hmap_b_ = 0; (h)->buckets && hmap_b_ <= (h)->mask; hmap_b_++)       \
+                for ((n) = (h)->buckets[hmap_b_]; (n) && ((next) = (n)->next, 1);       \
+                     (n) = (next))
+
 /* First node of the bucket that hash falls into, or NULL. */
 struct hmap_node *hmap_bucket(const struct hmap *h, uint64_t hash);
 

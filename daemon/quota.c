@@ -117,11 +117,9 @@ void quota_uncharge(struct daemon *d, struct reg *r)
 
 void quota_done(struct daemon *d)
 {
-        for (size_t i = 0; d->uids.buckets && i <= d->uids.mask; i++)
-                while (d->uids.buckets[i]) {
-                        struct hmap_node *n = d->uids.buckets[i];
-                        hmap_remove(&d->uids, n);
-                        free(container_of(n, struct uid_entry, node));
-                }
+        struct hmap_node *n, *next;
+
+        hmap_for_each_safe(n, next, &d->uids)
+                free(container_of(n, struct uid_entry, node));
         hmap_free(&d->uids);
 }

@@ -142,17 +142,14 @@ void registry_lease_undo(struct registry *R, struct lease *l)
 
 struct registry *registry_free(struct registry *R)
 {
+        struct hmap_node *n, *next;
+
         if (!R)
                 return NULL;
         /* Parties may already be gone, so touch neither their lists nor
          * them: free the leases outright, then every registration. */
-        for (size_t i = 0; R->leases.buckets && i <= R->leases.mask; i++) {
-                struct hmap_node *n = R->leases.buckets[i], *next;
-                for (; n; n = next) {
-                        next = n->next;
-                        free(container_of(n, struct lease, by_id));
-                }
-        }
+        hmap_for_each_safe(n, next, &R->leases)
+                free(container_of(n, struct lease, by_id));
         while (R->head) {
                 struct reg *r = R->head;
                 R->head = r->next;

@@ -65,14 +65,10 @@ static int id_add(struct hmap *h, uint64_t id)
 
 static void ids_free(struct hmap *h)
 {
-        for (size_t b = 0; h->buckets && b <= h->mask; b++) {
-                struct hmap_node *n = h->buckets[b];
-                while (n) {
-                        struct hmap_node *next = n->next;
-                        free(container_of(n, struct id_node, node));
-                        n = next;
-                }
-        }
+        struct hmap_node *n, *next;
+
+        hmap_for_each_safe(n, next, h)
+                free(container_of(n, struct id_node, node));
         hmap_free(h);
 }
 

@@ -235,20 +235,13 @@ static void on_pid_exit(uv_poll_t *h, int status, int events)
 static void on_grace(uv_timer_t *t)
 {
         struct daemon *d = t->data;
-        bool again = true;
+        struct hmap_node *n, *next;
 
-        /* Ending a session changes the table: restart the walk each time. */
-        while (again) {
-                again = false;
-                for (size_t b = 0; d->detached.buckets && b <= d->detached.mask && !again; b++)
-                        for (struct hmap_node *n = d->detached.buckets[b]; n; n = n->next) {
-                                struct dsession *s = container_of(n, struct dsession, node);
-                                if (!s->timed)
-                                        continue;
-                                session_detached_end(d, &s->party, true);
-                                again = true;
-                                break;
-                        }
+        /* Ending a session unlinks only that one. */
+        hmap_for_each_safe(n, next, &d->detached) {
+                struct dsession *s = container_of(n, struct dsession, node);
+                if (s->timed)
+                        session_detached_end(d, &s->party, true);
         }
         uv_close((uv_handle_t *)t, NULL);
         grace_on = false;
@@ -284,27 +277,21 @@ static int watch_pid(struct daemon *d, struct dsession *s)
 
 void session_watch_all(struct daemon *d)
 {
-        struct dsession **all;
-        size_t n = 0, timed = 0;
+        struct hmap_node *n, *next;
+        size_t timed = 0;
 
         if (d->n_detached == 0)
                 return;
-        all = calloc(d->n_detached, sizeof(*all));
-        if (!all)
-                return;         /* then they stay until resumed */
-        for (size_t b = 0; d->detached.buckets && b <= d->detached.mask; b++)
-                for (struct hmap_node *nd = d->detached.buckets[b]; nd; nd = nd->next)
-                        all[n++] = container_of(nd, struct dsession, node);
-        for (size_t i = 0; i < n; i++) {
-                int r = watch_pid(d, all[i]);
+        hmap_for_each_safe(n, next, &d->detached) {
+                struct dsession *s = container_of(n, struct dsession, node);
+                int r = watch_pid(d, s);
                 if (r == 0) {
-                        session_detached_end(d, &all[i]->party, true);
+                        session_detached_end(d, &s->party, true);
                 } else if (r < 0) {
-                        all[i]->timed = true;
+                        s->timed = true;
                         timed++;
                 }
         }
-        free(all);
         if (timed > 0 && !grace_on) {
                 uv_timer_init(d->loop, &grace_timer);
                 grace_timer.data = d;
@@ -338,9 +325,10 @@ bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SE
 void session_detached_each(struct daemon *d, void (*fn)(const struct reg_party *p, void *data),
                            void *data)
 {
-        for (size_t b = 0; d->detached.buckets && b <= d->detached.mask; b++)
-                for (struct hmap_node *n = d->detached.buckets[b]; n; n = n->next)
-                        fn(&container_of(n, struct dsession, node)->party, data);
+        struct hmap_node *n, *next;
+
+        hmap_for_each_safe(n, next, &d->detached)
+                fn(&container_of(n, struct dsession, node)->party, data);
 }
 
 uint32_t session_detached_count(const struct daemon *d)
@@ -350,13 +338,13 @@ uint32_t session_detached_count(const struct daemon *d)
 
 void session_stop(struct daemon *d)
 {
-        for (size_t b = 0; d->detached.buckets && b <= d->detached.mask; b++)
-                for (struct hmap_node *n = d->detached.buckets[b]; n; n = n->next) {
-                        struct dsession *s = container_of(n, struct dsession, node);
-                        if (s->pidfd < 0 || uv_is_closing((uv_handle_t *)&s->poll))
-                                continue;
+        struct hmap_node *n, *next;
+
+        hmap_for_each_safe(n, next, &d->detached) {
+                struct dsession *s = container_of(n, struct dsession, node);
+                if (s->pidfd >= 0 && !uv_is_closing((uv_handle_t *)&s->poll))
                         uv_close((uv_handle_t *)&s->poll, on_poll_closed_keep);
-                }
+        }
         if (grace_on)
                 uv_close((uv_handle_t *)&grace_timer, NULL);
         grace_on = false;
@@ -364,15 +352,12 @@ void session_stop(struct daemon *d)
 
 void session_done(struct daemon *d)
 {
-        for (size_t b = 0; d->detached.buckets && b <= d->detached.mask; b++) {
-                struct hmap_node *n = d->detached.buckets[b];
-                while (n) {
-                        struct hmap_node *next = n->next;
-                        struct dsession *s = container_of(n, struct dsession, node);
-                        missed_free(s->missed);
-                        free(s);
-                        n = next;
-                }
+        struct hmap_node *n, *next;
+
+        hmap_for_each_safe(n, next, &d->detached) {
+                struct dsession *s = container_of(n, struct dsession, node);
+                missed_free(s->missed);
+                free(s);
         }
         hmap_free(&d->detached);
         d->n_detached = 0;

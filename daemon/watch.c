@@ -376,18 +376,18 @@ void watch_reg_freed(struct reg *r)
 
 void watch_done(void)
 {
+        struct hmap_node *n, *next;
+
         while (watchers)
                 watch_remove(watchers->c);
         if (!entries_ready)
                 return;
         /* Every registration was freed through watch_reg_freed and every
          * connection closed; anything left is freed bucket by bucket. */
-        for (size_t b = 0; entries.buckets && b <= entries.mask; b++)
-                while (entries.buckets[b]) {
-                        struct entry *e = container_of(entries.buckets[b], struct entry, node);
-                        hmap_remove(&entries, &e->node);
-                        entry_free(e);
-                }
+        hmap_for_each_safe(n, next, &entries) {
+                hmap_remove(&entries, n);
+                entry_free(container_of(n, struct entry, node));
+        }
         hmap_free(&entries);
         entries_ready = false;
 }

@@ -315,24 +315,30 @@ static bool in_array(const msgpack_object *a, uint64_t v)
         return false;
 }
 
+/* A request of the reconnect's own, through gpuipc__call() but neither
+ * reconnecting nor tracked (c->recovering). */
+static int call_quiet(gpuipc_client *c, struct proto_out *o, uint64_t seq,
+                      struct gpuipc__reply *ret_reply)
+{
+        bool was = c->recovering;
+        int k;
+
+        c->recovering = true;
+        k = gpuipc__call(c, o, seq, NULL, 0, ret_reply);
+        c->recovering = was;
+        return k;
+}
+
 static void send_release(gpuipc_client *c, uint64_t lease)
 {
-        struct gpuipc__reply rp = {};
+        struct gpuipc__reply rp;
         struct proto_out o;
-        uint8_t *buf;
         uint64_t seq;
-        size_t len;
 
         seq = gpuipc__request(c, &o, "release", 1);
         proto_pack_ku64(&o.pk, "lease", lease);
-        if (proto_out_finish(&o, c->max_frame) < 0 || !(buf = proto_out_release(&o, &len))) {
-                proto_out_free(&o);
-                return;
-        }
-        proto_out_free(&o);
-        if (gpuipc__send_wait(c, buf, len, seq, NULL, 0, &rp) == 0)
+        if (call_quiet(c, &o, seq, &rp) == 0)
                 gpuipc__reply_free(&rp);
-        free(buf);
 }
 
 /* Sends a kept frame again; a registration learns its new id.  A record
@@ -513,22 +519,15 @@ static bool has_error(const struct gpuipc__reply *rp, const char *code)
 static uint64_t owned_id(gpuipc_client *c, const char *name, size_t nlen)
 {
         const msgpack_object *reg, *owner;
-        struct gpuipc__reply rp = {};
+        struct gpuipc__reply rp;
         struct proto_out o;
         uint64_t seq, id = 0, pid = 0;
         bool connected = false;
-        uint8_t *buf;
-        size_t len;
 
         seq = gpuipc__request(c, &o, "stat", 1);
         proto_pack_str(&o.pk, "name");
         proto_pack_strn(&o.pk, name, nlen);
-        if (proto_out_finish(&o, c->max_frame) < 0 || !(buf = proto_out_release(&o, &len))) {
-                proto_out_free(&o);
-                return 0;
-        }
-        proto_out_free(&o);
-        if (gpuipc__send_wait(c, buf, len, seq, NULL, 0, &rp) == 0) {
+        if (call_quiet(c, &o, seq, &rp) == 0) {
                 if (proto_get_map(rp.msg.root, "reg", &reg) == 0 &&
                     proto_get_map(reg, "owner", &owner) == 0 &&
                     proto_get_u64(owner, "pid", &pid) == 0 &&
@@ -537,7 +536,6 @@ static uint64_t owned_id(gpuipc_client *c, const char *name, size_t nlen)
                         (void)proto_get_u64(reg, "id", &id);
                 gpuipc__reply_free(&rp);
         }
-        free(buf);
         return id;
 }
 

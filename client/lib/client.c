@@ -26,6 +26,19 @@ int gpuipc__begin(gpuipc_client *c)
         return 0;
 }
 
+int gpuipc__begin_named(gpuipc_client *c, const char *name)
+{
+        const char *why;
+        int r;
+
+        r = gpuipc__begin(c);
+        if (r < 0)
+                return r;
+        if (!name || proto_name_check(name, strlen(name), &why) < 0)
+                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
+        return 0;
+}
+
 int gpuipc__end(gpuipc_client *c, int err)
 {
         if (err < 0 && c->last_err == 0)

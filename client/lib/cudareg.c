@@ -284,11 +284,9 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
 
         if (!c)
                 return -EINVAL;
-        r = gpuipc__begin(c);
+        r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;
-        if (!name || proto_name_check(name, strlen(name), &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
         if (dptr == 0 || size == 0 ||
             (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_CUDA_IPC)))
                 return gpuipc__fail(c, -EINVAL, "invalid pointer, size or flags");

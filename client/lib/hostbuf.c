@@ -144,11 +144,9 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
 
         if (!c)
                 return -EINVAL;
-        r = gpuipc__begin(c);
+        r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;
-        if (!name || proto_name_check(name, strlen(name), &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
         if (fd < 0 || size == 0 || offset > UINT64_MAX - size ||
             (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_SHARED_WRITE)))
                 return gpuipc__fail(c, -EINVAL, "invalid fd, size, offset or flags");

@@ -108,6 +108,8 @@ struct gpuipc__reply {
 /* Starts a public call on c: clears the error text, and fails with
  * -ENOTCONN when the connection is already unusable. */
 int gpuipc__begin(gpuipc_client *c);
+/* gpuipc__begin(), then checks name (-EINVAL with the reason). */
+int gpuipc__begin_named(gpuipc_client *c, const char *name);
 /* Records err as the outcome of the current call (for gpuipc_errmsg()) and
  * returns it, so that calls can end with `return gpuipc__end(c, r);`. */
 int gpuipc__end(gpuipc_client *c, int err);

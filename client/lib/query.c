@@ -127,17 +127,14 @@ int gpuipc_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
         const msgpack_object *reg;
         struct proto_out o;
         gpuipc_list *l;
-        const char *why;
         uint64_t seq;
         int r;
 
         if (!c || !ret_list)
                 return -EINVAL;
-        r = gpuipc__begin(c);
+        r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;
-        if (!name || proto_name_check(name, strlen(name), &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
         seq = gpuipc__request(c, &o, "stat", 1);
         proto_pack_kstr(&o.pk, "name", name);
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
@@ -163,17 +160,14 @@ int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t
 {
         struct gpuipc__reply rp;
         struct proto_out o;
-        const char *why;
         uint64_t seq, n = 0;
         int r;
 
         if (!c)
                 return -EINVAL;
-        r = gpuipc__begin(c);
+        r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;
-        if (!name || proto_name_check(name, strlen(name), &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
         seq = gpuipc__request(c, &o, op, 1);
         proto_pack_kstr(&o.pk, "name", name);
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);

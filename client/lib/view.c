@@ -88,18 +88,15 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
         struct gpuipc__map *have_map = NULL;
         struct proto_out o;
         gpuipc_view *v;
-        const char *why;
         uint64_t seq, wait_ms, have = 0, have_id = 0;
         bool writable = flags & GPUIPC_LOOKUP_WRITABLE;
         int r;
 
         if (!c || !ret_view)
                 return -EINVAL;
-        r = gpuipc__begin(c);
+        r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;
-        if (!name || proto_name_check(name, strlen(name), &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid name: %s", name ? why : "NULL");
         if (flags & ~(GPUIPC_LOOKUP_WRITABLE | GPUIPC_LOOKUP_NO_SYNC |
                       GPUIPC_LOOKUP_COPY_TO_DEVICE))
                 return gpuipc__fail(c, -EINVAL, "unknown lookup flags");

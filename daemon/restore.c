@@ -574,23 +574,29 @@ static uint64_t journal_serial(int fd)
 
 void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_result *ret)
 {
-        struct restore_ctx x = { .d = d, .fds = fds, .n = n, .res = ret };
+        struct restore_ctx *x;
         uint8_t *buf = NULL;
         size_t len = 0, tail = 0;
         int best = -1;
         long k;
 
-        hmap_init(&x.alloc_ids);
         memset(ret, 0, sizeof(*ret));
         ret->gen = -1;
-        if (n == 0)
-                goto out;
-        x.claimed = calloc(n, sizeof(*x.claimed));
-        x.owned = calloc(n, sizeof(*x.owned));
-        if (!x.claimed || !x.owned) {
-                log_error("restore: out of memory; the stored state is dropped");
-                goto out;
+        if (n == 0) {
+                free(fds);
+                return;
         }
+        x = restore_ctx_new(d, fds, n);
+        if (!x) {
+                log_error("restore: out of memory; the stored state is dropped");
+                for (size_t i = 0; i < n; i++) {
+                        persist_store_remove(fds[i].name);
+                        close(fds[i].fd);
+                }
+                free(fds);
+                return;
+        }
+        x->res = ret;
         for (size_t i = 0; i < n; i++) {
                 uint64_t s;
                 if (strcmp(fds[i].name, PERSIST_STATE_NAME "0") != 0 &&
@@ -612,7 +618,7 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
                 goto out;
         }
         d->restoring = true;
-        k = journal_parse(buf, len, replay_one, &x, &tail);
+        k = journal_parse(buf, len, replay_one, x, &tail);
         d->restoring = false;
         if (k < 0) {
                 log_error("restore: the journal was written by another version (%s); "
@@ -621,7 +627,7 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
         }
         /* persist_start() replaces it under the other name. */
         ret->gen = fds[best].name[sizeof(PERSIST_STATE_NAME) - 1] - '0';
-        x.claimed[best] = true;
+        x->claimed[best] = true;
         if (tail > 0)
                 log_warn("restore: %zu bytes at the journal's end were torn or corrupt and "
                          "are ignored", tail);
@@ -634,17 +640,14 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
                  " naming a registration or allocation gone before the restart)", ret->regs,
                  ret->leases, ret->sessions, ret->skipped, ret->missing);
 out:
+        /* What nothing claimed leaves the store; restore_ctx_free() closes
+         * the fds no registration took. */
         for (size_t i = 0; i < n; i++) {
-                if (x.claimed && x.claimed[i])
+                if (x->claimed[i])
                         ret->kept++;
                 else
                         persist_store_remove(fds[i].name);
-                if (!x.owned || !x.owned[i])
-                        close(fds[i].fd);
         }
         free(buf);
-        free(x.claimed);
-        free(x.owned);
-        ids_free(&x.alloc_ids);
-        free(fds);
+        restore_ctx_free(x);
 }

@@ -22,6 +22,7 @@
 #include "watch.h"
 
 #define COMPACT_MIN (UINT64_C(4) << 20)
+#define ENTRY_NAME_MAX 32       /* "host-" or "vmm-" and a uint64 */
 
 static struct {
         bool enabled, frozen;
@@ -105,9 +106,11 @@ static void state_name(int gen, char buf[16])
 
 /* The state can no longer be trusted to match the registry: a replay of
  * it could bring back what is gone.  Better none than a wrong one. */
+static bool entry_name(const struct reg *r, char name[ENTRY_NAME_MAX]);
+
 static void give_up(int err)
 {
-        char name[32];
+        char name[ENTRY_NAME_MAX];
 
         if (!P.enabled)
                 return;
@@ -120,15 +123,9 @@ static void give_up(int err)
         }
         journal_close(&P.j);
         /* Without a journal the stored fds would only pin memory. */
-        for (const struct reg *r = P.d ? registry_first(P.d->reg) : NULL; r; r = r->next) {
-                if (r->kind == PROTO_KIND_HOST && !r->cuda)
-                        snprintf(name, sizeof(name), "host-%" PRIu64, r->id);
-                else if (r->cuda && r->cuda->alloc->kind == PROTO_KIND_CUDA_VMM)
-                        snprintf(name, sizeof(name), "vmm-%" PRIu64, r->cuda->alloc->id);
-                else
-                        continue;
-                persist_store_remove(name);
-        }
+        for (const struct reg *r = P.d ? registry_first(P.d->reg) : NULL; r; r = r->next)
+                if (entry_name(r, name))
+                        persist_store_remove(name);
 }
 
 /* ---- records ----------------------------------------------------------- */
@@ -416,136 +413,108 @@ void persist_done(void)
 
 /* ---- the journal ------------------------------------------------------- */
 
-typedef void (*pack_fn)(msgpack_packer *pk, const void *arg);
-
-static void record(pack_fn fn, const void *arg)
-{
+/* One record being packed. */
+struct rec {
         msgpack_sbuffer sb;
         msgpack_packer pk;
-        int r;
+};
 
+/* Starts a record; false (nothing to pack) while nothing is journalled. */
+static bool rec_begin(struct rec *x)
+{
         if (!persist_enabled() || P.j.fd < 0)
-                return;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        fn(&pk, arg);
-        r = append(&P.j, &sb);
-        msgpack_sbuffer_destroy(&sb);
+                return false;
+        msgpack_sbuffer_init(&x->sb);
+        msgpack_packer_init(&x->pk, &x->sb, msgpack_sbuffer_write);
+        return true;
+}
+
+/* Appends the record; a compaction due runs later (on_check). */
+static void rec_end(struct rec *x)
+{
+        int r = append(&P.j, &x->sb);
+
+        msgpack_sbuffer_destroy(&x->sb);
         if (r == 0 && P.j.len > P.compact_at)
                 P.compact_due = true;
         if (r < 0)
                 give_up(r);
 }
 
-static void pack_session_fn(msgpack_packer *pk, const void *arg)
-{
-        pack_session(pk, arg);
-}
-
-static void pack_session_end_fn(msgpack_packer *pk, const void *arg)
-{
-        const struct reg_party *p = arg;
-
-        msgpack_pack_map(pk, 2);
-        proto_pack_kstr(pk, "t", "E");
-        pack_bin(pk, "session", p->session, REG_SESSION_LEN);
-}
-
-static void pack_reg_fn(msgpack_packer *pk, const void *arg)
-{
-        pack_reg(pk, arg);
-}
-
-static void pack_removed_fn(msgpack_packer *pk, const void *arg)
-{
-        pack_id(pk, "U", ((const struct reg *)arg)->id);
-}
-
-static void pack_cuda_fn(msgpack_packer *pk, const void *arg)
-{
-        const struct reg *r = arg;
-
-        msgpack_pack_map(pk, 7);
-        proto_pack_kstr(pk, "t", "C");
-        proto_pack_ku64(pk, "id", r->id);
-        proto_pack_ku64(pk, "kind", r->kind);
-        proto_pack_ku64(pk, "offset", r->offset);
-        proto_pack_kbool(pk, "ephemeral", r->ephemeral);
-        proto_pack_kbool(pk, "revocable", r->revocable);
-        pack_cuda(pk, r->cuda);
-}
-
-static void pack_lease_fn(msgpack_packer *pk, const void *arg)
-{
-        pack_lease(pk, arg);
-}
-
-static void pack_unleased_fn(msgpack_packer *pk, const void *arg)
-{
-        pack_id(pk, "R", ((const struct lease *)arg)->id);
-}
-
 void persist_session(struct daemon *d, const struct reg_party *p)
 {
+        struct rec x;
+
         (void)d;
-        record(pack_session_fn, p);
-}
-
-struct missed_arg {
-        const struct reg_party *p;
-        uint64_t id;
-        const char *name;
-        size_t len;
-};
-
-static void pack_missed_fn(msgpack_packer *pk, const void *arg)
-{
-        const struct missed_arg *a = arg;
-
-        pack_missed(pk, a->p, a->id, a->name, a->len);
+        if (!rec_begin(&x))
+                return;
+        pack_session(&x.pk, p);
+        rec_end(&x);
 }
 
 void persist_missed(struct daemon *d, const struct reg_party *p, uint64_t id, const char *name,
                     size_t len)
 {
-        struct missed_arg a = { p, id, name, len };
+        struct rec x;
 
         (void)d;
-        record(pack_missed_fn, &a);
+        if (!rec_begin(&x))
+                return;
+        pack_missed(&x.pk, p, id, name, len);
+        rec_end(&x);
 }
 
 void persist_session_end(struct daemon *d, const struct reg_party *p)
 {
+        struct rec x;
+
         (void)d;
-        record(pack_session_end_fn, p);
+        if (!rec_begin(&x))
+                return;
+        msgpack_pack_map(&x.pk, 2);
+        proto_pack_kstr(&x.pk, "t", "E");
+        pack_bin(&x.pk, "session", p->session, REG_SESSION_LEN);
+        rec_end(&x);
+}
+
+/* The name of the store entry that holds r's fd: "host-ID", or for
+ * cuda-vmm "vmm-ALLOC" (shared by the allocation's registrations); false
+ * for cuda-ipc, which has no fd. */
+static bool entry_name(const struct reg *r, char name[ENTRY_NAME_MAX])
+{
+        if (!r->cuda)
+                snprintf(name, ENTRY_NAME_MAX, "host-%" PRIu64, r->id);
+        else if (r->cuda->alloc->kind == PROTO_KIND_CUDA_VMM)
+                snprintf(name, ENTRY_NAME_MAX, "vmm-%" PRIu64, r->cuda->alloc->id);
+        else
+                return false;
+        return true;
 }
 
 /* A new cuda-vmm allocation entry goes to the store once. */
 static void push_alloc(const struct reg *r)
 {
-        char name[32];
+        char name[ENTRY_NAME_MAX];
 
-        if (!r->cuda || r->cuda->alloc->kind != PROTO_KIND_CUDA_VMM || r->cuda->alloc->regs != 1)
-                return;
-        snprintf(name, sizeof(name), "vmm-%" PRIu64, r->cuda->alloc->id);
-        store_push(name, r->cuda->alloc->fd);
+        if (r->cuda && r->cuda->alloc->regs == 1 && entry_name(r, name))
+                store_push(name, r->cuda->alloc->fd);
 }
 
 void persist_added(struct daemon *d, const struct reg *r)
 {
-        char name[32];
+        char name[ENTRY_NAME_MAX];
+        struct rec x;
 
         (void)d;
         /* Before persist_start() this is restore's replay: the store has
          * the fds already. */
         if (!persist_enabled() || P.j.fd < 0)
                 return;
-        if (r->kind == PROTO_KIND_HOST && r->fd >= 0) {
+        if (r->kind == PROTO_KIND_HOST && r->fd >= 0 && entry_name(r, name)) {
                 /* A file description of its own: systemd ignores a push of
                  * one it holds already, and one memfd may back several
                  * registrations (at other offsets), each removed alone. */
                 int fd = host_open_read_write(r->fd);
-                snprintf(name, sizeof(name), "host-%" PRIu64, r->id);
                 if (fd < 0) {
                         give_up(fd);
                         return;
@@ -554,49 +523,72 @@ void persist_added(struct daemon *d, const struct reg *r)
                 close(fd);
         }
         push_alloc(r);
-        record(pack_reg_fn, r);
+        if (!rec_begin(&x))
+                return;         /* a push gave up */
+        pack_reg(&x.pk, r);
+        rec_end(&x);
 }
 
 void persist_removed(struct daemon *d, const struct reg *r)
 {
+        struct rec x;
+
         (void)d;
-        record(pack_removed_fn, r);
+        if (!rec_begin(&x))
+                return;
+        pack_id(&x.pk, "U", r->id);
+        rec_end(&x);
 }
 
 void persist_freed(struct daemon *d, const struct reg *r)
 {
-        char name[32];
+        char name[ENTRY_NAME_MAX];
 
         (void)d;
-        if (!persist_enabled())
-                return;
-        if (r->kind == PROTO_KIND_HOST && !r->cuda) {
-                snprintf(name, sizeof(name), "host-%" PRIu64, r->id);
+        /* A cuda-vmm entry goes with its allocation's last registration. */
+        if (persist_enabled() && entry_name(r, name) && (!r->cuda || r->cuda->alloc->regs == 1))
                 persist_store_remove(name);
-        } else if (r->cuda && r->cuda->alloc->kind == PROTO_KIND_CUDA_VMM &&
-                   r->cuda->alloc->regs == 1) {
-                snprintf(name, sizeof(name), "vmm-%" PRIu64, r->cuda->alloc->id);
-                persist_store_remove(name);
-        }
 }
 
 void persist_leased(struct daemon *d, const struct lease *l)
 {
+        struct rec x;
+
         (void)d;
-        record(pack_lease_fn, l);
+        if (!rec_begin(&x))
+                return;
+        pack_lease(&x.pk, l);
+        rec_end(&x);
 }
 
 void persist_unleased(struct daemon *d, const struct lease *l)
 {
+        struct rec x;
+
         (void)d;
-        record(pack_unleased_fn, l);
+        if (!rec_begin(&x))
+                return;
+        pack_id(&x.pk, "R", l->id);
+        rec_end(&x);
 }
 
 void persist_cuda_changed(struct daemon *d, const struct reg *r)
 {
+        struct rec x;
+
         (void)d;
         if (!persist_enabled() || P.j.fd < 0)
                 return;
         push_alloc(r);
-        record(pack_cuda_fn, r);
+        if (!rec_begin(&x))
+                return;         /* the push gave up */
+        msgpack_pack_map(&x.pk, 7);
+        proto_pack_kstr(&x.pk, "t", "C");
+        proto_pack_ku64(&x.pk, "id", r->id);
+        proto_pack_ku64(&x.pk, "kind", r->kind);
+        proto_pack_ku64(&x.pk, "offset", r->offset);
+        proto_pack_kbool(&x.pk, "ephemeral", r->ephemeral);
+        proto_pack_kbool(&x.pk, "revocable", r->revocable);
+        pack_cuda(&x.pk, r->cuda);
+        rec_end(&x);
 }

@@ -436,10 +436,8 @@ int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
         struct reg *r;
         int k = 0;
 
-        if (proto_decode(body, len, &m, NULL) < 0) {
-                proto_msg_free(&m);
+        if (proto_decode(body, len, &m, NULL) < 0)
                 return x->records++ == 0 ? -EPROTONOSUPPORT : -EINVAL;
-        }
         if (proto_get_str(m.root, "t", &t, &tlen) < 0 || tlen != 1) {
                 k = -EINVAL;
                 goto out;
@@ -563,10 +561,8 @@ static uint64_t journal_serial(int fd)
         blen = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
         if (blen == 0 || blen > (size_t)n - JOURNAL_HDR_LEN)
                 return 0;
-        if (proto_decode(hdr + JOURNAL_HDR_LEN, blen, &m, NULL) < 0) {
-                proto_msg_free(&m);
+        if (proto_decode(hdr + JOURNAL_HDR_LEN, blen, &m, NULL) < 0)
                 return 0;
-        }
         (void)proto_get_u64(m.root, "serial", &serial);
         proto_msg_free(&m);
         return serial;

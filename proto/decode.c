@@ -31,20 +31,28 @@ int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char
         case MSGPACK_UNPACK_SUCCESS:
                 break;
         case MSGPACK_UNPACK_NOMEM_ERROR:
-                return -ENOMEM;
+                r = -ENOMEM;
+                goto fail;
         default:
                 /* proto_check() accepted it, so this is our bug or msgpack-c's. */
                 if (ret_why)
                         *ret_why = "msgpack decoder rejected the frame";
-                return -EBADMSG;
+                r = -EBADMSG;
+                goto fail;
         }
         if (off != len || m->up.data.type != MSGPACK_OBJECT_MAP) {
                 if (ret_why)
                         *ret_why = "frame body is not a single msgpack map";
-                return -EBADMSG;
+                r = -EBADMSG;
+                goto fail;
         }
         m->root = &m->up.data;
         return 0;
+
+fail:
+        /* The zone goes back at once: a caller need not free a failed m. */
+        proto_msg_free(m);
+        return r;
 }
 
 void proto_msg_free(struct proto_msg *m)

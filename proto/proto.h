@@ -72,9 +72,9 @@ struct proto_msg {
         const msgpack_object *root;   /* the top-level map */
 };
 
-/* proto_check() then msgpack_unpack_next() into m.  m->up owns the objects;
- * strings point into buf, so buf must outlive m.  Free with proto_msg_free()
- * (also on failure, which leaves m safe to free). */
+/* proto_check() then msgpack_unpack() into m.  m->up owns the objects;
+ * strings point into buf, so buf must outlive m.  Free with proto_msg_free();
+ * a failure leaves m empty (freeing it again is harmless). */
 int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char **ret_why);
 void proto_msg_free(struct proto_msg *m);
 

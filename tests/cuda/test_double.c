@@ -52,7 +52,13 @@
         X(cuMemRelease) X(cuMemExportToShareableHandle)                               \
         X(cuMemImportFromShareableHandle) X(cuMemGetAllocationPropertiesFromHandle)   \
         X(cuMemRetainAllocationHandle) X(cuMemAddressReserve) X(cuMemAddressFree)     \
-        X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
+        X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuDeviceGetDefaultMemPool)       \
+        X(cuDeviceGetMemPool) X(cuDeviceSetMemPool) X(cuMemPoolCreate)                \
+        X(cuMemPoolDestroy) X(cuMemPoolTrimTo) X(cuMemPoolSetAttribute)               \
+        X(cuMemPoolGetAttribute) X(cuMemPoolSetAccess) X(cuMemPoolGetAccess)          \
+        X(cuMemAllocAsync) X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync)               \
+        X(cuMemPoolExportToShareableHandle) X(cuMemPoolImportFromShareableHandle)     \
+        X(cuMemPoolExportPointer) X(cuMemPoolImportPointer)
 
 #define DECL(name) static __typeof__(name) *p_##name;
 CU_FUNCS(DECL)
@@ -839,6 +845,147 @@ static void role_vmm_two_importer(int sock)
         teardown(0);
 }
 
+/* ---- 4c. VMM: one reservation, many chunks (PyTorch expandable segments) ---- */
+
+#define CHUNKS 3
+static const size_t chunk_size[CHUNKS] = { 2 * MiB, 20 * MiB, 2 * MiB };
+
+static unsigned char chunk_byte(int i, size_t off)
+{
+        return (unsigned char)(0x30 + 16 * i + (off >> 20));
+}
+
+static void role_chunks_exporter(int sock)
+{
+        setup(0);
+        CUmemAllocationProp prop = vmm_prop(0);
+        CUmemAccessDesc acc = rw_access(0);
+        CUmemGenericAllocationHandle h[CHUNKS], hr = 0;
+        CUdeviceptr va = 0, at[CHUNKS];
+        OK(p_cuMemAddressReserve(&va, 64 * MiB, 0, 0, 0));
+        size_t off = 0;
+        for (int i = 0; i < CHUNKS; i++) {
+                OK(p_cuMemCreate(&h[i], chunk_size[i], &prop, 0));
+                at[i] = va + off;
+                OK(p_cuMemMap(at[i], chunk_size[i], 0, h[i], 0));
+                off += chunk_size[i];
+        }
+        /* One chunk alone, then the other two in one call; not half of one,
+         * and not past the last mapping. */
+        OK(p_cuMemSetAccess(at[0], chunk_size[0], &acc, 1));
+        CHECK_RC(p_cuMemSetAccess(at[1], 2 * MiB, &acc, 1), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemSetAccess(at[1], off, &acc, 1), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemSetAccess(at[1], chunk_size[1] + chunk_size[2], &acc, 1));
+        for (int i = 0; i < CHUNKS; i++)
+                for (size_t o = 0; o < chunk_size[i]; o += MiB)
+                        ((unsigned char *)(uintptr_t)at[i])[o] = chunk_byte(i, o);
+
+        /* cuMemGetAddressRange: the chunk; RANGE_*: the reservation; MAPPING_*: the chunk. */
+        CUdeviceptr rb = 0, start = 0;
+        size_t rs = 0, rsize = 0, msize = 0;
+        void *mbase = NULL;
+        unsigned long long types = 0, id[CHUNKS];
+        CUmemoryPool mp = (CUmemoryPool)1;
+        OK(p_cuMemGetAddressRange(&rb, &rs, at[1] + 5 * MiB + 17));
+        CHECK(rb == at[1] && rs == chunk_size[1]);
+        OK(p_cuMemGetAddressRange(&rb, &rs, at[2]));
+        CHECK(rb == at[2] && rs == chunk_size[2]);
+        CHECK_RC(p_cuMemGetAddressRange(&rb, &rs, va + off), CUDA_ERROR_NOT_FOUND);
+        OK(p_cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at[1] + 99));
+        OK(p_cuPointerGetAttribute(&rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at[1] + 99));
+        CHECK(start == va && rsize == 64 * MiB);
+        OK(p_cuPointerGetAttribute(&mbase, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, at[1] + 99));
+        OK(p_cuPointerGetAttribute(&msize, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, at[1] + 99));
+        CHECK(mbase == (void *)(uintptr_t)at[1] && msize == chunk_size[1]);
+        OK(p_cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, at[2]));
+        CHECK(types == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, at[0]));
+        CHECK(mp == NULL);
+        for (int i = 0; i < CHUNKS; i++)
+                OK(p_cuPointerGetAttribute(&id[i], CU_POINTER_ATTRIBUTE_BUFFER_ID, at[i] + 4096));
+        CHECK(id[0] != id[1] && id[1] != id[2] && id[0] != id[2]);
+        CUipcMemHandle ih;
+        CHECK_RC(p_cuIpcGetMemHandle(&ih, at[1]), CUDA_ERROR_INVALID_VALUE);
+
+        /* Any address of a chunk retains that chunk's handle, which exports. */
+        for (int i = 0; i < CHUNKS; i++) {
+                OK(p_cuMemRetainAllocationHandle(&hr, (void *)(uintptr_t)(at[i] + chunk_size[i] - 1)));
+                CHECK(hr == h[i]);
+                int fd = -1;
+                OK(p_cuMemExportToShareableHandle(&fd, hr, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                                  0));
+                CHECK(fd >= 0);
+                send_fd(sock, fd);
+                close(fd);
+                OK(p_cuMemRelease(hr));
+        }
+        CHECK(recv_word(sock) == 1);                    /* importer has mapped them */
+        CHECK(((unsigned char *)(uintptr_t)at[1])[3 * MiB + 5] == 0xc1);
+
+        /* Unmap one by one, the middle first; the reservation goes last. */
+        CHECK_RC(p_cuMemUnmap(at[1], MiB), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemUnmap(at[1], chunk_size[1]));
+        CHECK_RC(p_cuMemGetAddressRange(&rb, &rs, at[1]), CUDA_ERROR_NOT_FOUND);
+        CHECK(((unsigned char *)(uintptr_t)at[2])[0] == chunk_byte(2, 0));
+        CHECK_RC(p_cuMemAddressFree(va, 64 * MiB), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemUnmap(at[0], chunk_size[0]));
+        OK(p_cuMemUnmap(at[2], chunk_size[2]));
+        OK(p_cuMemAddressFree(va, 64 * MiB));
+        for (int i = 0; i < CHUNKS; i++)
+                OK(p_cuMemRelease(h[i]));
+        send_word(sock, 2);
+        teardown(0);
+}
+
+static void role_chunks_importer(int sock)
+{
+        setup(0);
+        CUmemGenericAllocationHandle h[CHUNKS];
+        size_t total = 0;
+        for (int i = 0; i < CHUNKS; i++) {
+                int fd = recv_fd(sock);
+                CHECK(fd >= 0);
+                OK(p_cuMemImportFromShareableHandle(&h[i], (void *)(intptr_t)fd,
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+                close(fd);
+                total += chunk_size[i];
+        }
+        /* Back to back in one reservation, opened by one call. */
+        CUdeviceptr va = 0, at[CHUNKS];
+        CUmemAccessDesc acc = rw_access(0);
+        OK(p_cuMemAddressReserve(&va, total, 0, 0, 0));
+        size_t off = 0;
+        for (int i = 0; i < CHUNKS; i++) {
+                at[i] = va + off;
+                OK(p_cuMemMap(at[i], chunk_size[i], 0, h[i], 0));
+                off += chunk_size[i];
+        }
+        OK(p_cuMemSetAccess(va, total, &acc, 1));
+        bool same = true;
+        for (int i = 0; i < CHUNKS; i++)
+                for (size_t o = 0; o < chunk_size[i]; o += MiB)
+                        same &= ((unsigned char *)(uintptr_t)at[i])[o] == chunk_byte(i, o);
+        CHECK(same);
+        /* A copy across the chunk boundaries. */
+        static unsigned char back[24 * MiB];
+        OK(p_cuMemcpyDtoH(back, va, total));
+        CHECK(back[2 * MiB] == chunk_byte(1, 0) && back[22 * MiB] == chunk_byte(2, 0));
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        OK(p_cuMemGetAddressRange(&rb, &rs, va + 23 * MiB));
+        CHECK(rb == at[2] && rs == 2 * MiB);
+        ((unsigned char *)(uintptr_t)at[1])[3 * MiB + 5] = 0xc1;
+        send_word(sock, 1);
+        CHECK(recv_word(sock) == 2);                    /* the exporter let go of it all */
+        CHECK(((unsigned char *)(uintptr_t)at[1])[0] == chunk_byte(1, 0));
+        for (int i = CHUNKS - 1; i >= 0; i--)
+                OK(p_cuMemUnmap(at[i], chunk_size[i]));
+        OK(p_cuMemAddressFree(va, total));
+        for (int i = 0; i < CHUNKS; i++)
+                OK(p_cuMemRelease(h[i]));
+        teardown(0);
+}
+
 /* ---- 5. IPC events: the consumer must wait for the producer's record ---- */
 
 static void role_event_producer(int sock)
@@ -1275,6 +1422,7 @@ int main(int argc, char **argv)
                  already);
         test_vmm();
         run_pair("vmm one file", role_vmm_two_exporter, NULL, role_vmm_two_importer, NULL);
+        run_pair("vmm chunks", role_chunks_exporter, NULL, role_chunks_importer, NULL);
         static const char *const delay[] = { "GPUIPC_CUDA_DOUBLE_EVENT_DELAY_MS=300", NULL };
         run_pair("ipc event", role_event_producer, delay, role_event_consumer, NULL);
 

@@ -1304,6 +1304,321 @@ static void role_sweeper(int sock)
         OK(p_cuInit(0));
 }
 
+/* ---- 9. stream-ordered memory pools ---- */
+
+static CUmemPoolProps pool_props(int dev, CUmemAllocationHandleType types)
+{
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof(props));
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = types;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = dev;
+        return props;
+}
+
+static void role_pool_basics(int sock)
+{
+        (void)sock;
+        CUmemoryPool def = NULL, cur = NULL, mp = NULL, pool = NULL;
+        CUdeviceptr p = 0, q = 0, a = 0;
+        CHECK_RC(p_cuDeviceGetDefaultMemPool(&def, 0), CUDA_ERROR_NOT_INITIALIZED);
+        setup(0);
+        OK(p_cuDeviceGetDefaultMemPool(&def, 0));
+        CHECK(def != NULL);
+        CHECK_RC(p_cuDeviceGetDefaultMemPool(&cur, 1), CUDA_ERROR_INVALID_DEVICE);
+        OK(p_cuDeviceGetMemPool(&cur, 0));
+        CHECK(cur == def);
+
+        /* The default pool: exactly the allocation, unique ids, not shareable. */
+        OK(p_cuMemAllocAsync(&p, 3 * MiB + 5, NULL));
+        OK(p_cuMemAllocAsync(&q, 4096, NULL));
+        CHECK_RC(p_cuMemAllocAsync(&a, 0, NULL), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemAllocAsync(&a, 64, (CUstream)&a), CUDA_ERROR_INVALID_HANDLE);
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        OK(p_cuMemGetAddressRange(&rb, &rs, p + 3 * MiB));
+        CHECK(rb == p && rs == 3 * MiB + 5);
+        unsigned long long id1 = 0, id2 = 0, types = 99;
+        int legacy = -1;
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p + 1));
+        CHECK(mp == def);
+        OK(p_cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p));
+        CHECK(types == 0);
+        OK(p_cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, p));
+        OK(p_cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, q));
+        CHECK(id1 != id2);
+        OK(p_cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p));
+        CHECK(legacy == 0);
+        CUipcMemHandle ih;
+        CUmemGenericAllocationHandle gh;
+        CUmemPoolPtrExportData pd;
+        int fd = -1;
+        CHECK_RC(p_cuIpcGetMemHandle(&ih, p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemRetainAllocationHandle(&gh, (void *)(uintptr_t)p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolExportToShareableHandle(&fd, def, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                                    0), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolExportPointer(&pd, p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolDestroy(def), CUDA_ERROR_INVALID_VALUE);
+
+        /* Host code reads and writes it; copies check it as device memory. */
+        unsigned char host[4096], back[4096];
+        for (size_t i = 0; i < sizeof(host); i++)
+                host[i] = pattern(i);
+        OK(p_cuMemcpyHtoD(p + 3 * MiB - 4096, host, sizeof(host)));
+        CHECK(memcmp((void *)(uintptr_t)(p + 3 * MiB - 4096), host, sizeof(host)) == 0);
+        ((unsigned char *)(uintptr_t)q)[7] = 0x3c;
+        OK(p_cuMemcpyDtoH(back, q, 16));
+        CHECK(back[7] == 0x3c);
+        CHECK_RC(p_cuMemcpyDtoH(back, q + 4090, 16), CUDA_ERROR_INVALID_VALUE);
+
+        /* Memory not from a pool: no pool, no error; cuMemFreeAsync refuses it. */
+        OK(p_cuMemAlloc(&a, MiB));
+        mp = (CUmemoryPool)1;
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, a));
+        CHECK(mp == NULL);
+        CHECK_RC(p_cuMemFreeAsync(a, NULL), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemFree(a));
+
+        /* cuMemFree and cuMemFreeAsync (on a stream) both free pool memory. */
+        CUstream s;
+        OK(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CHECK_RC(p_cuMemFreeAsync(p + 1, s), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemFree(p));
+        CHECK_RC(p_cuMemGetAddressRange(&rb, &rs, p), CUDA_ERROR_NOT_FOUND);
+        OK(p_cuMemFreeAsync(q, s));
+        CHECK_RC(p_cuMemFreeAsync(q, s), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemFree(q), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemAllocAsync(&p, MiB, s));
+        OK(p_cuMemsetD8Async(p, 0x6b, MiB, s));
+        OK(p_cuMemFreeAsync(p, s));
+        OK(p_cuMemAllocFromPoolAsync(&p, MiB, def, s));
+        OK(p_cuMemFreeAsync(p, s));
+
+        /* A pool of our own, exportable; attributes; the device's current pool. */
+        CUmemPoolProps props = pool_props(0, CU_MEM_HANDLE_TYPE_FABRIC);
+        CHECK_RC(p_cuMemPoolCreate(&pool, &props), CUDA_ERROR_NOT_SUPPORTED);
+        props = pool_props(1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        CHECK_RC(p_cuMemPoolCreate(&pool, &props), CUDA_ERROR_INVALID_DEVICE);
+        props = pool_props(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        props.location.type = CU_MEM_LOCATION_TYPE_HOST;
+        CHECK_RC(p_cuMemPoolCreate(&pool, &props), CUDA_ERROR_NOT_SUPPORTED);
+        props = pool_props(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuMemPoolCreate(&pool, &props));
+        CHECK(pool != NULL && pool != def);
+        cuuint64_t thr = UINT64_MAX, v = 1;
+        OK(p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
+        CHECK(v == UINT64_MAX);
+        OK(p_cuMemPoolSetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+        OK(p_cuDeviceSetMemPool(0, pool));
+        OK(p_cuDeviceGetMemPool(&cur, 0));
+        CHECK(cur == pool);
+        OK(p_cuMemAllocAsync(&p, 5 * MiB, s));
+        OK(p_cuMemAllocFromPoolAsync(&q, 1000, pool, NULL));
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p));
+        CHECK(mp == pool);
+        OK(p_cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, q));
+        CHECK(types == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v));
+        CHECK(v == 5 * MiB + 1000);
+        OK(p_cuMemGetAddressRange(&rb, &rs, q + 999));
+        CHECK(rb == q && rs == 1000);
+        CHECK_RC(p_cuIpcGetMemHandle(&ih, p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemRetainAllocationHandle(&gh, (void *)(uintptr_t)p), CUDA_ERROR_INVALID_VALUE);
+
+        /* Export: the pool as an fd, a pointer only at its allocation's start. */
+        CHECK_RC(p_cuMemPoolExportPointer(&pd, p + 64), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolExportPointer(&pd, p));
+        CHECK_RC(p_cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_FABRIC, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        CHECK(fd >= 0);
+        CUmemoryPool self = NULL;
+        CHECK_RC(p_cuMemPoolImportFromShareableHandle(&self, (void *)(intptr_t)fd,
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+        close(fd);
+
+        /* Access: the owner keeps read-write; a second device does not exist here. */
+        CUmemAccessDesc acc = rw_access(0), bad = rw_access(1), ro = rw_access(0);
+        ro.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+        OK(p_cuMemPoolSetAccess(pool, &acc, 1));
+        CHECK_RC(p_cuMemPoolSetAccess(pool, &ro, 1), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolSetAccess(pool, &bad, 1), CUDA_ERROR_INVALID_DEVICE);
+        CUmemAccess_flags fl = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        CUmemLocation loc = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
+        OK(p_cuMemPoolGetAccess(&fl, pool, &loc));
+        CHECK(fl == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+        OK(p_cuMemPoolTrimTo(pool, 0));
+
+        /* Destroying the current pool: the default is current again, and
+         * memory still allocated from it stays until freed. */
+        OK(p_cuMemPoolDestroy(pool));
+        CHECK_RC(p_cuMemPoolDestroy(pool), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuDeviceGetMemPool(&cur, 0));
+        CHECK(cur == def);
+        CHECK_RC(p_cuMemAllocFromPoolAsync(&a, 64, pool, NULL), CUDA_ERROR_INVALID_VALUE);
+        ((unsigned char *)(uintptr_t)p)[5 * MiB - 1] = 0x99;
+        OK(p_cuMemFree(p));
+        OK(p_cuMemFreeAsync(q, s));
+        OK(p_cuStreamDestroy(s));
+
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult qr;
+        OK(p_cuGetProcAddress("cuMemAllocAsync", &fn, 13000, 0, &qr));
+        CHECK(fn == dlsym(lib, "cuMemAllocAsync") && fn == (void *)p_cuMemAllocAsync);
+        OK(p_cuGetProcAddress("cuMemPoolImportPointer", &fn, 12000, 0, &qr));
+        CHECK(fn == (void *)p_cuMemPoolImportPointer);
+        CHECK_RC(p_cuGetProcAddress("cuMemFreeAsync", &fn, 11010, 0, &qr), CUDA_ERROR_NOT_FOUND);
+        CHECK(p_count("cuMemAllocAsync") == 6);
+        CHECK(p_count("cuMemFreeAsync") == 7);
+        CHECK(p_count("cuMemPoolCreate") == 4);
+        teardown(0);
+}
+
+/* Two devices without peer access: a pool grants access to the other
+ * device only where the pair has it. */
+static void role_pool_peer(int sock)
+{
+        (void)sock;
+        setup(0);
+        CUmemoryPool pool = NULL;
+        CUmemPoolProps props = pool_props(0, CU_MEM_HANDLE_TYPE_NONE);
+        OK(p_cuMemPoolCreate(&pool, &props));
+        CUmemAccessDesc d1 = rw_access(1), d2 = rw_access(2), none = rw_access(1);
+        none.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        CHECK_RC(p_cuMemPoolSetAccess(pool, &d1, 1), CUDA_ERROR_INVALID_DEVICE);
+        OK(p_cuMemPoolSetAccess(pool, &none, 1));
+        OK(p_cuMemPoolSetAccess(pool, &d2, 1));
+        CUmemAccess_flags fl = CU_MEM_ACCESS_FLAGS_PROT_READ;
+        CUmemLocation loc = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1 };
+        OK(p_cuMemPoolGetAccess(&fl, pool, &loc));
+        CHECK(fl == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+        loc.id = 2;
+        OK(p_cuMemPoolGetAccess(&fl, pool, &loc));
+        CHECK(fl == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+        /* cuDeviceSetMemPool takes only a pool of that device. */
+        CHECK_RC(p_cuDeviceSetMemPool(1, pool), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolDestroy(pool));
+        teardown(0);
+}
+
+static void role_pool_exporter(int sock)
+{
+        setup(0);
+        CUmemoryPool pool = NULL;
+        CUmemPoolProps props = pool_props(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuMemPoolCreate(&pool, &props));
+        CUdeviceptr a = 0, b = 0, c = 0;
+        OK(p_cuMemAllocFromPoolAsync(&a, MiB + 3, pool, NULL));
+        OK(p_cuMemAllocFromPoolAsync(&b, 4 * MiB, pool, NULL));
+        OK(p_cuMemAllocFromPoolAsync(&c, 8192, pool, NULL));
+        for (size_t i = 0; i < MiB + 3; i++)
+                ((unsigned char *)(uintptr_t)a)[i] = pattern(i);
+        OK(p_cuMemsetD8(b, 0xb0, 4 * MiB));
+        OK(p_cuMemsetD8(c, 0xc0, 8192));
+        CUmemPoolPtrExportData da, db, dc;
+        OK(p_cuMemPoolExportPointer(&da, a));
+        OK(p_cuMemPoolExportPointer(&db, b));
+        OK(p_cuMemPoolExportPointer(&dc, c));
+        int fd = -1;
+        OK(p_cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        send_fd(sock, fd);
+        close(fd);
+        send_all(sock, &da, sizeof(da));
+        send_all(sock, &db, sizeof(db));
+        send_all(sock, &dc, sizeof(dc));
+
+        CHECK(recv_word(sock) == 1);            /* imported and written */
+        CHECK(((unsigned char *)(uintptr_t)a)[MiB + 2] == 0x5e);
+        CHECK(recv_word(sock) == 2);            /* freed a; b still imported */
+        OK(p_cuMemFree(a));
+        OK(p_cuMemFreeAsync(b, NULL));          /* before the importer: existing import stays */
+        send_word(sock, 3);
+        CHECK(recv_word(sock) == 4);
+        /* c is never freed: exiting takes the pool with it. */
+        teardown(0);
+}
+
+static void role_pool_importer(int sock)
+{
+        setup(0);
+        int fd = recv_fd(sock);
+        CHECK(fd >= 0);
+        CUmemPoolPtrExportData da, db, dc, bad;
+        recv_all(sock, &da, sizeof(da));
+        recv_all(sock, &db, sizeof(db));
+        recv_all(sock, &dc, sizeof(dc));
+        CUmemoryPool pool = NULL, def = NULL, other = NULL;
+        int devnull = open("/dev/null", O_RDONLY);
+        CHECK_RC(p_cuMemPoolImportFromShareableHandle(&other, (void *)(intptr_t)devnull,
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+        close(devnull);
+        OK(p_cuMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        close(fd);                              /* the imported pool keeps it */
+
+        CUdeviceptr pa = 0, pa2 = 0, pb = 0, x = 0;
+        OK(p_cuDeviceGetDefaultMemPool(&def, 0));
+        CHECK_RC(p_cuMemPoolImportPointer(&x, def, &da), CUDA_ERROR_INVALID_VALUE);
+        bad = da;
+        bad.reserved[0] ^= 1;
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &bad), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemAllocFromPoolAsync(&x, 64, pool, NULL), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuDeviceSetMemPool(0, pool), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolImportPointer(&pa, pool, &da));
+        OK(p_cuMemPoolImportPointer(&pa2, pool, &da));
+        CHECK(pa2 == pa);                       /* measured: the same address */
+        OK(p_cuMemPoolImportPointer(&pb, pool, &db));
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        OK(p_cuMemGetAddressRange(&rb, &rs, pa + MiB));
+        CHECK(rb == pa && rs == MiB + 3);
+        OK(p_cuMemGetAddressRange(&rb, &rs, pb + 5));
+        CHECK(rb == pb && rs == 4 * MiB);
+        CUmemoryPool mp = NULL;
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, pa));
+        CHECK(mp == pool);
+        bool same = true;
+        for (size_t i = 0; i < MiB + 3; i++)
+                same &= ((unsigned char *)(uintptr_t)pa)[i] == pattern(i);
+        CHECK(same);
+        CHECK(((unsigned char *)(uintptr_t)pb)[4 * MiB - 1] == 0xb0);
+        CUmemPoolPtrExportData again;
+        CHECK_RC(p_cuMemPoolExportPointer(&again, pa), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemsetD8(pa + MiB + 2, 0x5e, 1));
+        send_word(sock, 1);
+
+        /* The importer frees first, as CUDA asks; two imports, two frees. */
+        OK(p_cuMemFree(pa));
+        CHECK(((unsigned char *)(uintptr_t)pa)[0] == pattern(0));
+        OK(p_cuMemFreeAsync(pa, NULL));
+        CHECK_RC(p_cuMemFree(pa), CUDA_ERROR_INVALID_VALUE);
+        send_word(sock, 2);
+
+        /* After the exporter's free: the import still reads, new ones fail. */
+        CHECK(recv_word(sock) == 3);
+        CHECK(((unsigned char *)(uintptr_t)pb)[MiB] == 0xb0);
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &db), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &da), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemFree(pb));
+        send_word(sock, 4);
+
+        /* The exporter exited without freeing c: it cannot be imported now. */
+        for (int i = 0; i < 200; i++) {         /* until its exit is complete */
+                if (p_cuMemPoolImportPointer(&x, pool, &dc) != CUDA_SUCCESS)
+                        break;
+                p_cuMemFree(x);
+                usleep(10000);
+        }
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &dc), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolDestroy(pool));
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &dc), CUDA_ERROR_INVALID_VALUE);
+        teardown(0);
+}
+
 /* ---- driver ---- */
 
 static void run_pair(const char *what, role_fn a, const char *const *env_a, role_fn b,
@@ -1447,6 +1762,12 @@ int main(int argc, char **argv)
         run_one("visible none", role_visible_none, none);
         run_pair("ordinals differ", role_dev2_producer, d3r, role_dev2_consumer, d3c);
         run_pair("device hidden", role_dev2_producer, d3r, role_hidden_consumer, d3h);
+
+        static const char *const d3np[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3",
+                                            "GPUIPC_CUDA_DOUBLE_NO_PEER=0-1", NULL };
+        run_one("pool basics", role_pool_basics, NULL);
+        run_one("pool peer access", role_pool_peer, d3np);
+        run_pair("pool sharing", role_pool_exporter, NULL, role_pool_importer, NULL);
 
         test_stats();
         test_cleanup();

@@ -58,6 +58,7 @@ struct dbl_state {
         bool poisoned;                  /* forked after cuInit */
         int owner_pid;                  /* pid that ran cuInit */
         uint64_t nonce;                 /* per-process, against pid reuse */
+        uint64_t pidns;                 /* st_ino of /proc/self/ns/pid (0: unknown) */
         int ndev_phys;                  /* GPUIPC_CUDA_DOUBLE_DEVICES */
         int ndev;                       /* visible devices */
         int visible[DBL_MAX_DEVICES];   /* ordinal -> physical index */
@@ -84,7 +85,8 @@ CUresult dbl_enter_ctx(void);
 struct dbl_ctx *dbl_current(void);
 uint64_t dbl_now_ns(void);
 void dbl_sleep_ns(uint64_t ns);
-void dbl_shm_path(char *buf, size_t len, int pid, uint64_t nonce, char kind,
+/* <shm dir>/gpuipc-double-<pid>-n<pidns>-<nonce>-<kind><id> */
+void dbl_shm_path(char *buf, size_t len, int pid, uint64_t pidns, uint64_t nonce, char kind,
                   unsigned long long id);
 const char *dbl_getenv(const char *name);
 
@@ -227,8 +229,11 @@ void dbl_pool_region_info(struct dbl_region *r, unsigned long long *handle_types
 /* ---- IPC naming (ipc.c) ---- */
 
 void dbl_sweep_stale(void);
-/* The exporter is gone (in this pid namespace). */
-bool dbl_pid_dead(int pid);
+/* The exporter is gone.  Only a process of the exporter's pid namespace can
+ * tell: for another namespace this is always false. */
+bool dbl_pid_dead(int pid, uint64_t pidns);
+/* st_ino of /proc/self/ns/pid, or 0 if it cannot be read. */
+uint64_t dbl_read_pidns(void);
 
 /* ---- streams and events (stream.c, event.c) ---- */
 

@@ -128,7 +128,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
         r->phys = c->phys;
         r->ctx = c;
         r->prot = PROT_READ | PROT_WRITE;
-        dbl_shm_path(r->path, sizeof(r->path), getpid(), dbl.nonce, 'm', r->bufid);
+        dbl_shm_path(r->path, sizeof(r->path), getpid(), dbl.pidns, dbl.nonce, 'm', r->bufid);
 
         void *p = MAP_FAILED;
         int fd = open(r->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

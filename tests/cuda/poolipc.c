@@ -132,7 +132,7 @@ CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, C
                 d.pid = (uint32_t)getpid();
                 d.phys = (uint32_t)r->phys;
                 d.nonce = dbl.nonce;
-                d.pidns = 0;
+                d.pidns = dbl.pidns;
                 d.pool_id = r->pool->id;
                 d.alloc_id = r->bufid;
                 d.offset = (uint64_t)r->pool_off;

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -1619,6 +1620,199 @@ static void role_pool_importer(int sock)
         teardown(0);
 }
 
+/* ---- 10. pid namespaces ---- */
+
+static void run_one(const char *what, role_fn a, const char *const *env);
+
+static void role_ns_producer(int sock)
+{
+        setup(0);
+        CUdeviceptr m = 0;
+        OK(p_cuMemAlloc(&m, 2 * MiB));
+        OK(p_cuMemsetD8(m, 0x4e, 2 * MiB));
+        CUipcMemHandle mh;
+        OK(p_cuIpcGetMemHandle(&mh, m));
+        CUevent ev;
+        CUipcEventHandle eh;
+        OK(p_cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+        OK(p_cuIpcGetEventHandle(&eh, ev));
+        send_all(sock, &mh, sizeof(mh));
+        send_all(sock, &eh, sizeof(eh));
+
+        CUmemAllocationProp prop = vmm_prop(0);
+        CUmemAccessDesc acc = rw_access(0);
+        CUmemGenericAllocationHandle vh;
+        CUdeviceptr va = 0;
+        OK(p_cuMemCreate(&vh, 2 * MiB, &prop, 0));
+        OK(p_cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+        OK(p_cuMemMap(va, 2 * MiB, 0, vh, 0));
+        OK(p_cuMemSetAccess(va, 2 * MiB, &acc, 1));
+        OK(p_cuMemsetD8(va, 0x4f, 2 * MiB));
+        int fd = -1;
+        OK(p_cuMemExportToShareableHandle(&fd, vh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        send_fd(sock, fd);
+        close(fd);
+
+        CUmemoryPool pool = NULL;
+        CUmemPoolProps props = pool_props(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuMemPoolCreate(&pool, &props));
+        CUdeviceptr pp = 0;
+        OK(p_cuMemAllocFromPoolAsync(&pp, MiB, pool, NULL));
+        OK(p_cuMemsetD8(pp, 0x50, MiB));
+        CUmemPoolPtrExportData pd;
+        OK(p_cuMemPoolExportPointer(&pd, pp));
+        OK(p_cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        send_fd(sock, fd);
+        close(fd);
+        send_all(sock, &pd, sizeof(pd));
+
+        /* The consumer's cuInit swept, and its open failed: our names stay. */
+        CHECK(recv_word(sock) == 1);
+        CHECK(names_of(getpid()) == 2);
+        CHECK(((unsigned char *)(uintptr_t)pp)[5] == 0x51);
+        send_word(sock, 2);
+        CHECK(recv_word(sock) == 3);
+        OK(p_cuMemFree(pp));
+        OK(p_cuMemPoolDestroy(pool));
+        OK(p_cuMemUnmap(va, 2 * MiB));
+        OK(p_cuMemAddressFree(va, 2 * MiB));
+        OK(p_cuMemRelease(vh));
+        OK(p_cuEventDestroy(ev));
+        OK(p_cuMemFree(m));
+        teardown(0);
+}
+
+/* Runs as pid 1 of a pid namespace of its own. */
+static void role_ns_consumer(int sock)
+{
+        CHECK(getpid() == 1);
+        setup(0);
+        CUipcMemHandle mh;
+        CUipcEventHandle eh;
+        recv_all(sock, &mh, sizeof(mh));
+        recv_all(sock, &eh, sizeof(eh));
+        CUdeviceptr p = 0;
+        CUevent ev;
+        /* Measured: legacy IPC does not cross pid namespaces. */
+        CHECK_RC(p_cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                 CUDA_ERROR_INVALID_CONTEXT);
+        CHECK_RC(p_cuIpcOpenEventHandle(&ev, eh), CUDA_ERROR_INVALID_CONTEXT);
+
+        /* VMM fds do. */
+        int fd = recv_fd(sock);
+        CUmemGenericAllocationHandle vh = 0;
+        OK(p_cuMemImportFromShareableHandle(&vh, (void *)(intptr_t)fd,
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        close(fd);
+        CUdeviceptr va = 0;
+        CUmemAccessDesc acc = rw_access(0);
+        OK(p_cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+        OK(p_cuMemMap(va, 2 * MiB, 0, vh, 0));
+        OK(p_cuMemSetAccess(va, 2 * MiB, &acc, 1));
+        CHECK(((unsigned char *)(uintptr_t)va)[MiB] == 0x4f);
+
+        /* Pools travel as fds too (not measured across namespaces). */
+        fd = recv_fd(sock);
+        CUmemPoolPtrExportData pd;
+        recv_all(sock, &pd, sizeof(pd));
+        CUmemoryPool pool = NULL;
+        OK(p_cuMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        close(fd);
+        OK(p_cuMemPoolImportPointer(&p, pool, &pd));
+        CHECK(((unsigned char *)(uintptr_t)p)[MiB - 1] == 0x50);
+        ((unsigned char *)(uintptr_t)p)[5] = 0x51;
+        send_word(sock, 1);
+        CHECK(recv_word(sock) == 2);
+        OK(p_cuMemFree(p));
+        OK(p_cuMemPoolDestroy(pool));
+        OK(p_cuMemUnmap(va, 2 * MiB));
+        OK(p_cuMemAddressFree(va, 2 * MiB));
+        OK(p_cuMemRelease(vh));
+        send_word(sock, 3);
+        teardown(0);
+}
+
+/* fn runs as pid 1 of a new pid namespace: unshare in a child, fork again. */
+static pid_t spawn_in_pidns(const char *name, role_fn fn, int sock)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+                perror("fork");
+                exit(1);
+        }
+        if (pid != 0)
+                return pid;
+        if (unshare(CLONE_NEWPID) != 0)
+                _exit(77);
+        pid_t inner = spawn(name, fn, sock, NULL);
+        int st = 0;
+        while (waitpid(inner, &st, 0) < 0 && errno == EINTR)
+                ;
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+}
+
+static void test_pidns(void)
+{
+        if (geteuid() != 0) {
+                printf("note: pid namespace test skipped (needs root for unshare(CLONE_NEWPID))\n");
+                return;
+        }
+        pid_t probe = spawn_in_pidns("pidns probe", NULL, -1);
+        int st = 0;
+        waitpid(probe, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) == 77) {
+                printf("note: pid namespace test skipped (unshare(CLONE_NEWPID): not permitted)\n");
+                return;
+        }
+        int sv[2];
+        pair(sv);
+        pid_t pa = spawn("pidns producer", role_ns_producer, sv[0], NULL);
+        pid_t pb = spawn_in_pidns("pidns consumer", role_ns_consumer, sv[1]);
+        close(sv[0]);
+        close(sv[1]);
+        reap(pa, "pidns producer");
+        reap(pb, "pidns consumer");
+}
+
+/* The sweep leaves names of another pid namespace alone, even with a pid
+ * that is dead here; it removes those of this namespace. */
+static void role_sweep_ns(int sock)
+{
+        (void)sock;
+        OK(p_cuInit(0));
+}
+
+static void test_sweep_other_ns(void)
+{
+        pid_t dead = fork();
+        if (dead == 0)
+                _exit(0);
+        waitpid(dead, NULL, 0);
+        struct stat st;
+        unsigned long long ns = stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+        char other[512], mine[512], old[512];
+        snprintf(other, sizeof(other), "%s/gpuipc-double-%d-n%llu-0123456789abcdef-m1", shm_dir,
+                 (int)dead, ns + 1);
+        snprintf(mine, sizeof(mine), "%s/gpuipc-double-%d-n%llu-0123456789abcdef-m1", shm_dir,
+                 (int)dead, ns);
+        snprintf(old, sizeof(old), "%s/gpuipc-double-%d-0123456789abcdef-m1", shm_dir, (int)dead);
+        const char *paths[] = { other, mine, old };
+        for (int i = 0; i < 3; i++) {
+                int fd = open(paths[i], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+                CHECK(fd >= 0);
+                if (fd >= 0)
+                        close(fd);
+        }
+        run_one("sweep other namespace", role_sweep_ns, NULL);
+        CHECK(access(other, F_OK) == 0);
+        CHECK(access(old, F_OK) == 0);          /* no namespace in the name: kept */
+        CHECK(access(mine, F_OK) != 0);
+        unlink(other);
+        unlink(old);
+}
+
 /* ---- driver ---- */
 
 static void run_pair(const char *what, role_fn a, const char *const *env_a, role_fn b,
@@ -1768,6 +1962,9 @@ int main(int argc, char **argv)
         run_one("pool basics", role_pool_basics, NULL);
         run_one("pool peer access", role_pool_peer, d3np);
         run_pair("pool sharing", role_pool_exporter, NULL, role_pool_importer, NULL);
+
+        test_sweep_other_ns();
+        test_pidns();
 
         test_stats();
         test_cleanup();

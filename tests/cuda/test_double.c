@@ -1753,17 +1753,22 @@ static pid_t spawn_in_pidns(const char *name, role_fn fn, int sock)
         _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
 }
 
+static void role_noop(int sock)
+{
+        (void)sock;
+}
+
 static void test_pidns(void)
 {
         if (geteuid() != 0) {
                 printf("note: pid namespace test skipped (needs root for unshare(CLONE_NEWPID))\n");
                 return;
         }
-        pid_t probe = spawn_in_pidns("pidns probe", NULL, -1);
+        pid_t probe = spawn_in_pidns("pidns probe", role_noop, -1);
         int st = 0;
         waitpid(probe, &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) == 77) {
-                printf("note: pid namespace test skipped (unshare(CLONE_NEWPID): not permitted)\n");
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                printf("note: pid namespace test skipped (unshare(CLONE_NEWPID) failed)\n");
                 return;
         }
         int sv[2];

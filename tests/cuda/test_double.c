@@ -1412,6 +1412,14 @@ static void role_pool_basics(int sock)
         OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
         CHECK(v == UINT64_MAX);
         OK(p_cuMemPoolSetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+        int reuse = -1, off = 0;
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse));
+        CHECK(reuse == 1);
+        OK(p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &off));
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse));
+        CHECK(reuse == 0);
+        CHECK_RC(p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v),
+                 CUDA_ERROR_INVALID_VALUE);
         OK(p_cuDeviceSetMemPool(0, pool));
         OK(p_cuDeviceGetMemPool(&cur, 0));
         CHECK(cur == pool);
@@ -1425,6 +1433,14 @@ static void role_pool_basics(int sock)
         CHECK(v == 5 * MiB + 1000);
         OK(p_cuMemGetAddressRange(&rb, &rs, q + 999));
         CHECK(rb == q && rs == 1000);
+        OK(p_cuMemFreeAsync(q, NULL));
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v));
+        CHECK(v == 5 * MiB + 1000);
+        cuuint64_t zero = 0;
+        OK(p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v));
+        CHECK(v == 5 * MiB);
+        OK(p_cuMemAllocFromPoolAsync(&q, 1000, pool, NULL));
         CHECK_RC(p_cuIpcGetMemHandle(&ih, p), CUDA_ERROR_INVALID_VALUE);
         CHECK_RC(p_cuMemRetainAllocationHandle(&gh, (void *)(uintptr_t)p), CUDA_ERROR_INVALID_VALUE);
 
@@ -1473,7 +1489,7 @@ static void role_pool_basics(int sock)
         CHECK(fn == (void *)p_cuMemPoolImportPointer);
         CHECK_RC(p_cuGetProcAddress("cuMemFreeAsync", &fn, 11010, 0, &qr), CUDA_ERROR_NOT_FOUND);
         CHECK(p_count("cuMemAllocAsync") == 6);
-        CHECK(p_count("cuMemFreeAsync") == 7);
+        CHECK(p_count("cuMemFreeAsync") == 8);
         CHECK(p_count("cuMemPoolCreate") == 4);
         teardown(0);
 }

@@ -261,11 +261,13 @@ Test(alloc, explain_names_each_path)
         cr_assert_eq(h_wait(&ch, 10000), 0);
 }
 
-/* A consumer in a PID namespace of its own, as in another container. */
+/* A consumer in PID and IPC namespaces of its own, with its own /proc, as
+ * in another container (on an H200, cuInit fails in a new PID namespace
+ * that still sees the old /proc). */
 static void lookup_in_new_pidns(const char *name, char *line, size_t len)
 {
-        const char *args[] = { "--pid", "--fork", h_path("tests/helper-alloc"), "lookup", name,
-                               NULL };
+        const char *args[] = { "--pid", "--ipc", "--fork", "--mount-proc",
+                               h_path("tests/helper-alloc"), "lookup", name, NULL };
         struct h_child ch;
 
         h_spawn_path(&ch, "/usr/bin/unshare", args, true);
@@ -278,7 +280,7 @@ static void lookup_in_new_pidns(const char *name, char *line, size_t len)
 static bool can_unshare_pid(void)
 {
         return geteuid() == 0 && access("/usr/bin/unshare", X_OK) == 0 &&
-               system("/usr/bin/unshare --pid --fork true 2>/dev/null") == 0;
+               system("/usr/bin/unshare --pid --ipc --fork --mount-proc true 2>/dev/null") == 0;
 }
 
 Test(alloc, pid_namespaces)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -23,6 +24,7 @@
 #define CHUNK_SIZE 4096         /* the usual chunk, header included */
 #define CHUNK_SPARE_MAX 64      /* usual chunks kept for reuse */
 #define SHUTDOWN_GRACE_MS 1000  /* for peers to take their last frames */
+#define TRIM_MIN (UINT64_C(8) << 20) /* queued output worth giving back */
 
 static void on_poll(uv_poll_t *h, int status, int events);
 static void on_closed(uv_handle_t *h);
@@ -153,6 +155,24 @@ static void chunk_free(struct daemon *d, struct chunk *k)
         free(k);
 }
 
+/* Queued output that piled up (watchers or clients that do not read) is
+ * freed chunk by chunk, between the registry's allocations, so glibc keeps
+ * the pages: once most of a large pile is gone, the spare chunks and the
+ * free heap pages go back to the kernel. */
+static void maybe_trim(struct daemon *d)
+{
+        if (d->out_peak < TRIM_MIN || d->out_total > d->out_peak / 4)
+                return;
+        while (spare) {
+                struct chunk *k = spare;
+                spare = k->next;
+                free(k);
+        }
+        n_spare = 0;
+        (void)malloc_trim(0);
+        d->out_peak = d->out_total;
+}
+
 static void on_closed(uv_handle_t *h)
 {
         struct conn *c = h->data;
@@ -193,7 +213,9 @@ void conn_close(struct conn *c)
                 chunk_free(d, k);
         }
         c->out_tail = NULL;
+        d->out_total -= c->out_bytes;
         c->out_bytes = 0;
+        maybe_trim(d);
         uv_close((uv_handle_t *)&c->poll, on_closed);
         if (d->grace && !d->conns)
                 grace_done(d);
@@ -266,6 +288,9 @@ int conn_send_fd(struct conn *c, struct proto_out *o, struct reg *pin, int fd)
         memcpy(k->buf + k->len, o->sb.data, o->sb.size);
         k->len += o->sb.size;
         c->out_bytes += o->sb.size;
+        c->d->out_total += o->sb.size;
+        if (c->d->out_total > c->d->out_peak)
+                c->d->out_peak = c->d->out_total;
         /* Our own read callback flushes once its batch is done; anyone
          * else's reply waits for the socket to be writable. */
         if (!c->busy)
@@ -331,6 +356,7 @@ static int write_some(struct conn *c)
                 if (w < 0)
                         return (int)w;
                 c->out_bytes -= (uint64_t)w;
+                c->d->out_total -= (uint64_t)w;
                 while (w > 0) {
                         k = c->out_head;
                         size_t left = k->len - k->off;
@@ -374,6 +400,8 @@ void conn_flush(struct conn *c)
                 conn_close(c);
                 return;
         }
+        if (!c->out_head)
+                maybe_trim(c->d);
         set_events(c, wanted_events(c));
 }
 

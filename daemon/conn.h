@@ -20,6 +20,7 @@
 #include "registry.h"
 
 struct waiter;
+struct wgroup;
 
 /* Queued output: frames copied end to end.  A frame with an fd starts a
  * chunk of its own, since the fd travels with the chunk's first byte;
@@ -46,6 +47,7 @@ struct conn {
         struct chunk *out_head, *out_tail;
         uint64_t out_bytes;             /* unsent bytes */
         struct waiter *waits;
+        struct wgroup *wgroups;         /* its waiters, by name (waits.c) */
         uint32_t n_waits;
         uint32_t n_groups;
         gid_t groups[PEER_GROUPS_MAX];  /* supplementary, from SO_PEERGROUPS at hello */

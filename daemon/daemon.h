@@ -35,6 +35,8 @@ struct daemon {
         bool restoring;                 /* replaying the journal (restore.c) */
         bool stopping;
         uv_timer_t *grace;              /* shutdown: ends connections slow to flush */
+        uint64_t out_total;             /* unsent reply bytes of all connections */
+        uint64_t out_peak;              /* out_total's high-water mark since the last trim */
 };
 
 /* Unix time in milliseconds. */

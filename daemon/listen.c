@@ -13,7 +13,8 @@
 #include "log.h"
 #include "quota.h"
 
-#define BACKLOG 128
+/* The kernel caps it at net.core.somaxconn (4096 since Linux 5.4). */
+#define BACKLOG SOMAXCONN
 #define ACCEPT_RETRY_MS 100
 
 static void listener_init(struct listener *l, struct daemon *d)

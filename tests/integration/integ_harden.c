@@ -1,0 +1,350 @@
+/* integ_harden.c: one uid must not take what others need (issue 15).
+ *
+ * Connection slots (per uid, a reserve for root and admin-group, a hello
+ * deadline), the daemon's fds and fd store entries, watch slots, waiting
+ * lookups that slow every register down, the peer's identity as of accept
+ * (executable, supplementary groups past 256), the listen backlog and the
+ * memory an output flood leaves behind.  The tests run as root (CI does)
+ * and act as other uids through sockets that children of other uids
+ * connected and handed back: SO_PEERCRED and SO_PEERGROUPS are fixed at
+ * connect(2), so the parent can drive them with the harness. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "gpuipc.h"
+#include "harness.h"
+#include "sdhost.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+#define UID_A   65533u
+#define UID_B   65532u
+
+static void setup(void)
+{
+        signal(SIGPIPE, SIG_IGN);
+        if (geteuid() != 0)
+                cr_skip_test("needs root to act as other uids");
+}
+
+TestSuite(harden, .init = setup, .timeout = 120);
+
+/* Starts the test's daemon with a socket every uid can reach. */
+static void start(const char *const *extra)
+{
+        const char *args[32] = { "--socket-mode", "0666" };
+        int n = 2;
+
+        for (int i = 0; extra && extra[i]; i++)
+                args[n++] = extra[i];
+        args[n] = NULL;
+        h_daemon_start(&h_d, args);
+        cr_assert_eq(chmod(h_d.dir, 0755), 0);
+}
+
+/* ---- sockets connected by other uids ---------------------------------- */
+
+struct who {
+        uid_t uid;
+        const gid_t *groups;
+        int ngroups;
+};
+
+static int send_fd(int sock, int fd)
+{
+        char c = 0;
+        struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                             .msg_controllen = sizeof(u.buf) };
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+        return sendmsg(sock, &mh, 0) == 1 ? 0 : -1;
+}
+
+static int recv_fd(int sock)
+{
+        char c;
+        struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                             .msg_controllen = sizeof(u.buf) };
+        struct cmsghdr *cm;
+        int fd;
+
+        if (recvmsg(sock, &mh, MSG_CMSG_CLOEXEC) != 1)
+                return -1;
+        cm = CMSG_FIRSTHDR(&mh);
+        if (!cm || cm->cmsg_type != SCM_RIGHTS)
+                return -1;
+        memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+        return fd;
+}
+
+/* Connects n sockets to the daemon as w (without hello) and stores them
+ * in fds; returns how many connects succeeded (the rest are -1). */
+static int connect_as(const struct who *w, int n, int *fds)
+{
+        int sv[2], got = 0, st;
+        pid_t pid;
+
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+                alarm(60);
+                close(sv[0]);
+                if (setgroups((size_t)w->ngroups, w->groups) < 0 || setgid(w->uid) < 0 ||
+                    setuid(w->uid) < 0)
+                        _exit(100);
+                snprintf(sa.sun_path, sizeof(sa.sun_path), "%.107s", h_d.sock);
+                for (int i = 0; i < n; i++) {
+                        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+                        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                                _exit(i == 0 ? 101 : 0);
+                        if (send_fd(sv[1], fd) < 0)
+                                _exit(102);
+                        close(fd);
+                }
+                _exit(0);
+        }
+        close(sv[1]);
+        for (int i = 0; i < n; i++) {
+                fds[i] = recv_fd(sv[0]);
+                got += fds[i] >= 0;
+        }
+        close(sv[0]);
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "connecting child: status %d", st);
+        return got;
+}
+
+/* Whether the daemon keeps fd open: a ping after hello is answered. */
+static bool raw_ping(int fd, uint64_t seq)
+{
+        struct h_frame f;
+        bool ok;
+
+        if (h_raw_request(fd, "ping", seq, 0, NULL, NULL, NULL, 0) < 0)
+                return false;
+        if (h_raw_recv(fd, 5000, &f) != 1)
+                return false;
+        ok = f.m.root && proto_get(f.m.root, "seq") && !proto_get(f.m.root, "error");
+        h_frame_free(&f);
+        return ok;
+}
+
+/* A raw request with string and uint fields, answered by its reply. */
+struct kv {
+        const char *k;
+        const char *s;          /* NULL: u */
+        uint64_t u;
+};
+
+static void pack_kvs(msgpack_packer *pk, void *data)
+{
+        for (const struct kv *p = data; p->k; p++) {
+                if (p->s)
+                        proto_pack_kstr(pk, p->k, p->s);
+                else
+                        proto_pack_ku64(pk, p->k, p->u);
+        }
+}
+
+static unsigned n_kvs(const struct kv *kv)
+{
+        unsigned n = 0;
+
+        while (kv[n].k)
+                n++;
+        return n;
+}
+
+static void raw_req(int fd, const char *op, uint64_t seq, const struct kv *kv)
+{
+        cr_assert_eq(h_raw_request(fd, op, seq, kv ? n_kvs(kv) : 0, kv ? pack_kvs : NULL,
+                                   (void *)kv, NULL, 0), 0);
+}
+
+static gpuipc_client *client(void)
+{
+        gpuipc_client *c;
+
+        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        return c;
+}
+
+static int put(gpuipc_client *c, const char *name)
+{
+        gpuipc_hostbuf *b;
+        int r;
+
+        cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
+        r = gpuipc_register_host(c, name, b, NULL, 0, NULL);
+        gpuipc_hostbuf_free(b);
+        return r;
+}
+
+/* ---- 5. waiting lookups ----------------------------------------------- */
+
+static int64_t churn(gpuipc_client *c, int rounds)
+{
+        int64_t t0 = h_now_ms();
+
+        for (int i = 0; i < rounds; i++) {
+                cr_assert_eq(put(c, "wait/x"), 0, "%s", gpuipc_errmsg(c));
+                cr_assert_eq(gpuipc_unregister(c, "wait/x"), 0);
+        }
+        return h_now_ms() - t0;
+}
+
+/* Lookups of another uid waiting for a name (root's, owner only: they may
+ * not have it) must not make each register of that name walk them all. */
+Test(harden, waiters_do_not_slow_registers)
+{
+        enum { CONNS = 400, WAITS = 256, ROUNDS = 200 };
+        static int fds[CONNS];
+        gpuipc_client *c;
+        int64_t base, with;
+
+        start((const char *const[]){ "--max-connections", "1024", "--max-connections-per-uid",
+                                     "1024", NULL });
+        c = client();
+        (void)churn(c, 20);
+        base = churn(c, ROUNDS);
+        cr_assert_eq(connect_as(&(struct who){ .uid = UID_A }, CONNS, fds), CONNS);
+        for (int i = 0; i < CONNS; i++) {
+                h_raw_hello(fds[i], 1);
+                for (int k = 0; k < WAITS; k++)
+                        raw_req(fds[i], "lookup", 2 + (uint64_t)k,
+                                (const struct kv[]){ { "name", "wait/x", 0 },
+                                                     { "wait_ms", NULL, 600000 },
+                                                     { NULL, NULL, 0 } });
+                cr_assert(raw_ping(fds[i], 1000), "connection %d", i);
+        }
+        with = churn(c, ROUNDS);
+        cr_expect_leq(with, 3 * base + 150, "%d registers: %lld ms with %d waiters, %lld ms "
+                      "without", ROUNDS, (long long)with, CONNS * WAITS, (long long)base);
+        gpuipc_client_free(c);
+        for (int i = 0; i < CONNS; i++)
+                close(fds[i]);
+        h_daemon_stop(&h_d);
+}
+
+/* ---- 17. the listen backlog ------------------------------------------ */
+
+Test(harden, backlog_is_somaxconn)
+{
+        enum { N = 400 };
+        static int fds[N];
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int ok = 0, somaxconn = 0;
+        FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
+
+        if (!f || fscanf(f, "%d", &somaxconn) != 1 || somaxconn < 2 * N) {
+                if (f)
+                        fclose(f);
+                cr_skip_test("net.core.somaxconn is below %d", 2 * N);
+        }
+        fclose(f);
+        start(NULL);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%.107s", h_d.sock);
+        /* A stopped daemon accepts nothing: connects queue in the backlog. */
+        cr_assert_eq(kill(h_d.pid, SIGSTOP), 0);
+        for (int i = 0; i < N; i++) {
+                fds[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                cr_assert_geq(fds[i], 0);
+                ok += connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        }
+        cr_assert_eq(kill(h_d.pid, SIGCONT), 0);
+        cr_expect_eq(ok, N, "%d of %d connects queued", ok, N);
+        for (int i = 0; i < N; i++)
+                close(fds[i]);
+        h_sleep_ms(200);
+        h_daemon_stop(&h_d);
+}
+
+/* ---- 18. memory of an output flood ----------------------------------- */
+
+Test(harden, output_flood_memory_given_back)
+{
+        enum { WATCHERS = 32, KEEP = 1500, CHURN = 4000 };
+        static int w[WATCHERS];
+        char name[256];
+        gpuipc_client *c;
+        long rss0, rss_peak, rss_after;
+
+#ifdef UNDER_ASAN
+        /* ASan's allocator keeps freed memory in quarantine, whatever the
+         * daemon asks of malloc. */
+        cr_skip_test("RSS is ASan's under the sanitizers");
+#endif
+        start((const char *const[]){ "--max-output", "8388608", NULL });
+        c = client();
+        /* public: the watchers of other uids see them */
+        cr_assert_eq(gpuipc_access_set(c, &(gpuipc_access){ .public_ = 1 }), 0);
+        rss0 = h_daemon_rss_kb(&h_d);
+        /* 8 watchers each of 4 uids (max-watches-per-uid is 8) */
+        for (int i = 0; i < WATCHERS; i += 8)
+                cr_assert_eq(connect_as(&(struct who){ .uid = UID_A - (uid_t)i / 8 }, 8, w + i),
+                             8);
+        for (int i = 0; i < WATCHERS; i++) {
+                h_raw_hello(w[i], 1);
+                raw_req(w[i], "watch", 2, NULL);
+                h_raw_expect_reply(w[i], 2, "");
+                /* and never read again */
+        }
+        /* Registrations that stay, allocated between the queued events. */
+        for (int i = 0; i < KEEP + CHURN; i++) {
+                snprintf(name, sizeof(name), "flood/%0200d", i);
+                cr_assert_eq(put(c, name), 0, "%d: %s", i, gpuipc_errmsg(c));
+                if (i >= KEEP)
+                        cr_assert_eq(gpuipc_unregister(c, name), 0);
+        }
+        rss_peak = h_daemon_rss_kb(&h_d);
+        cr_assert_gt(rss_peak - rss0, 40 * 1024, "the flood took %ld KiB", rss_peak - rss0);
+        for (int i = 0; i < WATCHERS; i++)
+                close(w[i]);
+        /* a round trip: the daemon has seen the watchers go */
+        h_sleep_ms(300);
+        cr_assert_eq(gpuipc_unregister(c, "flood/nonexistent"), -ENOENT);
+        rss_after = h_daemon_rss_kb(&h_d);
+        cr_expect_lt(rss_after - rss0, (rss_peak - rss0) / 3,
+                     "RSS %ld KiB before, %ld KiB at the peak, %ld KiB after the watchers went",
+                     rss0, rss_peak, rss_after);
+        gpuipc_client_free(c);
+        h_daemon_stop(&h_d);
+}

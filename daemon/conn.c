@@ -13,6 +13,7 @@
 
 #include "conn.h"
 #include "persist.h"
+#include "session.h"
 #include "log.h"
 #include "ops.h"
 #include "quota.h"
@@ -59,6 +60,102 @@ static int wanted_events(const struct conn *c)
         return ev;
 }
 
+static void hello_timer_arm(struct daemon *d);
+
+static void on_hello_timer_closed(uv_handle_t *h)
+{
+        free(h);
+}
+
+/* Closes every connection whose hello deadline has passed. */
+static void on_hello_timer(uv_timer_t *t)
+{
+        struct daemon *d = t->data;
+        uint64_t now = uv_now(d->loop);
+        char msg[96];
+
+        snprintf(msg, sizeof(msg), "no hello within %u ms of connecting (hello-timeout-ms)",
+                 d->cfg.hello_timeout_ms);
+        while (d->prehello && d->prehello->hello_deadline <= now) {
+                struct conn *c = d->prehello;
+
+                conn_hello_done(c);     /* unlinks c, may close the timer */
+                log_info("connection %" PRIu64 " (pid %u uid %u): %s; closing it", c->id,
+                         c->party.pid, c->party.uid, msg);
+                conn_send_error_event(c, -ETIMEDOUT, msg, true);
+                conn_flush(c);          /* may close c */
+        }
+        if (d->hello_timer)
+                hello_timer_arm(d);
+}
+
+/* Points the timer at the oldest deadline, or closes it when no connection
+ * waits for its hello (so that an idle loop has no timer to run). */
+static void hello_timer_arm(struct daemon *d)
+{
+        uint64_t now = uv_now(d->loop);
+
+        if (!d->prehello) {
+                if (d->hello_timer) {
+                        uv_close((uv_handle_t *)d->hello_timer, on_hello_timer_closed);
+                        d->hello_timer = NULL;
+                }
+                return;
+        }
+        if (!d->hello_timer) {
+                uv_timer_t *t = malloc(sizeof(*t));
+
+                if (!t || uv_timer_init(d->loop, t) < 0) {
+                        free(t);        /* best effort: hello comes or the peer goes */
+                        return;
+                }
+                t->data = d;
+                d->hello_timer = t;
+        }
+        (void)uv_timer_start(d->hello_timer, on_hello_timer,
+                             d->prehello->hello_deadline > now
+                                     ? d->prehello->hello_deadline - now : 0, 0);
+}
+
+/* Deadlines are accept time plus one timeout, so the list stays in
+ * deadline order by appending. */
+static void hello_wait_add(struct conn *c)
+{
+        struct daemon *d = c->d;
+        bool first = !d->prehello;
+
+        c->hello_deadline = uv_now(d->loop) + d->cfg.hello_timeout_ms;
+        c->hprev = d->prehello_tail;
+        c->hnext = NULL;
+        if (d->prehello_tail)
+                d->prehello_tail->hnext = c;
+        else
+                d->prehello = c;
+        d->prehello_tail = c;
+        if (first)
+                hello_timer_arm(d);
+}
+
+void conn_hello_done(struct conn *c)
+{
+        struct daemon *d = c->d;
+
+        if (!c->hello_deadline)
+                return;
+        c->hello_deadline = 0;
+        if (c->hprev)
+                c->hprev->hnext = c->hnext;
+        else
+                d->prehello = c->hnext;
+        if (c->hnext)
+                c->hnext->hprev = c->hprev;
+        else
+                d->prehello_tail = c->hprev;
+        c->hprev = c->hnext = NULL;
+        if (!d->prehello)
+                hello_timer_arm(d);     /* closes it */
+}
+
 int conn_new(struct daemon *d, int fd, struct conn **ret)
 {
         struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
@@ -98,12 +195,19 @@ int conn_new(struct daemon *d, int fd, struct conn **ret)
                 return r;
         }
         c->events = UV_READABLE;
+        /* Who the peer is, as of connect(2) and this accept: what a process
+         * does with the socket later (fork, exec) does not change it. */
+        c->n_groups = access_read_groups(fd, c->groups);
+        if (persist_enabled())
+                c->party.start_time = session_start_time(c->party.pid);
         c->next = d->conns;
         if (d->conns)
                 d->conns->prev = c;
         d->conns = c;
         d->n_conns++;
         quota_conn(d, c->party.uid, 1);
+        watch_conn_accepted(c);
+        hello_wait_add(c);
         log_debug("connection %" PRIu64 " opened: pid %u uid %u gid %u", c->id,
                   c->party.pid, c->party.uid, c->party.gid);
         *ret = c;
@@ -199,6 +303,7 @@ void conn_close(struct conn *c)
                 c->next->prev = c->prev;
         d->n_conns--;
         quota_conn(d, c->party.uid, -1);
+        conn_hello_done(c);
 
         watch_conn_closed(c);
         waits_cancel_conn(c);

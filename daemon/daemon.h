@@ -35,6 +35,8 @@ struct daemon {
         bool restoring;                 /* replaying the journal (restore.c) */
         bool stopping;
         uv_timer_t *grace;              /* shutdown: ends connections slow to flush */
+        struct conn *prehello, *prehello_tail; /* no hello yet, oldest first */
+        uv_timer_t *hello_timer;        /* for the oldest one's deadline */
         uint64_t out_total;             /* unsent reply bytes of all connections */
         uint64_t out_peak;              /* out_total's high-water mark since the last trim */
 };

@@ -254,7 +254,7 @@ void watch_emit_revoked(struct reg *r, const struct reg_party *by)
 
 /* ---- executables ------------------------------------------------------- */
 
-void watch_conn_hello(struct conn *c)
+void watch_conn_accepted(struct conn *c)
 {
         char path[64], exe[WATCH_EXE_MAX + 1];
         struct exe *x;

@@ -152,6 +152,14 @@ static int connect_as(const struct who *w, int n, int *fds)
         return got;
 }
 
+static int connect_uid(uid_t uid)
+{
+        int fd;
+
+        cr_assert_eq(connect_as(&(struct who){ .uid = uid }, 1, &fd), 1);
+        return fd;
+}
+
 /* Whether the daemon keeps fd open: a ping after hello is answered. */
 static bool raw_ping(int fd, uint64_t seq)
 {
@@ -218,6 +226,96 @@ static int put(gpuipc_client *c, const char *name)
         return r;
 }
 
+/* ---- 1. connections --------------------------------------------------- */
+
+/* With the defaults, one uid gets 256 connections, not all 1024. */
+Test(harden, connections_per_uid_default)
+{
+        int fds[300], n;
+
+        start(NULL);
+        n = connect_as(&(struct who){ .uid = UID_A }, 257, fds);
+        cr_assert_eq(n, 257);
+        for (int i = 0; i < 256; i++)
+                h_raw_hello(fds[i], 1);
+        h_raw_expect_event(fds[256], "limit", true);
+        h_raw_expect_eof(fds[256], 3000);
+        /* another uid still connects */
+        fds[257] = connect_uid(UID_B);
+        h_raw_hello(fds[257], 1);
+        for (int i = 0; i < 258; i++)
+                close(fds[i]);
+        h_daemon_stop(&h_d);
+}
+
+/* The last reserved-connections slots are root's and admin-group's. */
+Test(harden, connection_reserve_for_admins)
+{
+        int fds[16], extra, r;
+
+        start((const char *const[]){ "--max-connections", "8", "--reserved-connections", "2",
+                                     "--max-connections-per-uid", "100", NULL });
+        /* two uids fill what they may: 6 of 8 */
+        cr_assert_eq(connect_as(&(struct who){ .uid = UID_A }, 4, fds), 4);
+        cr_assert_eq(connect_as(&(struct who){ .uid = UID_B }, 2, fds + 4), 2);
+        for (int i = 0; i < 6; i++)
+                h_raw_hello(fds[i], 1);
+        extra = connect_uid(UID_B);
+        h_raw_expect_event(extra, "limit", true);
+        h_raw_expect_eof(extra, 3000);
+        close(extra);
+        /* root still gets in, twice */
+        for (int i = 6; i < 8; i++) {
+                fds[i] = h_raw_connect(h_d.sock);
+                h_raw_hello(fds[i], 1);
+        }
+        extra = h_raw_connect(h_d.sock);
+        h_raw_expect_event(extra, "limit", true);
+        close(extra);
+        for (int i = 0; i < 8; i++)
+                cr_expect(raw_ping(fds[i], 2), "connection %d", i);
+        for (int i = 0; i < 8; i++)
+                close(fds[i]);
+        (void)r;
+        h_daemon_stop(&h_d);
+}
+
+/* A connection that never says hello is closed after hello-timeout-ms
+ * (default 5000); one that did stays. */
+Test(harden, hello_deadline)
+{
+        struct h_frame f;
+        int idle, ok, fast;
+        int64_t t0, dt;
+
+        start(NULL);
+        t0 = h_now_ms();
+        idle = connect_uid(UID_A);
+        ok = connect_uid(UID_A);
+        h_raw_hello(ok, 1);
+        cr_assert_eq(h_raw_recv(idle, 10000, &f), 1, "no event on the idle connection");
+        h_expect_event(&f, "timeout", true);
+        h_frame_free(&f);
+        h_raw_expect_eof(idle, 3000);
+        dt = h_now_ms() - t0;
+        cr_expect_geq(dt, 4500, "closed after %lld ms", (long long)dt);
+        cr_expect_leq(dt, 9000, "closed after %lld ms", (long long)dt);
+        cr_expect(raw_ping(ok, 2));
+        close(idle);
+        close(ok);
+        h_daemon_stop(&h_d);
+
+        /* configurable */
+        start((const char *const[]){ "--hello-timeout-ms", "200", NULL });
+        t0 = h_now_ms();
+        fast = h_raw_connect(h_d.sock);
+        h_raw_expect_event(fast, "timeout", true);
+        dt = h_now_ms() - t0;
+        cr_expect_lt(dt, 2000, "closed after %lld ms", (long long)dt);
+        close(fast);
+        h_daemon_stop(&h_d);
+}
+
 /* ---- 5. waiting lookups ----------------------------------------------- */
 
 static int64_t churn(gpuipc_client *c, int rounds)
@@ -261,6 +359,84 @@ Test(harden, waiters_do_not_slow_registers)
         gpuipc_client_free(c);
         for (int i = 0; i < CONNS; i++)
                 close(fds[i]);
+        h_daemon_stop(&h_d);
+}
+
+/* ---- 13. who the peer is, as of accept -------------------------------- */
+
+/* A process that connects and then execs another program is recorded as
+ * the program that connected. */
+Test(harden, exe_read_at_accept)
+{
+        char fdarg[16], self[512], line[64];
+        gpuipc_client *c;
+        gpuipc_list *l;
+        struct h_child ch = { .in = -1, .out = -1 };
+        int fd, p_in[2], p_out[2];
+        ssize_t n;
+        pid_t pid;
+
+        start(NULL);
+        n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        cr_assert_gt(n, 0);
+        self[n] = '\0';
+        cr_assert_eq(pipe2(p_in, O_CLOEXEC), 0);
+        cr_assert_eq(pipe2(p_out, O_CLOEXEC), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                alarm(30);
+                fd = h_raw_connect(h_d.sock);
+                (void)fcntl(fd, F_SETFD, 0);
+                h_sleep_ms(300);        /* the daemon has accepted it */
+                snprintf(fdarg, sizeof(fdarg), "%d", fd);
+                dup2(p_in[0], 0);
+                dup2(p_out[1], 1);
+                execl(h_path("tests/helper-rawreg"), "helper-rawreg", fdarg, "exe/x", NULL);
+                _exit(127);
+        }
+        close(p_in[0]);
+        close(p_out[1]);
+        ch.pid = pid;
+        ch.in = p_in[1];
+        ch.out = p_out[0];
+        cr_assert_gt(h_read_line(&ch, line, sizeof(line), 10000), 0, "helper-rawreg said nothing");
+        cr_assert_str_eq(line, "ok");
+        c = client();
+        cr_assert_eq(gpuipc_stat(c, "exe/x", &l), 0, "%s", gpuipc_errmsg(c));
+        cr_expect_str_eq(gpuipc_list_get(l, 0)->owner_exe, self);
+        gpuipc_list_free(l);
+        gpuipc_client_free(c);
+        cr_expect_eq(h_wait(&ch, 5000), 0);
+        h_daemon_stop(&h_d);
+}
+
+/* A peer in more than 256 supplementary groups keeps the first 256. */
+Test(harden, many_groups_keep_first_256)
+{
+        static gid_t groups[300];
+        uint32_t gid = 20100;
+        gpuipc_access a = { .gids = &gid, .n_gids = 1 };
+        gpuipc_client *c;
+        struct h_frame f;
+        int fd;
+
+        for (int i = 0; i < 300; i++)
+                groups[i] = 20000 + (gid_t)i;
+        start(NULL);
+        c = client();
+        cr_assert_eq(gpuipc_access_set(c, &a), 0);
+        cr_assert_eq(put(c, "grp/x"), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(connect_as(&(struct who){ .uid = UID_A, .groups = groups, .ngroups = 300 },
+                                1, &fd), 1);
+        h_raw_hello(fd, 1);
+        raw_req(fd, "lookup", 2, (const struct kv[]){ { "name", "grp/x", 0 },
+                                                      { NULL, NULL, 0 } });
+        cr_assert_eq(h_raw_recv(fd, 5000, &f), 1);
+        h_expect_reply(&f, 2, "");
+        h_frame_free(&f);
+        close(fd);
+        gpuipc_client_free(c);
         h_daemon_stop(&h_d);
 }
 

@@ -47,6 +47,14 @@ static const struct key {
         { { "hello-timeout-ms", "MS", "a connection that has not sent hello this long after "
             "it was accepted is closed (default 5000)" },
           T_NUM, F(hello_timeout_ms), 1, 3600000 },
+        { { "max-fds-per-uid", "N", "file descriptors the daemon holds for one uid's "
+            "registrations: 2 per host, 1 per cuda-vmm registration (default 16384)" },
+          T_NUM, F(max_fds_per_uid), 1, UINT32_MAX },
+        { { "max-fdstore-per-uid", "N", "entries of systemd's fd store that one uid's "
+            "registrations may take (default 4096)" },
+          T_NUM, F(max_fdstore_per_uid), 1, UINT32_MAX },
+        { { "max-watches-per-uid", "N", "watch subscriptions of one uid, of the daemon's 64 "
+            "(default 8)" }, T_NUM, F(max_watches_per_uid), 1, 64 },
         { { "max-registrations-per-uid", "N", "live registrations of one uid, counting durable "
             "ones whose connection ended (default 65536)" },
           T_NUM, F(max_registrations_per_uid), 1, UINT32_MAX },
@@ -88,6 +96,9 @@ void config_defaults(struct config *cfg)
                 .max_connections_per_uid = 256,
                 .reserved_connections = 16,
                 .hello_timeout_ms = 5000,
+                .max_fds_per_uid = 16384,
+                .max_fdstore_per_uid = 4096,
+                .max_watches_per_uid = 8,
                 .max_registrations_per_uid = 65536,
                 .max_leases_per_uid = 65536,
                 .max_output = 16u << 20,

@@ -28,6 +28,7 @@ struct daemon {
         uint64_t next_conn_id;
         struct hmap waits;              /* name -> struct waitq */
         struct hmap uids;               /* uid -> what it holds (quota.c) */
+        uint64_t reg_fds;               /* fds held for registrations, all uids */
         uint64_t requests, errors;      /* replies sent, and those that failed */
         uint64_t start_ms;              /* uv_now() at startup */
         struct hmap detached;           /* token -> detached session (session.c) */

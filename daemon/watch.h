@@ -23,7 +23,8 @@ struct daemon;
 #define WATCH_DEVICES_MAX 64u   /* (kind, device) byte counters */
 
 /* Subscribes c to events of registrations in namespace prefix (plen 0:
- * all), replacing an earlier subscription.  -ENOBUFS past WATCH_MAX, -ENOMEM. */
+ * all), replacing an earlier subscription.  -ENOBUFS past WATCH_MAX,
+ * -EDQUOT when c's uid has max-watches-per-uid subscriptions, -ENOMEM. */
 int watch_add(struct conn *c, const char *prefix, size_t plen);
 /* Ends c's subscription; false when it had none. */
 bool watch_remove(struct conn *c);

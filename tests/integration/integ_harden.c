@@ -316,6 +316,221 @@ Test(harden, hello_deadline)
         h_daemon_stop(&h_d);
 }
 
+/* ---- 2. fds ----------------------------------------------------------- */
+
+struct put_args {
+        const char *prefix;
+        int max;                /* registrations to try */
+        int *ret_n;             /* written through a pipe */
+};
+
+/* As uid: registers durable host buffers until one is refused; writes how
+ * many succeeded, the error and its message to fd out. */
+static void put_until_refused(uid_t uid, const char *prefix, int max, int *ret_n, int *ret_err,
+                              char *msg, size_t msg_len)
+{
+        int p[2], st;
+        pid_t pid;
+
+        cr_assert_eq(pipe(p), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                struct rlimit rl = { 65536, 65536 };
+                gpuipc_client *c;
+                char name[64], out[600];
+                int n = 0, r = 0;
+
+                alarm(60);
+                close(p[0]);
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
+                if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+                        _exit(100);
+                if (gpuipc_connect(h_d.sock, &c) < 0)
+                        _exit(101);
+                for (; n < max; n++) {
+                        gpuipc_hostbuf *b;
+
+                        snprintf(name, sizeof(name), "%s/%d", prefix, n);
+                        if (gpuipc_hostbuf_new(4096, &b) < 0)
+                                _exit(102);
+                        r = gpuipc_register_host(c, name, b, NULL, 0, NULL);
+                        gpuipc_hostbuf_free(b);
+                        if (r < 0)
+                                break;
+                }
+                snprintf(out, sizeof(out), "%d %d %s", n, r, r < 0 ? gpuipc_errmsg(c) : "");
+                if (write(p[1], out, strlen(out)) < 0)
+                        _exit(103);
+                gpuipc_client_free(c);
+                _exit(0);
+        }
+        close(p[1]);
+        {
+                char buf[600];
+                ssize_t k = 0, m;
+                int off = 0;
+
+                while ((m = read(p[0], buf + k, sizeof(buf) - 1 - (size_t)k)) > 0)
+                        k += m;
+                buf[k > 0 ? k : 0] = '\0';
+                cr_assert_eq(sscanf(buf, "%d %d %n", ret_n, ret_err, &off), 2, "child: '%s'",
+                             buf);
+                snprintf(msg, msg_len, "%s", buf + off);
+        }
+        close(p[0]);
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "registering child: status %d", st);
+}
+
+Test(harden, fd_budget_per_uid)
+{
+        char msg[600];
+        int n, err;
+
+        start((const char *const[]){ "--max-fds-per-uid", "6", NULL });
+        put_until_refused(UID_A, "fa", 10, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(n, 3, "%d registrations (2 fds each)", n);
+        cr_expect_eq(err, -ENOBUFS, "%s", msg);
+        cr_expect_not_null(strstr(msg, "max-fds-per-uid"), "%s", msg);
+        /* another uid has its own budget */
+        put_until_refused(UID_B, "fb", 2, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(n, 2, "%s", msg);
+        h_daemon_stop(&h_d);
+}
+
+/* With few fds, one uid cannot take them all: another uid's registrations
+ * and new connections still succeed. */
+Test(harden, fd_reserve_below_rlimit)
+{
+        struct rlimit rl = { 600, 600 };
+        char msg[600];
+        int n, err, fds[40];
+
+        /* The daemon inherits the limit (and raises its soft limit to the
+         * hard one). */
+        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        start((const char *const[]){ "--max-connections", "64", NULL });
+        put_until_refused(UID_A, "ra", 1000, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(err, -ENOBUFS, "after %d: %s", n, msg);
+        cr_expect_not_null(strstr(msg, "fd budget"), "%s", msg);
+        cr_expect_geq(n, 50, "%d registrations", n);
+        put_until_refused(UID_B, "rb", 10, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(n, 10, "another uid registers: %s", msg);
+        /* and connections still come in */
+        cr_assert_eq(connect_as(&(struct who){ .uid = UID_B }, 40, fds), 40);
+        for (int i = 0; i < 40; i++) {
+                h_raw_hello(fds[i], 1);
+                close(fds[i]);
+        }
+        cr_expect(h_daemon_alive(&h_d));
+        h_daemon_stop(&h_d);
+}
+
+/* ---- 3. the fd store -------------------------------------------------- */
+
+static struct h_sd sd;
+
+static void sd_fini(void)
+{
+        h_sd_stop(&sd);
+}
+
+static bool lookup_ok(const char *name)
+{
+        gpuipc_client *c;
+        gpuipc_view *v;
+        int r;
+
+        if (gpuipc_connect(sd.sock, &c) < 0)
+                return false;
+        r = gpuipc_lookup(c, name, 0, 0, &v);
+        if (r == 0)
+                gpuipc_view_release(v);
+        gpuipc_client_free(c);
+        return r == 0;
+}
+
+/* One uid's registrations cannot fill the store: it is refused (limit)
+ * and the store keeps working for everyone, across a restart. */
+Test(harden, fdstore_budget, .fini = sd_fini)
+{
+        char msg[600];
+        int n, err;
+
+        setenv("FDSTORE", "48", 1);     /* as systemd >= 254 tells the daemon */
+        h_sd_start(&sd, (const char *const[]){ "--socket-mode", "0666", NULL });
+        cr_assert_eq(chmod(sd.dir, 0755), 0);
+        cr_assert_eq(chmod(sd.sock, 0666), 0);
+        put_until_refused(UID_A, "sa", 60, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(err, -ENOBUFS, "after %d: %s", n, msg);
+        cr_expect_not_null(strstr(msg, "fd store budget"), "%s", msg);
+        cr_expect_geq(n, 4, "%d registrations", n);
+        put_until_refused(UID_B, "sb", 2, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(n, 2, "another uid registers: %s", msg);
+        h_sd_restart(&sd, SIGTERM);
+        cr_expect(lookup_ok("sb/0"), "uid %u's registration survived the restart", UID_B);
+        cr_expect(lookup_ok("sa/0"));
+        h_sd_stop(&sd);
+        unsetenv("FDSTORE");
+}
+
+Test(harden, fdstore_budget_per_uid, .fini = sd_fini)
+{
+        char msg[600];
+        int n, err;
+
+        h_sd_start(&sd, (const char *const[]){ "--socket-mode", "0666",
+                                               "--max-fdstore-per-uid", "3", NULL });
+        cr_assert_eq(chmod(sd.dir, 0755), 0);
+        cr_assert_eq(chmod(sd.sock, 0666), 0);
+        put_until_refused(UID_A, "pa", 10, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(n, 3);
+        cr_expect_eq(err, -ENOBUFS, "%s", msg);
+        cr_expect_not_null(strstr(msg, "max-fdstore-per-uid"), "%s", msg);
+        put_until_refused(UID_B, "pb", 3, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(n, 3, "%s", msg);
+        h_sd_restart(&sd, SIGTERM);
+        cr_expect(lookup_ok("pa/2"));
+        cr_expect(lookup_ok("pb/2"));
+        h_sd_stop(&sd);
+}
+
+/* ---- 4. watch slots --------------------------------------------------- */
+
+Test(harden, watches_per_uid)
+{
+        int fds[9], root;
+        struct h_frame f;
+
+        start(NULL);
+        cr_assert_eq(connect_as(&(struct who){ .uid = UID_A }, 9, fds), 9);
+        for (int i = 0; i < 9; i++) {
+                h_raw_hello(fds[i], 1);
+                raw_req(fds[i], "watch", 2, NULL);
+                cr_assert_eq(h_raw_recv(fds[i], 5000, &f), 1);
+                h_expect_reply(&f, 2, i < 8 ? "" : "limit");
+                if (i == 8) {
+                        const char *m = NULL;
+                        size_t ml = 0;
+                        const msgpack_object *e = proto_get(f.m.root, "error");
+                        cr_assert_not_null(e);
+                        cr_assert_eq(proto_get_str(e, "message", &m, &ml), 0);
+                        cr_expect_not_null(memmem(m, ml, "max-watches-per-uid", 19), "%.*s",
+                                           (int)ml, m);
+                }
+                h_frame_free(&f);
+        }
+        root = h_raw_connect(h_d.sock);
+        h_raw_hello(root, 1);
+        raw_req(root, "watch", 2, NULL);
+        h_raw_expect_reply(root, 2, "");
+        close(root);
+        for (int i = 0; i < 9; i++)
+                close(fds[i]);
+        h_daemon_stop(&h_d);
+}
+
 /* ---- 5. waiting lookups ----------------------------------------------- */
 
 static int64_t churn(gpuipc_client *c, int rounds)

@@ -42,7 +42,8 @@ static struct uid_entry *get(struct daemon *d, uint32_t uid)
 
 static void put(struct daemon *d, struct uid_entry *e)
 {
-        if (e->use.regs || e->use.leases || e->use.bytes || e->use.conns)
+        if (e->use.regs || e->use.leases || e->use.bytes || e->use.conns || e->use.fds ||
+            e->use.stored)
                 return;
         hmap_remove(&d->uids, &e->node);
         free(e);
@@ -114,6 +115,55 @@ void quota_uncharge(struct daemon *d, struct reg *r)
                 put(d, e);
         }
         r->charged = 0;
+}
+
+unsigned quota_fds_of_kind(unsigned kind)
+{
+        return kind == PROTO_KIND_HOST ? 2 : kind == PROTO_KIND_CUDA_VMM ? 1 : 0;
+}
+
+unsigned quota_store_of_kind(unsigned kind)
+{
+        return kind == PROTO_KIND_CUDA_IPC ? 0 : 1;
+}
+
+void quota_fds_charge(struct daemon *d, struct reg *r, bool store)
+{
+        unsigned fds = quota_fds_of_kind(r->kind);
+        bool st = store && !r->store_charged && quota_store_of_kind(r->kind) > 0;
+        struct uid_entry *e;
+
+        if (r->fds_charged >= fds)
+                fds = 0;        /* charged already (adopt charges what it adds) */
+        else
+                fds -= r->fds_charged;
+        if (fds == 0 && !st)
+                return;
+        e = get(d, r->uid);
+        if (!e)
+                return;
+        e->use.fds += fds;
+        d->reg_fds += fds;
+        r->fds_charged = (uint8_t)(r->fds_charged + fds);
+        if (st) {
+                e->use.stored++;
+                r->store_charged = true;
+        }
+}
+
+void quota_fds_uncharge(struct daemon *d, struct reg *r)
+{
+        struct uid_entry *e = find(d, r->uid);
+
+        d->reg_fds -= d->reg_fds < r->fds_charged ? d->reg_fds : r->fds_charged;
+        if (e) {
+                ADD(e->use.fds, -(int)r->fds_charged);
+                if (r->store_charged)
+                        ADD(e->use.stored, -1);
+                put(d, e);
+        }
+        r->fds_charged = 0;
+        r->store_charged = false;
 }
 
 void quota_done(struct daemon *d)

@@ -225,7 +225,8 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
         const struct config *cfg = &d->cfg;
         uint32_t uid = q->c->party.uid;
         struct uid_use u = quota_of(d, uid);
-        uint64_t fds = quota_fds_of_kind(p->kind), lim, reserve, pool, used;
+        uint64_t fds = quota_fds_of_kind(p->kind, q->nfds), lim, reserve, pool, used;
+        uint64_t st = quota_store_of_kind(p->kind, q->nfds);
 
         if (u.regs >= cfg->max_registrations_per_uid)
                 return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
@@ -251,13 +252,13 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
                                         "may not hold more than is left for the others",
                                         d->reg_fds, u.fds, uid, pool, lim, reserve);
         }
-        if (quota_store_of_kind(p->kind) > 0 && persist_enabled()) {
-                if (u.stored >= cfg->max_fdstore_per_uid)
+        if (st > 0 && persist_enabled()) {
+                if (u.stored + st > cfg->max_fdstore_per_uid)
                         return req_fail(q, -ENOBUFS, "fd store budget: uid %u has %" PRIu64
                                         " entries in the fd store (--max-fdstore-per-uid %u)",
                                         uid, u.stored, cfg->max_fdstore_per_uid);
                 if (persist_store_room(&used, &pool) &&
-                    !pool_share_ok(u.stored, used, pool, 1))
+                    !pool_share_ok(u.stored, used, pool, st))
                         return req_fail(q, -ENOBUFS, "fd store budget: the fd store holds "
                                         "%" PRIu64 " entries, %" PRIu64 " of them uid %u's, "
                                         "of %" PRIu64 " registrations may take ($FDSTORE less "

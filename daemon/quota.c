@@ -3,6 +3,7 @@
 
 #include "daemon.h"
 #include "proto.h"
+#include "cuda_reg.h"
 #include "quota.h"
 
 struct uid_entry {
@@ -117,20 +118,31 @@ void quota_uncharge(struct daemon *d, struct reg *r)
         r->charged = 0;
 }
 
-unsigned quota_fds_of_kind(unsigned kind)
+unsigned quota_fds_of_kind(unsigned kind, unsigned nfds)
 {
-        return kind == PROTO_KIND_HOST ? 2 : kind == PROTO_KIND_CUDA_VMM ? 1 : 0;
+        if (kind == PROTO_KIND_HOST)
+                return 2;       /* the memfd and its read-only open */
+        return kind == PROTO_KIND_CUDA_IPC ? 0 : nfds ? nfds : 1;
 }
 
-unsigned quota_store_of_kind(unsigned kind)
+unsigned quota_store_of_kind(unsigned kind, unsigned nfds)
 {
-        return kind == PROTO_KIND_CUDA_IPC ? 0 : 1;
+        if (kind == PROTO_KIND_HOST)
+                return 1;
+        return kind == PROTO_KIND_CUDA_IPC ? 0 : nfds ? nfds : 1;
+}
+
+/* The fds r's request carried: one per chunk for cuda-vmm. */
+static unsigned fds_of(const struct reg *r)
+{
+        return r->cuda && r->kind == PROTO_KIND_CUDA_VMM ? r->cuda->n_chunks : 1;
 }
 
 void quota_fds_charge(struct daemon *d, struct reg *r, bool store)
 {
-        unsigned fds = quota_fds_of_kind(r->kind);
-        bool st = store && !r->store_charged && quota_store_of_kind(r->kind) > 0;
+        unsigned fds = quota_fds_of_kind(r->kind, fds_of(r));
+        unsigned want_st = store && !r->store_charged ? quota_store_of_kind(r->kind, fds_of(r)) : 0;
+        bool st = want_st > 0;
         struct uid_entry *e;
 
         if (r->fds_charged >= fds)
@@ -146,8 +158,8 @@ void quota_fds_charge(struct daemon *d, struct reg *r, bool store)
         d->reg_fds += fds;
         r->fds_charged = (uint8_t)(r->fds_charged + fds);
         if (st) {
-                e->use.stored++;
-                r->store_charged = true;
+                e->use.stored += want_st;
+                r->store_charged = (uint8_t)want_st;
         }
 }
 
@@ -159,11 +171,11 @@ void quota_fds_uncharge(struct daemon *d, struct reg *r)
         if (e) {
                 ADD(e->use.fds, -(int)r->fds_charged);
                 if (r->store_charged)
-                        ADD(e->use.stored, -1);
+                        ADD(e->use.stored, -(int)r->store_charged);
                 put(d, e);
         }
         r->fds_charged = 0;
-        r->store_charged = false;
+        r->store_charged = 0;
 }
 
 void quota_done(struct daemon *d)

@@ -25,9 +25,11 @@ struct uid_use {
         uint64_t fds, stored;
 };
 
-/* What a registration of kind costs in fds, and in fd store entries. */
-unsigned quota_fds_of_kind(unsigned kind);
-unsigned quota_store_of_kind(unsigned kind);
+/* What a registration of kind costs in fds, and in fd store entries, with
+ * nfds the fds its request carries (a cuda-vmm one over several chunks
+ * holds one per chunk). */
+unsigned quota_fds_of_kind(unsigned kind, unsigned nfds);
+unsigned quota_store_of_kind(unsigned kind, unsigned nfds);
 
 /* The counts of uid (zeros when it holds nothing). */
 struct uid_use quota_of(const struct daemon *d, uint32_t uid);

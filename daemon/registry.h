@@ -63,7 +63,7 @@ struct reg {
         uint16_t name_len;
         uint8_t kind;
         uint8_t fds_charged;            /* fds counted against the owner's uid (quota.c) */
-        bool store_charged : 1;         /* an fd store entry counted likewise */
+        uint8_t store_charged;          /* fd store entries counted likewise */
         bool ephemeral : 1;
         bool revocable : 1;             /* its leases are revoked with its owner */
         bool live : 1;

@@ -34,6 +34,7 @@ struct waiter {
         struct conn *c;
         uint64_t seq;
         bool writable;                  /* the lookup asked for the read-write fd */
+        bool cache;                     /* and to keep the allocation mapped (holds.h) */
         uv_timer_t timer;
 };
 
@@ -148,7 +149,7 @@ static void on_timeout(uv_timer_t *t)
 }
 
 int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
-              bool writable)
+              bool writable, bool cache)
 {
         struct daemon *d = c->d;
         uint64_t h = hmap_hash_str(name, len);
@@ -197,6 +198,7 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         (void)uv_timer_start(&w->timer, on_timeout, ms, 0);
         w->seq = seq;
         w->writable = writable;
+        w->cache = cache;
         w->c = c;
         w->g = g;
         w->gprev = g->tail;
@@ -243,10 +245,10 @@ void waits_wake(struct daemon *d, struct reg *r)
                         while (w) {
                                 struct waiter *wn = w->gnext;
                                 uint64_t seq = w->seq;
-                                bool writable = w->writable;
+                                bool writable = w->writable, cache = w->cache;
 
                                 waiter_end(d, w);
-                                ops_lookup_answer(c, seq, r, writable);
+                                ops_lookup_answer(c, seq, r, writable, cache);
                                 w = wn;
                         }
                 }

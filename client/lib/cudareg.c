@@ -85,9 +85,9 @@ static uint32_t devreg_fields(const struct gpuipc__devreg *d, const char *copied
         case GPUIPC_PATH_CUDA_VMM:      /* chunks or alloc_key, copied */
                 return 6 + (copied != NULL) + d->has_event;
         case GPUIPC_PATH_CUDA_POOL:     /* pool_key, handle, buffer_id */
-                return 8 + d->has_event;
+                return 8 + d->has_event + d->cacheable;
         default:                        /* handle, buffer_id */
-                return 7 + d->has_event;
+                return 7 + d->has_event + d->cacheable;
         }
 }
 
@@ -136,6 +136,8 @@ static void pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d, cons
                 proto_pack_str(pk, "event");
                 msgpack_pack_bin_with_body(pk, d->event.reserved, CUDA_IPC_HANDLE_LEN);
         }
+        if (d->cacheable)
+                proto_pack_kbool(pk, "cacheable", true);
 }
 
 /* Sends the register request of a described pointer. */
@@ -149,7 +151,7 @@ static int send_register(gpuipc_client *c, const char *name, uint64_t size,
         struct gpuipc__reply rp;
         struct proto_out o;
         uint32_t nmeta = gpuipc__meta_keys(meta);
-        uint64_t seq, id;
+        uint64_t seq, id, alloc;
         int r;
 
         seq = gpuipc__request(c, &o, "register", 2 + devreg_fields(d, copied) + ephemeral +
@@ -168,6 +170,12 @@ static int send_register(gpuipc_client *c, const char *name, uint64_t size,
         if (r < 0)
                 return gpuipc__end(c, r);
         r = proto_get_u64(rp.msg.root, "id", &id);
+        if (r == 0 && d->cacheable && proto_get_u64(rp.msg.root, "alloc", &alloc) == 0) {
+                /* For gpuipc_wait_unmapped(): the newest are kept. */
+                unsigned k = c->cached_regs_n++ % GPUIPC__UNMAPPED_MAX;
+                c->cached_regs[k].id = id;
+                c->cached_regs[k].alloc = alloc;
+        }
         gpuipc__reply_free(&rp);
         if (r < 0)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's register reply has no id");
@@ -249,7 +257,7 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
                 return r;
         if (dptr == 0 || size == 0 || dptr > UINT64_MAX - size ||
             (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_CUDA_IPC |
-                       GPUIPC_REGISTER_COPY)))
+                       GPUIPC_REGISTER_COPY | GPUIPC_REGISTER_CACHEABLE)))
                 return gpuipc__fail(c, -EINVAL, "invalid pointer, size or flags");
         if (gpuipc__meta_check(meta, &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid metadata: %s", why);
@@ -268,6 +276,7 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
                 r = register_copy(c, cu, name, dptr, size, meta, event, flags, d, ret_id);
                 goto out;
         }
+        d->cacheable = (flags & GPUIPC_REGISTER_CACHEABLE) && d->path != GPUIPC_PATH_CUDA_VMM;
         /* Producer-bound memory looked up in this process is our pointer. */
         if (d->path == GPUIPC_PATH_CUDA_IPC || d->path == GPUIPC_PATH_CUDA_POOL) {
                 r = own_add(d->uuid, d->path == GPUIPC_PATH_CUDA_IPC

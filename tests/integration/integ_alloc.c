@@ -16,6 +16,7 @@
 
 #include "gpuipc.h"
 #include "harness.h"
+#include "cuda_drv.h"
 
 #define CHUNK (2ull << 20)
 
@@ -422,4 +423,45 @@ Test(alloc, vmm_cached_then_uncached_and_budget)
         cr_assert_eq(gpuipc_ping(c), 0);
         cr_assert_eq(dcount("cuMemRelease"), 2);
         gpuipc_client_free(c);
+}
+
+/* ---- the producer's fast path ------------------------------------------- */
+
+Test(alloc, known_allocation_costs_one_driver_call)
+{
+        void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
+        CUresult (*init)(unsigned), (*retain)(CUcontext *, CUdevice), (*set)(CUcontext);
+        CUresult (*alloc)(CUdeviceptr *, size_t);
+        gpuipc_client *c = connect_client();
+        CUcontext ctx;
+        CUdeviceptr p;
+        long ranges, handles, attrs;
+        char name[32];
+
+        cr_assert_not_null(dl);
+        init = (CUresult (*)(unsigned))dlsym(dl, "cuInit");
+        retain = (CUresult (*)(CUcontext *, CUdevice))dlsym(dl, "cuDevicePrimaryCtxRetain");
+        set = (CUresult (*)(CUcontext))dlsym(dl, "cuCtxSetCurrent");
+        alloc = (CUresult (*)(CUdeviceptr *, size_t))dlsym(dl, "cuMemAlloc_v2");
+        cr_assert(init && retain && set && alloc);
+        cr_assert_eq(init(0), 0);
+        cr_assert_eq(retain(&ctx, 0), 0);
+        cr_assert_eq(set(ctx), 0);
+        cr_assert_eq(alloc(&p, 8u << 20), 0);
+        cr_assert_eq(gpuipc_register_cuda(c, "fp/0", p + 100, 4096, NULL, NULL, 0, NULL), 0,
+                     "%s", gpuipc_errmsg(c));
+        ranges = dcount("cuMemGetAddressRange_v2");
+        handles = dcount("cuIpcGetMemHandle");
+        attrs = dcount("cuPointerGetAttribute");
+        for (int i = 1; i <= 3; i++) {
+                snprintf(name, sizeof(name), "fp/%d", i);
+                cr_assert_eq(gpuipc_register_cuda(c, name, p + (uint64_t)i * (1u << 20), 4096,
+                                                  NULL, NULL, 0, NULL), 0, "%s",
+                             gpuipc_errmsg(c));
+        }
+        cr_assert_eq(dcount("cuMemGetAddressRange_v2"), ranges, "no range lookups again");
+        cr_assert_eq(dcount("cuIpcGetMemHandle"), handles, "no handle export again");
+        cr_assert_eq(dcount("cuPointerGetAttribute"), attrs + 3, "one buffer-id check each");
+        gpuipc_client_free(c);
+        dlclose(dl);
 }

@@ -14,32 +14,6 @@
 
 /* ---- errors ------------------------------------------------------------ */
 
-/* Sends the unholds the mapping cache queued (best effort: a lost one
- * lasts until this connection ends). */
-static void send_unholds(gpuipc_client *c)
-{
-        struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t *ids, seq;
-        unsigned n = gpuipc__cucache_take_unholds(c, &ids);
-
-        /* 1024 ids a frame stay far below any max_frame (9 bytes each). */
-        for (unsigned at = 0; at < n && gpuipc__client_usable(c); at += 1024) {
-                unsigned k = n - at < 1024 ? n - at : 1024;
-                seq = gpuipc__request(c, &o, "unhold", 1);
-                proto_pack_str(&o.pk, "allocs");
-                msgpack_pack_array(&o.pk, k);
-                for (unsigned i = 0; i < k; i++)
-                        msgpack_pack_uint64(&o.pk, ids[at + i]);
-                if (proto_out_finish(&o, c->max_frame) == 0 &&
-                    gpuipc__send_wait(c, (const uint8_t *)o.sb.data, o.sb.size, seq, NULL, 0,
-                                      &rp) == 0)
-                        gpuipc__reply_free(&rp);
-                proto_out_free(&o);
-        }
-        free(ids);
-}
-
 int gpuipc__begin(gpuipc_client *c)
 {
         c->errmsg[0] = '\0';
@@ -50,7 +24,7 @@ int gpuipc__begin(gpuipc_client *c)
                 return gpuipc__fail(c, -ENOTCONN, "the connection to gpuipcd is closed (%s)",
                                     gpuipc_strerror(c->dead));
         if (c->n_unholds)
-                send_unholds(c);
+                gpuipc__send_unholds(c);
         return 0;
 }
 

@@ -298,5 +298,7 @@ bool gpuipc__cucache_enabled(void);
 void gpuipc__cucache_uncache(gpuipc_client *c, uint64_t alloc);
 void gpuipc__cucache_conn_lost(gpuipc_client *c);
 unsigned gpuipc__cucache_take_unholds(gpuipc_client *c, uint64_t **ret);
+/* Sends the queued unholds without waiting for their replies (io.c). */
+void gpuipc__send_unholds(gpuipc_client *c);
 
 #endif

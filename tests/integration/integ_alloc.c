@@ -465,3 +465,26 @@ Test(alloc, known_allocation_costs_one_driver_call)
         gpuipc_client_free(c);
         dlclose(dl);
 }
+
+/* A consumer blocked in a waiting lookup still lets go at once: the
+ * producer's wait_unmapped must not wait for the consumer's next call. */
+Test(alloc, uncache_answered_during_a_waiting_lookup)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v = NULL;
+        char line[128];
+
+        spawn(&prod, "cacheipc", "cw/t", "15");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "cw/t/a");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        send_line(&prod, "unregister\n");
+        /* Waits 1.5 s for a name nobody registers, while uncache comes. */
+        cr_assert_eq(gpuipc_lookup(c, "cw/t/next", 1500, 0, &v), -ETIMEDOUT);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        expect_line(&prod, "unmapped 0", line, sizeof(line));
+        end_child(&prod);
+        gpuipc_client_free(c);
+}

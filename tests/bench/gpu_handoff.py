@@ -62,8 +62,13 @@ def gi_consumer(prefix, n, res, ready):
         t1 = time.monotonic()
         bad = int((t != P).sum().item())
         t2 = time.monotonic()
+        # A view whose __cuda_array_interface__ was taken lives until it is
+        # collected (the interface has no owner slot): drop it now, or its
+        # release would wait for the next lookup, which waits for the
+        # producer, which waits for this release.
         del t
         v.release()
+        del v
         res.put((i, t1, t2, bad))
     c.close()
 
@@ -191,9 +196,9 @@ def gi_many_consumer(prefix, n, res, ready):
         keep.append((v, torch.as_tensor(v, device="cuda")))
     t1 = time.monotonic()
     bad = sum(int((t != P).sum().item()) for _, t in keep)
-    for v, t in keep:
-        del t
+    for v, _ in keep:
         v.release()
+    del keep, v
     res.put((t1, bad))
 
 

@@ -29,8 +29,10 @@
  *     GPUIPC_REGISTER_COPY), one line each.
  *   helper-alloc cacheipc NAME SEED
  *     cuMemAlloc's 8 MiB and registers NAME/a (4 MiB at 0) and NAME/b
- *     (4 MiB at 4 MiB) with GPUIPC_REGISTER_CACHEABLE.  "ready"; on the
- *     line "unregister" it unregisters both and waits for unmapped:
+ *     (4 MiB at 4 MiB) with GPUIPC_REGISTER_CACHEABLE.  "ready", then
+ *     "released R" once NAME/a's lease went (R the result of
+ *     gpuipc_wait_released); on the line "unregister" it unregisters both
+ *     and waits for unmapped:
  *     "unmapped R" (R the result), then frees the memory.
  *   helper-alloc lookup NAME
  *     A consumer: "ok KIND" when the lookup works and the first bytes are
@@ -233,6 +235,9 @@ static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
             reg(c, nb, a + (4u << 20), 4u << 20, GPUIPC_REGISTER_CACHEABLE) < 0)
                 return 6;
         ready("ready");
+        /* A lookup and release of NAME/a by the test comes first. */
+        printf("released %d\n", gpuipc_wait_released(c, ida, 5000));
+        fflush(stdout);
         if (!fgets(line, sizeof(line), stdin) || strncmp(line, "unregister", 10) != 0)
                 return 7;
         if (gpuipc_unregister(c, na) < 0 || gpuipc_unregister(c, nb) < 0)

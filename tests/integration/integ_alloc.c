@@ -335,6 +335,8 @@ Test(alloc, cacheable_ipc_stays_mapped_until_unmapped)
         v = lookup(c, "ca/t/a");
         check_bytes(gpuipc_view_data(v), 4u << 20, 0, 13);
         cr_assert_eq(gpuipc_view_release(v), 0);
+        /* The producer is told of the release as without the cache. */
+        expect_line(&prod, "released 0", line, sizeof(line));
         /* Kept mapped: the producer promised to wait for unmapped. */
         cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
         v = lookup(c, "ca/t/b");
@@ -366,6 +368,7 @@ Test(alloc, cacheable_hold_ends_with_the_consumer)
         c = connect_client();
         v = lookup(c, "cb/t/a");
         cr_assert_eq(gpuipc_view_release(v), 0);
+        expect_line(&prod, "released 0", line, sizeof(line));
         cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
         send_line(&prod, "unregister\n");
         usleep(100 * 1000);
@@ -480,6 +483,7 @@ Test(alloc, uncache_answered_during_a_waiting_lookup)
         c = connect_client();
         v = lookup(c, "cw/t/a");
         cr_assert_eq(gpuipc_view_release(v), 0);
+        expect_line(&prod, "released 0", line, sizeof(line));
         send_line(&prod, "unregister\n");
         /* Waits 1.5 s for a name nobody registers, while uncache comes. */
         cr_assert_eq(gpuipc_lookup(c, "cw/t/next", 1500, 0, &v), -ETIMEDOUT);

@@ -227,12 +227,16 @@ GPUIPC_EXPORT int gpuipc_register_host(gpuipc_client *c, const char *name,
                                        unsigned flags, uint64_t *ret_id);
 
 /* Registers size bytes at offset of an existing memfd.  The fd stays the
- * caller's; the library adds F_SEAL_SHRINK to it first (a buffer that can
- * shrink would fault its consumers), and F_SEAL_FUTURE_WRITE unless flags
- * has GPUIPC_REGISTER_SHARED_WRITE: map the memfd writable before
- * registering it, since afterwards only existing mappings can write.
- * -EBADF if fd is not a memfd, -EINVAL if offset + size exceeds it, -EPERM
- * if it needs a seal it cannot take (F_SEAL_SEAL). */
+ * caller's; the library adds F_SEAL_SHRINK and F_SEAL_GROW to it first (a
+ * buffer that can shrink would fault its consumers; one that can grow would
+ * let a consumer make the daemon hold more memory than registered), then
+ * F_SEAL_FUTURE_WRITE unless flags has GPUIPC_REGISTER_SHARED_WRITE (map
+ * the memfd writable before registering it, since afterwards only existing
+ * mappings can write), then F_SEAL_SEAL: once registered, the memfd's size
+ * is fixed and it takes no further seals, from anyone.  gpuipcd refuses a
+ * memfd without these seals.  -EBADF if fd is not a memfd, -EINVAL if
+ * offset + size exceeds it, -EPERM if it needs a seal it cannot take
+ * (F_SEAL_SEAL already set). */
 GPUIPC_EXPORT int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd,
                                      uint64_t offset, uint64_t size, const gpuipc_meta *meta,
                                      unsigned flags, uint64_t *ret_id);

@@ -191,16 +191,19 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
         const struct config *cfg = &q->c->d->cfg;
         uint32_t uid = q->c->party.uid;
         struct uid_use u = quota_of(q->c->d, uid);
+        /* What the fd really pins: a host memfd's size, not the request's. */
+        uint64_t bytes = p->kind == PROTO_KIND_HOST && q->nfds == 1
+                                 ? host_fd_bytes(q->fds[0], p->size) : p->size;
 
         if (u.regs >= cfg->max_registrations_per_uid)
                 return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
                                 "(--max-registrations-per-uid %u)", uid, u.regs,
                                 cfg->max_registrations_per_uid);
         if (cfg->max_bytes_per_uid > 0 && p->kind != PROTO_KIND_CUDA_IPC &&
-            (p->size > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - p->size))
+            (bytes > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - bytes))
                 return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes; %" PRIu64
                                 " more would pass --max-bytes-per-uid %" PRIu64, uid, u.bytes,
-                                p->size, cfg->max_bytes_per_uid);
+                                bytes, cfg->max_bytes_per_uid);
         return 0;
 }
 
@@ -254,7 +257,8 @@ int op_register(struct req *q)
         if (p.kind == PROTO_KIND_HOST) {
                 /* Unsealed against writes only when the producer says it
                  * means to share the buffer writable. */
-                k = host_check_fd(q->fds[0], p.offset, p.size, shared_write, &why);
+                k = host_check_fd(q->fds[0], p.offset, p.size,
+                                  shared_write ? HOST_SHARED_WRITE : 0, &why);
                 if (k < 0) {
                         k = req_fail(q, k, "%s", why);
                         goto out;
@@ -267,6 +271,12 @@ int op_register(struct req *q)
                 }
                 p.fd = q->fds[0];
         } else {
+                k = p.kind == PROTO_KIND_CUDA_VMM && q->nfds == 1
+                        ? host_check_vmm_fd(q->fds[0], &why) : 0;
+                if (k < 0) {
+                        k = req_fail(q, k, "%s", why);
+                        goto out;
+                }
                 /* Takes the allocation reference (and a cuda-vmm fd). */
                 k = register_cuda_params(q, &p, ephemeral_given);
                 if (k < 0)

@@ -332,7 +332,7 @@ static int sealed_memfd(void)
         int fd = memfd_create("rv", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         cr_assert_geq(fd, 0);
         cr_assert_eq(ftruncate(fd, SIZE), 0);
-        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE), 0);
+        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL), 0);
         return fd;
 }
 

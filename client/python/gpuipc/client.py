@@ -353,9 +353,10 @@ class Client:
                     dtype: Any = None, shape: Optional[Sequence[int]] = None,
                     strides: Optional[Sequence[int]] = None, shared_write: bool = False) -> int:
         """Registers ``size`` bytes at ``offset`` of an existing memfd (which
-        stays the caller's; F_SEAL_SHRINK is added to it, and unless
-        ``shared_write`` F_SEAL_FUTURE_WRITE: map it writable first).  Returns
-        the id."""
+        stays the caller's; F_SEAL_SHRINK and F_SEAL_GROW are added to it,
+        unless ``shared_write`` F_SEAL_FUTURE_WRITE (map it writable first),
+        then F_SEAL_SEAL: its size is fixed and it takes no further seals).
+        Returns the id."""
         m = _Meta(dtype_name(dtype) if dtype is not None else None,
                   tuple(shape) if shape is not None else None,
                   tuple(strides) if strides is not None else None, meta)

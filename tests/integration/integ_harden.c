@@ -1,0 +1,489 @@
+/* integ_harden.c: issue 15, second round: seals, charges, fd kinds, what
+ * errors reveal, restarts without an fd store, who listens, socket
+ * directories, event sizes, fds tied to their frames, UTF-8.
+ *
+ * Attacks by another uid run in children that drop to that uid (setgroups,
+ * setgid, setuid) as in integ_access.c; CI runs as root. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "gpuipc.h"
+#include "harness.h"
+
+#define OWNER 65530u
+#define OTHER 65533u
+
+static void setup(void)
+{
+        signal(SIGPIPE, SIG_IGN);
+}
+
+TestSuite(harden, .init = setup, .timeout = 60);
+
+static void need_root(void)
+{
+        if (geteuid() != 0)
+                cr_skip_test("needs root to act as other uids");
+}
+
+/* A daemon whose socket any uid can reach. */
+static void start(const char *const *more)
+{
+        const char *args[16] = { "--socket-mode", "0666" };
+        unsigned n = 2;
+
+        for (; more && *more && n < 15; more++)
+                args[n++] = *more;
+        args[n] = NULL;
+        h_daemon_start(&h_d, args);
+        cr_assert_eq(chmod(h_d.dir, 0755), 0);
+}
+
+/* Forks, becomes uid (and gid uid, no groups) and returns fn(arg) as the
+ * child's exit code. */
+static pid_t as_user_start(uid_t uid, int (*fn)(void *), void *arg)
+{
+        pid_t pid = fork();
+
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                alarm(20);
+                if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+                        _exit(100);
+                _exit(fn(arg));
+        }
+        return pid;
+}
+
+static int as_user_wait(pid_t pid)
+{
+        int st;
+
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int as_user(uid_t uid, int (*fn)(void *), void *arg)
+{
+        return as_user_wait(as_user_start(uid, fn, arg));
+}
+
+/* ---- raw requests ------------------------------------------------------- */
+
+/* Packs a request: fmt letters s (str), u (uint64), b (bool), k (bin of 16
+ * bytes), each after its key. */
+static void vreq(int fd, uint64_t seq, const char *op, const int *fds, unsigned nfds,
+                 const char *fmt, va_list ap)
+{
+        struct proto_out o;
+        uint8_t *b;
+        size_t n;
+
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, 2 + (uint32_t)strlen(fmt));
+        proto_pack_kstr(&o.pk, "op", op);
+        proto_pack_ku64(&o.pk, "seq", seq);
+        for (const char *f = fmt; *f; f++) {
+                const char *key = va_arg(ap, const char *);
+                switch (*f) {
+                case 's':
+                        proto_pack_kstr(&o.pk, key, va_arg(ap, const char *));
+                        break;
+                case 'u':
+                        proto_pack_ku64(&o.pk, key, va_arg(ap, uint64_t));
+                        break;
+                case 'b':
+                        proto_pack_kbool(&o.pk, key, va_arg(ap, int) != 0);
+                        break;
+                case 'k':
+                        proto_pack_str(&o.pk, key);
+                        msgpack_pack_bin(&o.pk, 16);
+                        msgpack_pack_bin_body(&o.pk, va_arg(ap, const uint8_t *), 16);
+                        break;
+                default:
+                        abort();
+                }
+        }
+        if (proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT) < 0)
+                abort();
+        b = proto_out_release(&o, &n);
+        if (h_raw_send(fd, b, n, fds, nfds) < 0)
+                abort();
+        free(b);
+}
+
+static void req(int fd, uint64_t seq, const char *op, const int *fds, unsigned nfds,
+                const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vreq(fd, seq, op, fds, nfds, fmt, ap);
+        va_end(ap);
+}
+
+/* Receives the reply with seq: "" when it succeeded, else its error code
+ * (static storage); message (may be NULL) gets the error's message. */
+static const char *reply_code(int fd, uint64_t seq, char *message, size_t mlen)
+{
+        static char code[64];
+        const msgpack_object *err;
+        struct h_frame f;
+        const char *s;
+        uint64_t got;
+        size_t n;
+
+        for (;;) {
+                if (h_raw_recv(fd, 5000, &f) != 1)
+                        return "(no reply)";
+                if (f.m.root && proto_get_u64(f.m.root, "seq", &got) == 0 && got == seq)
+                        break;
+                h_frame_free(&f);       /* an event */
+        }
+        code[0] = '\0';
+        if (message && mlen)
+                message[0] = '\0';
+        if (proto_get_map(f.m.root, "error", &err) == 0) {
+                if (proto_get_str(err, "code", &s, &n) == 0)
+                        snprintf(code, sizeof(code), "%.*s", (int)n, s);
+                if (message && proto_get_str(err, "message", &s, &n) == 0)
+                        snprintf(message, mlen, "%.*s", (int)n, s);
+        }
+        h_frame_free(&f);
+        return code;
+}
+
+static int hello(void)
+{
+        int fd = h_raw_connect(h_d.sock);
+
+        req(fd, 1, "hello", NULL, 0, "u", "version", (uint64_t)1);
+        if (strcmp(reply_code(fd, 1, NULL, 0), "") != 0)
+                abort();
+        return fd;
+}
+
+/* A size-byte memfd with seals. */
+static int memfd_sealed(off_t size, int seals)
+{
+        int fd = memfd_create("harden", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(ftruncate(fd, size), 0);
+        if (seals)
+                cr_assert_eq(fcntl(fd, F_ADD_SEALS, seals), 0, "F_ADD_SEALS: %s",
+                             strerror(errno));
+        return fd;
+}
+
+#define ALL_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)
+
+/* ---- 6. seals against growing and further seals -------------------------- */
+
+Test(harden, register_wants_grow_and_seal_seals)
+{
+        static const struct { int seals; const char *code; } cases[] = {
+                { F_SEAL_SHRINK | F_SEAL_WRITE, "bad_fd" },
+                { F_SEAL_SHRINK | F_SEAL_WRITE | F_SEAL_SEAL, "bad_fd" },
+                { F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE, "bad_fd" },
+                { ALL_SEALS, "" },
+        };
+        char name[32], msg[512];
+        int fd;
+
+        start(NULL);
+        fd = hello();
+        for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                int mfd = memfd_sealed(4096, cases[i].seals);
+                snprintf(name, sizeof(name), "seal/%u", i);
+                req(fd, 10 + i, "register", &mfd, 1, "ssuu", "name", name, "kind", "host",
+                    "size", (uint64_t)4096, "fds", (uint64_t)1);
+                cr_expect_str_eq(reply_code(fd, 10 + i, msg, sizeof(msg)), cases[i].code,
+                                 "seals %#x: %s", cases[i].seals, msg);
+                close(mfd);
+        }
+        /* shared_write still needs them */
+        {
+                int mfd = memfd_sealed(4096, F_SEAL_SHRINK);
+                req(fd, 20, "register", &mfd, 1, "ssuub", "name", "seal/sw", "kind", "host",
+                    "size", (uint64_t)4096, "fds", (uint64_t)1, "shared_write", 1);
+                cr_expect_str_eq(reply_code(fd, 20, msg, sizeof(msg)), "bad_fd", "%s", msg);
+                cr_expect(strstr(msg, "F_SEAL_GROW"), "message: %s", msg);
+                close(mfd);
+        }
+        close(fd);
+        h_daemon_stop(&h_d);
+}
+
+struct attack_args {
+        const char *name;
+};
+
+/* As a reader of another uid: reopen the lookup fd read-write, try to grow
+ * the memfd and to seal it against writes.  0 when everything failed. */
+static int do_attack(void *p)
+{
+        struct attack_args *a = p;
+        gpuipc_client *c = NULL;
+        gpuipc_view *v = NULL;
+        char path[64];
+        int fd, rw, bad = 0;
+
+        if (gpuipc_connect(h_d.sock, &c) < 0)
+                return 10;
+        if (gpuipc_lookup(c, a->name, 0, 0, &v) < 0)
+                return 11;
+        /* the library keeps the fd of a host view: find it again by
+         * looking up raw */
+        fd = h_raw_connect(h_d.sock);
+        req(fd, 1, "hello", NULL, 0, "u", "version", (uint64_t)1);
+        if (strcmp(reply_code(fd, 1, NULL, 0), "") != 0)
+                return 12;
+        req(fd, 2, "lookup", NULL, 0, "s", "name", a->name);
+        {
+                struct h_frame f;
+                if (h_raw_recv(fd, 5000, &f) != 1 || f.nfds != 1)
+                        return 13;
+                snprintf(path, sizeof(path), "/proc/self/fd/%d", f.fds[0]);
+                rw = open(path, O_RDWR | O_CLOEXEC);
+                h_frame_free(&f);
+        }
+        if (rw < 0)
+                return 14;
+        if (fallocate(rw, 0, 0, 1 << 30) == 0)
+                bad |= 1;
+        if (ftruncate(rw, (off_t)1 << 40) == 0)
+                bad |= 2;
+        if (fcntl(rw, F_ADD_SEALS, F_SEAL_WRITE) == 0)
+                bad |= 4;
+        close(rw);
+        close(fd);
+        gpuipc_view_release(v);
+        gpuipc_client_free(c);
+        return bad ? 20 + bad : 0;
+}
+
+static int do_register_shared(void *p)
+{
+        static const uint32_t other[] = { OTHER };
+        const char *name = p;
+        gpuipc_client *c = NULL;
+        gpuipc_access acc = { .uids = other, .n_uids = 1 };
+        int mfd, r;
+
+        /* a memfd of the producer's own, with no seals yet */
+        mfd = memfd_create("prod", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (mfd < 0 || ftruncate(mfd, 65536) < 0)
+                return 10;
+        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_access_set(c, &acc) < 0)
+                return 11;
+        r = gpuipc_register_fd(c, name, mfd, 0, 65536, NULL,
+                               strstr(name, "shared") ? GPUIPC_REGISTER_SHARED_WRITE : 0, NULL);
+        gpuipc_client_free(c);
+        /* the producer can still write its shared buffer */
+        if (r == 0 && strstr(name, "shared") && pwrite(mfd, "x", 1, 0) != 1)
+                r = -EPERM;
+        close(mfd);
+        return r == 0 ? 0 : 12;
+}
+
+Test(harden, reader_cannot_grow_or_seal_the_memfd)
+{
+        struct attack_args ro = { "att/ro" }, sw = { "att/shared" };
+
+        need_root();
+        start(NULL);
+        cr_assert_eq(as_user(OWNER, do_register_shared, (void *)ro.name), 0);
+        cr_assert_eq(as_user(OWNER, do_register_shared, (void *)sw.name), 0);
+        cr_expect_eq(as_user(OTHER, do_attack, &ro), 0,
+                     "a reader grew or sealed a read-only buffer (20 + grow 1, truncate 2, "
+                     "seal 4)");
+        cr_expect_eq(as_user(OTHER, do_attack, &sw), 0,
+                     "a reader grew or sealed a shared_write buffer (20 + grow 1, truncate 2, "
+                     "seal 4)");
+        h_daemon_stop(&h_d);
+}
+
+/* ---- 7. bytes per uid charge the memfd's size ---------------------------- */
+
+Test(harden, bytes_quota_charges_the_memfd)
+{
+        const char *args[] = { "--max-bytes-per-uid", "1048576", NULL };
+        gpuipc_client *c;
+        int big, half[3], r;
+
+        start(args);
+        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        big = memfd_sealed((off_t)1 << 30, 0);                  /* sparse: 1 GiB */
+        r = gpuipc_register_fd(c, "q/big", big, 0, 1, NULL, 0, NULL);
+        cr_expect_eq(r, -ENOBUFS, "size=1 of a 1 GiB memfd under a 1 MiB quota: %d (%s)", r,
+                     gpuipc_errmsg(c));
+        close(big);
+        for (int i = 0; i < 3; i++) {
+                char name[16];
+                half[i] = memfd_sealed(512 << 10, 0);
+                snprintf(name, sizeof(name), "q/half%d", i);
+                r = gpuipc_register_fd(c, name, half[i], 0, 1, NULL, 0, NULL);
+                cr_expect_eq(r, i < 2 ? 0 : -ENOBUFS, "512 KiB memfd %d: %d (%s)", i, r,
+                             gpuipc_errmsg(c));
+                close(half[i]);
+        }
+        /* unregistering gives back what was charged */
+        cr_expect_eq(gpuipc_unregister(c, "q/half0"), 0);
+        half[0] = memfd_sealed(512 << 10, 0);
+        cr_expect_eq(gpuipc_register_fd(c, "q/again", half[0], 0, 1, NULL, 0, NULL), 0, "%s",
+                     gpuipc_errmsg(c));
+        close(half[0]);
+        gpuipc_client_free(c);
+        h_daemon_stop(&h_d);
+}
+
+/* ---- 8. cuda-vmm fds, and byte counters that do not wrap ----------------- */
+
+#define UUID "GPU-2f1c7a9e-0b3d-4e5f-8a6b-1c2d3e4f5a6b"
+
+static const char *vmm_register(int fd, uint64_t seq, const char *name, int efd,
+                                uint64_t size, uint8_t keyb, char *msg, size_t mlen)
+{
+        uint8_t key[16];
+
+        memset(key, keyb, sizeof(key));
+        req(fd, seq, "register", &efd, 1, "ssuusuk", "name", name, "kind", "cuda-vmm", "size",
+            size, "fds", (uint64_t)1, "device", UUID, "alloc_size", size, "alloc_key", key);
+        return reply_code(fd, seq, msg, mlen);
+}
+
+Test(harden, vmm_fd_kinds)
+{
+        char msg[512];
+        int fd, p[2], sv[2], mfd, dfd;
+
+        start(NULL);
+        fd = hello();
+        cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+        cr_expect_str_eq(vmm_register(fd, 2, "vmm/pipe", p[0], 1 << 21, 1, msg, sizeof(msg)),
+                         "bad_fd", "a pipe: %s", msg);
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        cr_expect_str_eq(vmm_register(fd, 3, "vmm/sock", sv[0], 1 << 21, 2, msg, sizeof(msg)),
+                         "bad_fd", "a socket: %s", msg);
+        dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        cr_expect_str_eq(vmm_register(fd, 4, "vmm/dir", dfd, 1 << 21, 3, msg, sizeof(msg)),
+                         "bad_fd", "a directory: %s", msg);
+        /* what the driver double exports: a memfd; and a character device */
+        mfd = memfd_sealed(1 << 21, 0);
+        cr_expect_str_eq(vmm_register(fd, 5, "vmm/memfd", mfd, 1 << 21, 4, msg, sizeof(msg)),
+                         "", "a memfd: %s", msg);
+        close(mfd);
+        mfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        cr_expect_str_eq(vmm_register(fd, 6, "vmm/chr", mfd, 1 << 21, 5, msg, sizeof(msg)),
+                         "", "a character device: %s", msg);
+        close(mfd);
+        close(p[0]);
+        close(p[1]);
+        close(sv[0]);
+        close(sv[1]);
+        close(dfd);
+        close(fd);
+        h_daemon_stop(&h_d);
+}
+
+Test(harden, byte_counters_saturate)
+{
+        const msgpack_object *bytes;
+        struct h_frame f;
+        uint64_t v = 0, seq;
+        char msg[256];
+        int fd, mfd;
+
+        start(NULL);
+        fd = hello();
+        mfd = memfd_sealed(4096, 0);
+        for (int i = 0; i < 2; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "huge/%d", i);
+                cr_assert_str_eq(vmm_register(fd, 2 + (uint64_t)i, name, mfd, UINT64_C(1) << 63,
+                                              (uint8_t)(10 + i), msg, sizeof(msg)), "", "%s", msg);
+        }
+        close(mfd);
+        seq = 9;
+        req(fd, seq, "stats", NULL, 0, "");
+        cr_assert_eq(h_raw_recv(fd, 5000, &f), 1);
+        h_expect_reply(&f, seq, "");
+        cr_assert_eq(proto_get_map(f.m.root, "bytes", &bytes), 0);
+        cr_expect_eq(proto_get_u64(bytes, "cuda-vmm", &v), 0, "no cuda-vmm bytes: wrapped to 0");
+        cr_expect_eq(v, UINT64_MAX, "cuda-vmm bytes %llu", (unsigned long long)v);
+        h_frame_free(&f);
+        /* and back down, exactly */
+        req(fd, 10, "unregister", NULL, 0, "s", "name", "huge/0");
+        cr_expect_str_eq(reply_code(fd, 10, NULL, 0), "");
+        req(fd, 11, "stats", NULL, 0, "");
+        cr_assert_eq(h_raw_recv(fd, 5000, &f), 1);
+        cr_assert_eq(proto_get_map(f.m.root, "bytes", &bytes), 0);
+        cr_expect_eq(proto_get_u64(bytes, "cuda-vmm", &v), 0);
+        cr_expect_eq(v, UINT64_C(1) << 63);
+        h_frame_free(&f);
+        close(fd);
+        h_daemon_stop(&h_d);
+}
+
+/* ---- 9. adopt reveals nothing to other uids ------------------------------ */
+
+static int do_adopt_probe(void *p)
+{
+        const char *name = p;
+        char msg[512];
+        const char *code;
+        int fd = hello();
+
+        req(fd, 2, "adopt", NULL, 0, "s", "name", name);
+        code = reply_code(fd, 2, msg, sizeof(msg));
+        if (strcmp(code, "not_found") != 0)
+                return 20;
+        req(fd, 3, "adopt", NULL, 0, "u", "id", (uint64_t)1);
+        code = reply_code(fd, 3, msg, sizeof(msg));
+        if (strcmp(code, "not_found") != 0)
+                return 21;
+        if (strstr(msg, name))
+                return 22;
+        close(fd);
+        return 0;
+}
+
+static int do_register_plain(void *p)
+{
+        gpuipc_client *c = NULL;
+        gpuipc_hostbuf *b = NULL;
+        int r;
+
+        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
+                return 10;
+        r = gpuipc_register_host(c, p, b, NULL, 0, NULL);
+        gpuipc_hostbuf_free(b);
+        gpuipc_client_free(c);
+        return r == 0 ? 0 : 11;
+}
+
+Test(harden, adopt_of_another_uids_registration_is_not_found)
+{
+        need_root();
+        start(NULL);
+        cr_assert_eq(as_user(OWNER, do_register_plain, "secret/name-1"), 0);
+        cr_expect_eq(as_user(OTHER, do_adopt_probe, "secret/name-1"), 0,
+                     "adopt told another uid about the registration (20/21: not not_found, "
+                     "22: the name in the message)");
+        h_daemon_stop(&h_d);
+}

@@ -28,6 +28,11 @@ static int pack_int_array(struct req *q, msgpack_packer *pk, const msgpack_objec
         return 0;
 }
 
+static bool utf8(const msgpack_object *o)
+{
+        return proto_utf8_valid(o->via.str.ptr, o->via.str.size) == o->via.str.size;
+}
+
 static int check_user(struct req *q, const msgpack_object *u)
 {
         if (u->via.map.size > PROTO_USER_MAX_ENTRIES)
@@ -43,6 +48,9 @@ static int check_user(struct req *q, const msgpack_object *u)
                 if (v->via.str.size > PROTO_USER_VALUE_MAX)
                         return req_fail(q, -EINVAL, "meta.user value longer than %u bytes",
                                         PROTO_USER_VALUE_MAX);
+                if (!utf8(k) || !utf8(v))
+                        return req_fail(q, -EINVAL, "meta.user %s %u is not valid UTF-8",
+                                        utf8(k) ? "value" : "key", i);
         }
         return 0;
 }
@@ -62,6 +70,8 @@ int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb)
         if (r == 0 && dtype_len > PROTO_DTYPE_MAX)
                 return req_fail(q, -EINVAL, "meta.dtype is longer than %u bytes",
                                 PROTO_DTYPE_MAX);
+        if (r == 0 && proto_utf8_valid(dtype, dtype_len) != dtype_len)
+                return req_fail(q, -EINVAL, "meta.dtype is not valid UTF-8");
         n += r == 0;
         r = proto_get_array(meta, "shape", &shape);
         if (r == -EINVAL)

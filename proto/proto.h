@@ -191,5 +191,9 @@ int proto_name_check(const char *s, size_t len, const char **ret_why);
 /* True when name lies in namespace prefix: equal to it or below it.  An
  * empty prefix matches everything; a trailing '/' on prefix is ignored. */
 bool proto_name_in(const char *name, size_t name_len, const char *prefix, size_t prefix_len);
+/* The length of the longest prefix of s that is well-formed UTF-8 (no
+ * overlong forms, surrogates or code points above U+10FFFF): len when all
+ * of it is. */
+size_t proto_utf8_valid(const char *s, size_t len);
 
 #endif

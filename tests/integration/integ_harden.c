@@ -487,3 +487,120 @@ Test(harden, adopt_of_another_uids_registration_is_not_found)
                      "22: the name in the message)");
         h_daemon_stop(&h_d);
 }
+
+/* ---- 16. UTF-8 --------------------------------------------------------- */
+
+static void pack_meta_register(int fd, uint64_t seq, const char *name, const char *dtype,
+                               const char *key, const char *val)
+{
+        int mfd = memfd_sealed(4096, ALL_SEALS);
+        struct proto_out o;
+        uint8_t *b;
+        size_t n;
+
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, 7);
+        proto_pack_kstr(&o.pk, "op", "register");
+        proto_pack_ku64(&o.pk, "seq", seq);
+        proto_pack_kstr(&o.pk, "name", name);
+        proto_pack_kstr(&o.pk, "kind", "host");
+        proto_pack_ku64(&o.pk, "size", 4096);
+        proto_pack_ku64(&o.pk, "fds", 1);
+        proto_pack_str(&o.pk, "meta");
+        msgpack_pack_map(&o.pk, 2);
+        proto_pack_kstr(&o.pk, "dtype", dtype);
+        proto_pack_str(&o.pk, "user");
+        msgpack_pack_map(&o.pk, 1);
+        proto_pack_kstr(&o.pk, key, val);
+        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
+        b = proto_out_release(&o, &n);
+        cr_assert_eq(h_raw_send(fd, b, n, &mfd, 1), 0);
+        free(b);
+        close(mfd);
+}
+
+Test(harden, meta_must_be_utf8)
+{
+        static const struct { const char *dtype, *key, *val, *code; } cases[] = {
+                { "float32", "k", "caf\xc3\xa9 \xe6\x97\xa5\xf0\x9f\x98\x80", "" },
+                { "f\xff", "k", "v", "bad_request" },
+                { "float32", "k\xc3", "v", "bad_request" },             /* truncated */
+                { "float32", "k", "\xc0\xaf", "bad_request" },          /* overlong */
+                { "float32", "k", "\xed\xa0\x80", "bad_request" },      /* surrogate */
+                { "float32", "k", "\xf4\x90\x80\x80", "bad_request" },  /* > U+10FFFF */
+                { "float32", "k", "\x80", "bad_request" },
+        };
+        char name[32], msg[256];
+        int fd;
+
+        start(NULL);
+        fd = hello();
+        for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                snprintf(name, sizeof(name), "utf8/%u", i);
+                pack_meta_register(fd, 10 + i, name, cases[i].dtype, cases[i].key,
+                                   cases[i].val);
+                cr_expect_str_eq(reply_code(fd, 10 + i, msg, sizeof(msg)), cases[i].code,
+                                 "case %u: %s", i, msg);
+        }
+        close(fd);
+        h_daemon_stop(&h_d);
+}
+
+/* Runs path with argv, GPUIPC_SOCKET set; returns its stdout (malloc'd,
+ * NUL-terminated) and its exit status in *ret_status. */
+static char *run_capture(const char *path, char *const *argv, int *ret_status)
+{
+        size_t cap = 1 << 16, len = 0;
+        char *out = malloc(cap + 1);
+        int p[2], st;
+        ssize_t k;
+        pid_t pid;
+
+        cr_assert_not_null(out);
+        cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                int dn = open("/dev/null", O_RDWR);
+                dup2(dn, 0);
+                dup2(p[1], 1);
+                setenv("GPUIPC_SOCKET", h_d.sock, 1);
+                execv(path, argv);
+                _exit(127);
+        }
+        close(p[1]);
+        while (len < cap && (k = read(p[0], out + len, cap - len)) > 0)
+                len += (size_t)k;
+        close(p[0]);
+        out[len] = '\0';
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        *ret_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return out;
+}
+
+Test(harden, ctl_json_escapes_invalid_utf8)
+{
+        char exe[400], cmd[900];
+        char *out;
+        int st;
+
+        start(NULL);
+        /* an executable whose path is not UTF-8: the record's owner.exe */
+        snprintf(exe, sizeof(exe), "%s/ctl-\xff\xfe", h_d.dir);
+        snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", h_path("gpuipcctl"), exe);
+        cr_assert_eq(system(cmd), 0);
+        snprintf(cmd, sizeof(cmd), "%s/in.bin", h_d.dir);
+        out = run_capture(exe, (char *[]){ exe, "put", "utf8/exe", exe, NULL }, &st);
+        cr_assert_eq(st, 0, "put: %s", out);
+        free(out);
+        out = run_capture(h_path("gpuipcctl"),
+                          (char *[]){ (char *)h_path("gpuipcctl"), "show", "utf8/exe", "--json",
+                                      NULL }, &st);
+        cr_assert_eq(st, 0);
+        cr_expect_eq(proto_utf8_valid(out, strlen(out)), strlen(out),
+                     "show --json wrote invalid UTF-8: %s", out);
+        cr_expect(strstr(out, "ctl-\\ufffd\\ufffd"), "exe not escaped: %s", out);
+        free(out);
+        unlink(exe);
+        h_daemon_stop(&h_d);
+}

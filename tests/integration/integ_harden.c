@@ -604,3 +604,83 @@ Test(harden, ctl_json_escapes_invalid_utf8)
         unlink(exe);
         h_daemon_stop(&h_d);
 }
+
+/* ---- 11. the socket's directory ------------------------------------------ */
+
+/* Runs gpuipcd with args until it exits (up to 3 s); returns its exit
+ * status, or -1 when it was still running (it is then stopped). */
+static int daemon_exit_status(const char *const *args)
+{
+        const char *argv[16] = { h_path("gpuipcd"), "--no-config" };
+        unsigned n = 2;
+        int64_t deadline = h_now_ms() + 3000;
+        int st;
+        pid_t pid;
+
+        for (; *args && n < 15; args++)
+                argv[n++] = *args;
+        argv[n] = NULL;
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                int dn = open("/dev/null", O_RDWR);
+                dup2(dn, 0);
+                dup2(dn, 1);
+                dup2(dn, 2);
+                unsetenv("NOTIFY_SOCKET");
+                unsetenv("LISTEN_FDS");
+                execv(argv[0], (char **)argv);
+                _exit(127);
+        }
+        while (h_now_ms() < deadline) {
+                if (waitpid(pid, &st, WNOHANG) == pid)
+                        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                h_sleep_ms(20);
+        }
+        kill(pid, SIGTERM);
+        waitpid(pid, &st, 0);
+        return -1;
+}
+
+Test(harden, socket_directory_must_be_safe)
+{
+        char dir[128], sock[200];
+        struct stat st;
+
+        need_root();
+        snprintf(dir, sizeof(dir), "/tmp/gpuipc-harden-XXXXXX");
+        cr_assert_not_null(mkdtemp(dir));
+        snprintf(sock, sizeof(sock), "%s/d.sock", dir);
+
+        /* another uid's directory */
+        cr_assert_eq(chown(dir, OTHER, OTHER), 0);
+        cr_assert_eq(chmod(dir, 0755), 0);
+        cr_expect_gt(daemon_exit_status((const char *[]){ "--socket", sock, NULL }), 0,
+                     "bound in a directory of uid %u", OTHER);
+        /* the metrics socket too */
+        {
+                char ok_sock[200], metrics[220];
+                snprintf(ok_sock, sizeof(ok_sock), "%s.main.sock", dir);
+                snprintf(metrics, sizeof(metrics), "unix:%s/m.sock", dir);
+                cr_expect_gt(daemon_exit_status((const char *[]){ "--socket", ok_sock,
+                                                                  "--metrics-listen", metrics,
+                                                                  NULL }), 0,
+                             "metrics socket bound in a directory of uid %u", OTHER);
+                unlink(ok_sock);
+        }
+        /* root's, but group-writable without the sticky bit */
+        cr_assert_eq(chown(dir, 0, 0), 0);
+        cr_assert_eq(chmod(dir, 0775), 0);
+        cr_expect_gt(daemon_exit_status((const char *[]){ "--socket", sock, NULL }), 0,
+                     "bound in a group-writable directory");
+        /* world-writable and sticky, like /tmp: fine, and the mode is exact */
+        cr_assert_eq(chmod(dir, 01777), 0);
+        {
+                const char *args[] = { "--socket", sock, "--socket-mode", "0640", NULL };
+                h_daemon_start(&h_d, args);
+                cr_assert_eq(lstat(sock, &st), 0);
+                cr_expect_eq(st.st_mode & 07777, 0640, "mode %04o", st.st_mode & 07777);
+                h_daemon_stop(&h_d);
+        }
+        rmdir(dir);
+}

@@ -176,7 +176,16 @@ GPUIPC_EXPORT const char *gpuipc_default_socket(void);
  * performs the protocol hello.  -ENAMETOOLONG when path does not fit a
  * sockaddr_un, -ENOENT/-ECONNREFUSED when no daemon listens there,
  * -EPROTONOSUPPORT when the daemon speaks no common version.  The caller
- * frees *ret_client with gpuipc_client_free(). */
+ * frees *ret_client with gpuipc_client_free().
+ *
+ * Before sending anything the library checks who listens (SO_PEERCRED):
+ * a process that took the socket path over would otherwise receive this
+ * process's memfds.  Accepted: root; when $GPUIPC_DAEMON_UID is set (a
+ * decimal uid), that uid only; else this process's effective uid (a daemon
+ * it started) or the uid owning the socket's directory (who could replace
+ * the socket anyway: /run/gpuipcd is gpuipcd's).  Any other listener is
+ * -EPERM, as is a reconnect (resume) that finds one; -EINVAL when
+ * $GPUIPC_DAEMON_UID is not a uid. */
 GPUIPC_EXPORT int gpuipc_connect(const char *path, gpuipc_client **ret_client);
 
 /* Closes the connection.  The daemon drops this connection's leases and

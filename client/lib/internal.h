@@ -121,6 +121,11 @@ int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_
  * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
  * revoke, adopt. */
 int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases);
+/* Checks who listens on the connected socket fd (SO_PEERCRED): root, the
+ * uid of $GPUIPC_DAEMON_UID when set, else this process's uid or the owner
+ * of path's directory.  0, or -EPERM (-EINVAL for a bad variable) with the
+ * error text set. */
+int gpuipc__check_server(gpuipc_client *c, int fd, const char *path);
 /* Sets the error text of the current call and returns err. */
 int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));

@@ -289,8 +289,14 @@ static int connect_again(gpuipc_client *c, int64_t deadline)
                 do
                         r = connect(fd, (const struct sockaddr *)&sa, sizeof(sa));
                 while (r < 0 && errno == EINTR);
-                if (r == 0)
-                        return fd;
+                if (r == 0) {
+                        /* Who took the path over while the daemon was away? */
+                        r = gpuipc__check_server(c, fd, c->path);
+                        if (r == 0)
+                                return fd;
+                        close(fd);
+                        return r;
+                }
                 r = -errno;
                 close(fd);
                 if (r != -ENOENT && r != -ECONNREFUSED && r != -EAGAIN)

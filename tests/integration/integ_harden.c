@@ -684,3 +684,77 @@ Test(harden, socket_directory_must_be_safe)
         }
         rmdir(dir);
 }
+
+/* ---- 12. clients check who listens --------------------------------------- */
+
+/* Starts gpuipcd as uid on sock; waits until the socket appears. */
+static pid_t daemon_as(uid_t uid, const char *sock)
+{
+        int64_t deadline = h_now_ms() + 10000;
+        struct stat st;
+        pid_t pid = fork();
+
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                int dn = open("/dev/null", O_RDWR);
+                dup2(dn, 0);
+                dup2(dn, 1);
+                dup2(dn, 2);
+                unsetenv("NOTIFY_SOCKET");
+                if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+                        _exit(100);
+                execl(h_path("gpuipcd"), "gpuipcd", "--no-config", "--socket", sock,
+                      "--socket-mode", "0666", (char *)NULL);
+                _exit(127);
+        }
+        while (stat(sock, &st) < 0) {
+                cr_assert_lt(h_now_ms(), deadline, "the impostor daemon did not start");
+                h_sleep_ms(20);
+        }
+        return pid;
+}
+
+static int do_connect(void *p)
+{
+        gpuipc_client *c = NULL;
+        int r = gpuipc_connect(p, &c);
+
+        gpuipc_client_free(c);
+        return r == 0 ? 0 : r == -EPERM ? 1 : 2;
+}
+
+Test(harden, client_refuses_an_untrusted_listener)
+{
+        char dir[128], sock[200];
+        gpuipc_client *c = NULL;
+        pid_t impostor;
+        int st, r;
+
+        need_root();
+        snprintf(dir, sizeof(dir), "/tmp/gpuipc-harden-XXXXXX");
+        cr_assert_not_null(mkdtemp(dir));
+        cr_assert_eq(chmod(dir, 01777), 0);     /* root's, like /tmp */
+        snprintf(sock, sizeof(sock), "%s/gpuipcd.sock", dir);
+        /* a process of another uid took the path over */
+        impostor = daemon_as(OTHER, sock);
+        unsetenv("GPUIPC_DAEMON_UID");
+        r = gpuipc_connect(sock, &c);
+        cr_expect_eq(r, -EPERM, "root connected to uid %u's listener: %d", OTHER, r);
+        gpuipc_client_free(c);
+        c = NULL;
+        cr_expect_eq(as_user(OWNER, do_connect, sock), 1, "uid %u connected to uid %u's listener",
+                     OWNER, OTHER);
+        /* its own uid's daemon is fine; so is one named by GPUIPC_DAEMON_UID */
+        cr_expect_eq(as_user(OTHER, do_connect, sock), 0);
+        setenv("GPUIPC_DAEMON_UID", "65533", 1);
+        r = gpuipc_connect(sock, &c);
+        cr_expect_eq(r, 0, "GPUIPC_DAEMON_UID=65533: %d", r);
+        gpuipc_client_free(c);
+        c = NULL;
+        setenv("GPUIPC_DAEMON_UID", "1", 1);
+        cr_expect_eq(as_user(OTHER, do_connect, sock), 1, "GPUIPC_DAEMON_UID pins the uid");
+        unsetenv("GPUIPC_DAEMON_UID");
+        kill(impostor, SIGTERM);
+        cr_assert_eq(waitpid(impostor, &st, 0), impostor);
+        rmdir(dir);
+}

@@ -85,7 +85,7 @@ static int as_user(uid_t uid, int (*fn)(void *), void *arg)
 /* ---- raw requests ------------------------------------------------------- */
 
 /* Packs a request: fmt letters s (str), u (uint64), b (bool), k (bin of 16
- * bytes), each after its key. */
+ * bytes), H (bin of 64 bytes), each after its key. */
 static void vreq(int fd, uint64_t seq, const char *op, const int *fds, unsigned nfds,
                  const char *fmt, va_list ap)
 {
@@ -113,6 +113,11 @@ static void vreq(int fd, uint64_t seq, const char *op, const int *fds, unsigned 
                         proto_pack_str(&o.pk, key);
                         msgpack_pack_bin(&o.pk, 16);
                         msgpack_pack_bin_body(&o.pk, va_arg(ap, const uint8_t *), 16);
+                        break;
+                case 'H':
+                        proto_pack_str(&o.pk, key);
+                        msgpack_pack_bin(&o.pk, 64);
+                        msgpack_pack_bin_body(&o.pk, va_arg(ap, const uint8_t *), 64);
                         break;
                 default:
                         abort();
@@ -757,4 +762,104 @@ Test(harden, client_refuses_an_untrusted_listener)
         kill(impostor, SIGTERM);
         cr_assert_eq(waitpid(impostor, &st, 0), impostor);
         rmdir(dir);
+}
+
+/* ---- 15. fds belong to the frame they came with -------------------------- */
+
+Test(harden, fds_tied_to_their_frame)
+{
+        char msg[256];
+        int fd, mfd, base;
+
+        start(NULL);
+        fd = hello();
+        base = h_daemon_fd_count(&h_d);
+        mfd = memfd_sealed(4096, ALL_SEALS);
+        /* A declares an fd and sends none; B sends its own.  With the daemon
+         * stopped, one recvmsg() reads A and B and brings B's fd. */
+        cr_assert_eq(kill(h_d.pid, SIGSTOP), 0);
+        req(fd, 2, "register", NULL, 0, "ssuu", "name", "fdq/a", "kind", "host", "size",
+            (uint64_t)4096, "fds", (uint64_t)1);
+        req(fd, 3, "register", &mfd, 1, "ssuu", "name", "fdq/b", "kind", "host", "size",
+            (uint64_t)4096, "fds", (uint64_t)1);
+        cr_assert_eq(kill(h_d.pid, SIGCONT), 0);
+        cr_expect_str_eq(reply_code(fd, 2, msg, sizeof(msg)), "bad_fd",
+                         "A took the fd of the frame after it: %s", msg);
+        cr_expect_str_eq(reply_code(fd, 3, msg, sizeof(msg)), "", "B lost its fd: %s", msg);
+        req(fd, 4, "unregister", NULL, 0, "s", "name", "fdq/b");
+        cr_expect_str_eq(reply_code(fd, 4, NULL, 0), "");
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base, 2000), base);
+
+        /* An fd that comes with a frame declaring none is closed with that
+         * frame, not when the next one arrives. */
+        req(fd, 5, "ping", &mfd, 1, "");
+        cr_expect_str_eq(reply_code(fd, 5, NULL, 0), "");
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base, 2000), base,
+                     "the undeclared fd stays open until the next frame");
+        close(mfd);
+        close(fd);
+        h_daemon_stop(&h_d);
+}
+
+/* ---- 14. a released event always arrives --------------------------------- */
+
+Test(harden, released_event_fits_max_frame)
+{
+        const char *args[] = { "--max-frame", "4096", NULL };
+        const msgpack_object *evs = NULL;
+        uint8_t handle[64], ev[64];
+        struct h_frame f;
+        uint64_t leases[70], id = 0;
+        const char *s;
+        size_t n;
+        int own, con, got = 0;
+
+        start(args);
+        own = hello();
+        con = hello();
+        memset(handle, 0x5a, sizeof(handle));
+        req(own, 3, "register", NULL, 0, "ssusHuu", "name", "rel/ipc", "kind", "cuda-ipc",
+            "size", (uint64_t)4096, "device", UUID, "handle", handle, "buffer_id", (uint64_t)7,
+            "alloc_size", (uint64_t)4096);
+        cr_assert_eq(h_raw_recv(own, 5000, &f), 1);
+        h_expect_reply(&f, 3, "");
+        cr_assert_eq(proto_get_u64(f.m.root, "id", &id), 0);
+        h_frame_free(&f);
+        for (int i = 0; i < 70; i++) {
+                req(con, 100 + (uint64_t)i, "lookup", NULL, 0, "s", "name", "rel/ipc");
+                cr_assert_eq(h_raw_recv(con, 5000, &f), 1);
+                h_expect_reply(&f, 100 + (uint64_t)i, "");
+                cr_assert_eq(proto_get_u64(f.m.root, "lease", &leases[i]), 0);
+                h_frame_free(&f);
+        }
+        for (int i = 0; i < 70; i++) {
+                memset(ev, i + 1, sizeof(ev));
+                req(con, 200 + (uint64_t)i, "release", NULL, 0, "uH", "lease", leases[i],
+                    "event", ev);
+                cr_assert_str_eq(reply_code(con, 200 + (uint64_t)i, NULL, 0), "");
+        }
+        /* the owner gets its released event, with as many of the newest
+         * events as fit */
+        while (h_raw_recv(own, 3000, &f) == 1) {
+                if (proto_get_str(f.m.root, "event", &s, &n) == 0 && n == 8 &&
+                    memcmp(s, "released", 8) == 0) {
+                        uint64_t rid = 0;
+                        got++;
+                        cr_expect_eq(proto_get_u64(f.m.root, "id", &rid), 0);
+                        cr_expect_eq(rid, id);
+                        cr_assert_eq(proto_get_array(f.m.root, "events", &evs), 0);
+                        cr_expect_gt(evs->via.array.size, 32);
+                        cr_expect_leq(evs->via.array.size, 64);
+                        /* the newest is the last release's */
+                        cr_expect_eq(evs->via.array.ptr[evs->via.array.size - 1].via.bin.ptr[0],
+                                     70);
+                }
+                h_frame_free(&f);
+                if (got)
+                        break;
+        }
+        cr_expect_eq(got, 1, "no released event at --max-frame 4096");
+        close(con);
+        close(own);
+        h_daemon_stop(&h_d);
 }

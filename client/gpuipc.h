@@ -207,6 +207,19 @@ GPUIPC_EXPORT void gpuipc_client_free(gpuipc_client *c);
  * queries); any other fails with -ECONNRESET.  See docs/restart.md. */
 GPUIPC_EXPORT int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms);
 
+/* After a reconnect to a daemon that kept no state, the registrations the
+ * client could not make again: most often because another process (perhaps
+ * of another uid) registered the name first, and consumers of the name now
+ * get its buffer, not this process's.  Returns 1 and the oldest one not yet
+ * reported, forgetting it: its name in buf (NUL-terminated, truncated to
+ * len; buf may be NULL), the id the caller knew (*ret_id) and the daemon's
+ * answer (*ret_err: -EEXIST when the name was taken, else another negative
+ * errno); ret_id and ret_err may be NULL.  0 when there is none.  At most
+ * 256 are kept (the oldest are forgotten).  Consumers can refuse an
+ * impostor with gpuipc_set_lookup_owner(). */
+GPUIPC_EXPORT int gpuipc_lost_next(gpuipc_client *c, char *buf, size_t len, uint64_t *ret_id,
+                                   int *ret_err);
+
 /* One round trip; 0 when the daemon answered. */
 GPUIPC_EXPORT int gpuipc_ping(gpuipc_client *c);
 
@@ -271,6 +284,13 @@ GPUIPC_EXPORT int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeou
  * caller frees *ret_view with gpuipc_view_release(). */
 GPUIPC_EXPORT int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms,
                                 unsigned flags, gpuipc_view **ret_view);
+/* Later lookups on c (gpuipc_lookup, gpuipc_lookup_device) accept only a
+ * registration whose owner has this uid; any other is treated as absent
+ * (-ENOENT, or the lookup keeps waiting).  It guards against another uid
+ * registering a name before its producer, e.g. after a daemon restart
+ * without the fd store.  uid -1 accepts any owner again (the default);
+ * -EINVAL for other negative values or uids of 2^32-1 and above. */
+GPUIPC_EXPORT int gpuipc_set_lookup_owner(gpuipc_client *c, long long uid);
 /* Start of the buffer in this process, and its size in bytes. */
 GPUIPC_EXPORT void *gpuipc_view_data(const gpuipc_view *v);
 GPUIPC_EXPORT size_t gpuipc_view_size(const gpuipc_view *v);

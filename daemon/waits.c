@@ -22,6 +22,7 @@ struct waiter {
         struct conn *c;
         uint64_t seq;
         bool writable;                  /* the lookup asked for the read-write fd */
+        int64_t owner_uid;              /* the owner it asked for, or -1: any */
         uv_timer_t timer;
 };
 
@@ -85,7 +86,7 @@ static void on_timeout(uv_timer_t *t)
 }
 
 int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
-              bool writable)
+              bool writable, int64_t owner_uid)
 {
         struct daemon *d = c->d;
         uint64_t h = hmap_hash_str(name, len);
@@ -130,6 +131,7 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         (void)uv_timer_start(&w->timer, on_timeout, ms, 0);
         w->seq = seq;
         w->writable = writable;
+        w->owner_uid = owner_uid;
         w->c = c;
         w->q = q;
         w->qprev = q->tail;
@@ -162,7 +164,7 @@ void waits_wake(struct daemon *d, struct reg *r)
                 uint64_t seq = w->seq;
                 bool writable = w->writable;
 
-                if (access_may_lookup(c, r)) {
+                if (access_may_lookup(c, r) && (w->owner_uid < 0 || w->owner_uid == r->uid)) {
                         waiter_end(d, w);       /* frees q with its last waiter */
                         ops_lookup_answer(c, seq, r, writable);
                 }

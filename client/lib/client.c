@@ -105,6 +105,7 @@ void gpuipc__client_unref(gpuipc_client *c)
         gpuipc__relev_clear(c);
         gpuipc__watch_clear(c);
         gpuipc__resume_clear(c);
+        gpuipc__lost_clear(c);
         free(c);
 }
 
@@ -254,6 +255,14 @@ static int reconnect_default(void)
         return (int)v;
 }
 
+int gpuipc_set_lookup_owner(gpuipc_client *c, long long uid)
+{
+        if (!c || uid < -1 || uid >= (long long)UINT32_MAX)
+                return -EINVAL;
+        c->lookup_owner = uid;
+        return 0;
+}
+
 int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms)
 {
         if (!c || timeout_ms < 0)
@@ -287,6 +296,7 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
                 return -ENOMEM;
         c->refs = 1;
         c->fd = -1;
+        c->lookup_owner = -1;
         c->max_frame = PROTO_MAX_FRAME;
         proto_fdq_init(&c->fdq);
         r = proto_reader_init(&c->rd, PROTO_MAX_FRAME);

@@ -25,6 +25,15 @@
 
 struct gpuipc__rec;
 
+#define GPUIPC__LOST_MAX 256u          /* remembered lost registrations */
+
+struct gpuipc__lost {
+        struct gpuipc__lost *next;
+        uint64_t id;                    /* the caller's */
+        int err;
+        char name[PROTO_NAME_MAX + 1];
+};
+
 /* A lease this client holds: ids are only unique within one daemon's state,
  * so each carries the epoch it was taken in. */
 struct gpuipc__lease {
@@ -92,6 +101,10 @@ struct gpuipc_client {
         struct gpuipc__lease *leases;   /* leases held, unordered */
         size_t n_leases, cap_leases;
         uint64_t reconnects;
+        /* Registrations a reconnect could not make again, oldest first. */
+        struct gpuipc__lost *lost, *lost_tail;
+        unsigned lost_n;
+        int64_t lookup_owner;           /* owner_uid of lookups, or -1 */
 };
 
 /* A reply to one request.  The body is a private copy, so the decoded
@@ -198,6 +211,8 @@ bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch);
 /* The id the caller knows for a daemon registration id. */
 uint64_t gpuipc__user_id(const gpuipc_client *c, uint64_t id);
 void gpuipc__resume_clear(gpuipc_client *c);
+/* Forgets the lost registrations (gpuipc_lost_next). */
+void gpuipc__lost_clear(gpuipc_client *c);
 
 /* ---- admin.c ----------------------------------------------------------- */
 

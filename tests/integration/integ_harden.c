@@ -863,3 +863,110 @@ Test(harden, released_event_fits_max_frame)
         close(own);
         h_daemon_stop(&h_d);
 }
+
+/* ---- 10. a name lost over a restart without the fd store ----------------- */
+
+struct producer_args {
+        const char *sock;
+        int ready[2], go[2];
+};
+
+/* Registers svc/data, waits for the restart, makes one call and reports
+ * what gpuipc_lost_next says: 0 when it names svc/data with -EEXIST. */
+static int do_producer(void *p)
+{
+        struct producer_args *a = p;
+        gpuipc_client *c = NULL;
+        gpuipc_hostbuf *b = NULL;
+        uint64_t id = 0, lost_id = 0;
+        char name[64], ch;
+        int err = 0, r;
+
+        if (gpuipc_connect(a->sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
+                return 10;
+        if (gpuipc_register_host(c, "svc/data", b, NULL, 0, &id) < 0)
+                return 11;
+        if (write(a->ready[1], "r", 1) != 1 || read(a->go[0], &ch, 1) != 1)
+                return 12;
+        r = gpuipc_ping(c);             /* reconnects, registers again */
+        if (r < 0)
+                return 13;
+        r = gpuipc_lost_next(c, name, sizeof(name), &lost_id, &err);
+        if (r != 1)
+                return 14;
+        if (strcmp(name, "svc/data") != 0 || lost_id != id || err != -EEXIST)
+                return 15;
+        if (gpuipc_lost_next(c, name, sizeof(name), NULL, NULL) != 0)
+                return 16;
+        gpuipc_hostbuf_free(b);
+        gpuipc_client_free(c);
+        return 0;
+}
+
+static int do_impostor(void *p)
+{
+        gpuipc_client *c = NULL;
+        gpuipc_hostbuf *b = NULL;
+        gpuipc_access pub = { .public_ = 1 };
+
+        if (gpuipc_connect(p, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0 ||
+            gpuipc_access_set(c, &pub) < 0)
+                return 10;
+        if (gpuipc_register_host(c, "svc/data", b, NULL, 0, NULL) < 0)
+                return 11;
+        gpuipc_hostbuf_free(b);
+        gpuipc_client_free(c);
+        return 0;
+}
+
+Test(harden, restart_squatter_is_visible)
+{
+        struct producer_args a;
+        struct h_daemon d1 = { 0 }, d2 = { 0 };
+        char dir[128], sock[200], ch;
+        const char *args[] = { "--socket", sock, "--socket-mode", "0666", NULL };
+        gpuipc_client *c;
+        gpuipc_view *v = NULL;
+        pid_t prod;
+        int r;
+
+        need_root();
+        snprintf(dir, sizeof(dir), "/tmp/gpuipc-harden-XXXXXX");
+        cr_assert_not_null(mkdtemp(dir));
+        cr_assert_eq(chmod(dir, 0755), 0);
+        snprintf(sock, sizeof(sock), "%s/gpuipcd.sock", dir);
+        a.sock = sock;
+        cr_assert_eq(pipe(a.ready), 0);
+        cr_assert_eq(pipe(a.go), 0);
+        h_daemon_start(&d1, args);
+        prod = as_user_start(OWNER, do_producer, &a);
+        cr_assert_eq(read(a.ready[0], &ch, 1), 1);
+        /* a restart without the fd store, and another uid is first */
+        h_daemon_stop(&d1);
+        h_daemon_start(&d2, args);
+        cr_assert_eq(as_user(OTHER, do_impostor, sock), 0);
+        cr_assert_eq(write(a.go[1], "g", 1), 1);
+        cr_expect_eq(as_user_wait(prod), 0, "the producer did not learn it lost svc/data "
+                     "(14: nothing reported, 15: wrong name, id or error)");
+        /* a consumer that names the owner it expects is not fooled */
+        cr_assert_eq(gpuipc_connect(sock, &c), 0);
+        cr_assert_eq(gpuipc_set_lookup_owner(c, OWNER), 0);
+        r = gpuipc_lookup(c, "svc/data", 0, 0, &v);
+        cr_expect_eq(r, -ENOENT, "owner_uid %u: the impostor's buffer was handed out (%d)",
+                     OWNER, r);
+        if (r == 0)
+                gpuipc_view_release(v);
+        v = NULL;
+        r = gpuipc_lookup(c, "svc/data", 300, 0, &v);
+        cr_expect_eq(r, -ETIMEDOUT, "a waiting lookup took the impostor's (%d)", r);
+        if (r == 0)
+                gpuipc_view_release(v);
+        v = NULL;
+        cr_assert_eq(gpuipc_set_lookup_owner(c, OTHER), 0);
+        cr_expect_eq(gpuipc_lookup(c, "svc/data", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        gpuipc_view_release(v);
+        cr_expect_eq(gpuipc_set_lookup_owner(c, -2), -EINVAL);
+        gpuipc_client_free(c);
+        h_daemon_stop(&d2);
+        rmdir(dir);
+}

@@ -1400,3 +1400,28 @@ Test(codes, kinds)
         cr_expect_eq(proto_kind_from_name("", 0), -EINVAL);
         cr_expect_eq(proto_kind_from_name("unknown", 7), -EINVAL);
 }
+
+/* ---- proto_utf8_valid ----------------------------------------------------- */
+
+Test(utf8, valid_and_invalid)
+{
+        static const struct { const char *s; size_t len, ok; } cases[] = {
+                { "", 0, 0 },
+                { "ascii", 5, 5 },
+                { "caf\xc3\xa9", 5, 5 },
+                { "\xe6\x97\xa5\xf0\x9f\x98\x80", 7, 7 },
+                { "\xf4\x8f\xbf\xbf", 4, 4 },           /* U+10FFFF */
+                { "a\xff", 2, 1 },
+                { "ab\xc3", 3, 2 },                     /* truncated */
+                { "\xc0\xaf", 2, 0 },                   /* overlong '/' */
+                { "\xe0\x80\xaf", 3, 0 },               /* overlong */
+                { "\xed\xa0\x80", 3, 0 },               /* surrogate */
+                { "\xf4\x90\x80\x80", 4, 0 },           /* above U+10FFFF */
+                { "x\x80y", 3, 1 },                     /* lone continuation */
+                { "\xe6\x97", 2, 0 },
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                cr_expect_eq(proto_utf8_valid(cases[i].s, cases[i].len), cases[i].ok,
+                             "case %zu", i);
+}

@@ -209,7 +209,7 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
                 return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
                                 "(--max-registrations-per-uid %u)", uid, u.regs,
                                 cfg->max_registrations_per_uid);
-        if (cfg->max_bytes_per_uid > 0 && p->kind != PROTO_KIND_CUDA_IPC &&
+        if (cfg->max_bytes_per_uid > 0 && proto_kind_held(p->kind) &&
             (bytes > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - bytes))
                 return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes; %" PRIu64
                                 " more would pass --max-bytes-per-uid %" PRIu64, uid, u.bytes,
@@ -281,11 +281,14 @@ int op_register(struct req *q)
                 }
                 p.fd = q->fds[0];
         } else {
-                k = p.kind == PROTO_KIND_CUDA_VMM && q->nfds == 1
-                        ? host_check_vmm_fd(q->fds[0], &why) : 0;
-                if (k < 0) {
-                        k = req_fail(q, k, "%s", why);
-                        goto out;
+                /* Every chunk's fd; cuda-pool fds are not checked: what the
+                 * real driver exports for a pool has not been measured. */
+                for (unsigned i = 0; p.kind == PROTO_KIND_CUDA_VMM && i < q->nfds; i++) {
+                        k = host_check_vmm_fd(q->fds[i], &why);
+                        if (k < 0) {
+                                k = req_fail(q, k, "fd %u: %s", i, why);
+                                goto out;
+                        }
                 }
                 /* Takes the allocation reference (and a cuda-vmm fd). */
                 k = register_cuda_params(q, &p, ephemeral_given);
@@ -326,6 +329,12 @@ int op_register(struct req *q)
         proto_out_free(&o);
         log_debug("registered %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u", r->name,
                   r->id, r->size, c->party.pid);
+        if (r->cuda && r->cuda->copied) {
+                d->copies++;
+                d->copied_bytes += r->size;
+                log_info("%s (%" PRIu64 " bytes) was registered as a copy: %s", r->name, r->size,
+                         r->cuda->copied);
+        }
         waits_wake(d, r);
         k = 0;
 out:

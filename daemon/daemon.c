@@ -106,6 +106,7 @@ static void on_freed(struct reg *r, void *userdata)
         log_debug("freeing registration %" PRIu64 " (%s)", r->id, r->name);
         persist_freed(d, r);
         quota_uncharge(d, r);
+        quota_fds_uncharge(d, r);
         watch_reg_freed(r);
         if (r->cuda) {
                 /* A cuda-vmm fd is the allocation entry's, shared. */
@@ -124,6 +125,7 @@ static void on_added(struct reg *r, void *userdata)
 {
         quota_reg(userdata, r->uid, 1);
         quota_charge(userdata, r);
+        quota_fds_charge(userdata, r, persist_enabled());
         watch_on_added(r, userdata);
         persist_added(userdata, r);
 }

@@ -222,8 +222,7 @@ int op_hello(struct req *q)
                 } else if (session_new_token(&c->party) < 0) {
                         return req_fail(q, -EIO, "no random bytes for a session token");
                 } else {
-                        if (persist_enabled())
-                                c->party.start_time = session_start_time(c->party.pid);
+                        /* start_time was read at accept (conn_new). */
                         persist_session(c->d, &c->party);
                 }
         }
@@ -248,8 +247,7 @@ int op_hello(struct req *q)
         session_send_missed(c, missed);
         if (r == 0 && !c->hello) {
                 c->hello = true;
-                access_read_groups(c);
-                watch_conn_hello(c);
+                conn_hello_done(c);
                 log_debug("connection %" PRIu64 " (pid %u): hello, client '%.*s'", c->id,
                           c->party.pid, (int)client_len, client);
         }

@@ -57,6 +57,15 @@ bool persist_enabled(void)
 
 /* ---- the store --------------------------------------------------------- */
 
+bool persist_store_room(uint64_t *ret_used, uint64_t *ret_pool)
+{
+        if (!persist_enabled() || P.max == 0)
+                return false;
+        *ret_used = P.stored;
+        *ret_pool = P.max > PERSIST_STORE_RESERVE ? P.max - PERSIST_STORE_RESERVE : 0;
+        return true;
+}
+
 static bool store_send(const char *msg, int fd)
 {
         int r = sd_notify_with_fd(msg, fd);

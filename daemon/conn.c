@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "holds.h"
 #include "persist.h"
 #include "session.h"
 #include "log.h"
@@ -324,6 +325,7 @@ void conn_close(struct conn *c)
 
         watch_conn_closed(c);
         waits_cancel_conn(c);
+        holds_conn_closed(c);
         registry_party_gone(d->reg, &c->party);
         if (c->hello)
                 persist_session_end(d, &c->party);

@@ -50,6 +50,8 @@ struct conn {
         struct chunk *out_head, *out_tail;
         uint64_t out_bytes;             /* unsent bytes */
         struct waiter *waits;
+        struct alloc **holds;           /* allocations it keeps mapped (holds.c) */
+        uint32_t n_holds, cap_holds;
         struct wgroup *wgroups;         /* its waiters, by name (waits.c) */
         uint32_t n_waits;
         uint32_t n_groups;

@@ -8,6 +8,7 @@
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
 #include "daemon.h"
+#include "holds.h"
 #include "log.h"
 #include "persist.h"
 #include "session.h"
@@ -109,6 +110,7 @@ static void on_freed(struct reg *r, void *userdata)
         quota_fds_uncharge(d, r);
         watch_reg_freed(r);
         if (r->cuda) {
+                holds_reg_freeing(d, r);
                 /* A cuda-vmm fd is the allocation entry's, shared. */
                 reg_cuda_free(&d->allocs, r->cuda);
                 r->cuda = NULL;

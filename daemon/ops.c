@@ -9,6 +9,7 @@
 #include "access.h"
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
+#include "holds.h"
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
@@ -36,6 +37,7 @@ static const struct op {
         { "watch",      op_watch,      true },
         { "revoke",     op_revoke,     true },
         { "metrics",    op_metrics,    true },
+        { "unhold",     op_unhold,     true },
 };
 
 int req_fail(struct req *q, int err, const char *fmt, ...)

@@ -386,10 +386,12 @@ int op_register(struct req *q)
                 goto out;
         }
 
-        reply_start(&o, q->seq, 2);
+        reply_start(&o, q->seq, 2 + (r->cuda != NULL));
         proto_pack_ku64(&o.pk, "id", r->id);
         proto_pack_str(&o.pk, "name");
         proto_pack_strn(&o.pk, r->name, r->name_len);
+        if (r->cuda)    /* what `unmapped` events name */
+                proto_pack_ku64(&o.pk, "alloc", r->cuda->alloc->id);
         (void)reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);
         log_debug("registered %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u", r->name,

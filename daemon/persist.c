@@ -184,7 +184,7 @@ static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
 
         proto_pack_str(pk, "cuda");
         msgpack_pack_map(pk, 8 + rc->has_event + (rc->n_chunks > 1) + (a->pool != NULL) +
-                         (rc->copied != NULL));
+                         (rc->copied != NULL) + a->cacheable);
         pack_bin(pk, "device", rc->device, ALLOC_UUID_LEN);
         pack_alloc_fields(pk, a);
         if (rc->has_event)
@@ -205,6 +205,8 @@ static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
         }
         if (rc->copied)
                 proto_pack_kstr(pk, "copied", rc->copied);
+        if (a->cacheable)
+                proto_pack_kbool(pk, "cacheable", true);
 }
 
 static void pack_reg(msgpack_packer *pk, const struct reg *r)

@@ -35,6 +35,7 @@ struct waiter {
         uint64_t seq;
         bool writable;                  /* the lookup asked for the read-write fd */
         int64_t owner_uid;              /* the owner it asked for, or -1: any */
+        bool cache;                     /* and to keep the allocation mapped (holds.h) */
         uv_timer_t timer;
 };
 
@@ -149,7 +150,7 @@ static void on_timeout(uv_timer_t *t)
 }
 
 int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
-              bool writable, int64_t owner_uid)
+              bool writable, bool cache, int64_t owner_uid)
 {
         struct daemon *d = c->d;
         uint64_t h = hmap_hash_str(name, len);
@@ -199,6 +200,7 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         w->seq = seq;
         w->writable = writable;
         w->owner_uid = owner_uid;
+        w->cache = cache;
         w->c = c;
         w->g = g;
         w->gprev = g->tail;
@@ -247,11 +249,11 @@ void waits_wake(struct daemon *d, struct reg *r)
                         while (w) {
                                 struct waiter *wn = w->gnext;
                                 uint64_t seq = w->seq;
-                                bool writable = w->writable;
+                                bool writable = w->writable, cache = w->cache;
 
                                 if (w->owner_uid < 0 || w->owner_uid == r->uid) {
                                         waiter_end(d, w);
-                                        ops_lookup_answer(c, seq, r, writable);
+                                        ops_lookup_answer(c, seq, r, writable, cache);
                                 }
                                 w = wn;
                         }

@@ -205,6 +205,18 @@ static int handle_event(gpuipc_client *c, const msgpack_object *root, bool in_ca
                 gpuipc__watch_push(c, root);
                 return 0;
         }
+        if (proto_obj_str_eq(ev, "uncache")) {
+                /* The allocation's last registration went: close what the
+                 * cache keeps of it; the unhold goes with the next call. */
+                if (proto_get_u64(root, "alloc", &id) == 0)
+                        gpuipc__cucache_uncache(c, id);
+                return 0;
+        }
+        if (proto_obj_str_eq(ev, "unmapped")) {
+                if (proto_get_u64(root, "alloc", &id) == 0)
+                        c->unmapped[c->unmapped_n++ % GPUIPC__UNMAPPED_MAX] = id;
+                return 0;
+        }
         if (!proto_obj_str_eq(ev, "error"))
                 return 0;       /* unknown or reserved events are ignored */
         err = error_code(root);

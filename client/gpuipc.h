@@ -201,7 +201,16 @@ GPUIPC_EXPORT const char *gpuipc_default_socket(void);
  * performs the protocol hello.  -ENAMETOOLONG when path does not fit a
  * sockaddr_un, -ENOENT/-ECONNREFUSED when no daemon listens there,
  * -EPROTONOSUPPORT when the daemon speaks no common version.  The caller
- * frees *ret_client with gpuipc_client_free(). */
+ * frees *ret_client with gpuipc_client_free().
+ *
+ * Before sending anything the library checks who listens (SO_PEERCRED):
+ * a process that took the socket path over would otherwise receive this
+ * process's memfds.  Accepted: root; when $GPUIPC_DAEMON_UID is set (a
+ * decimal uid), that uid only; else this process's effective uid (a daemon
+ * it started) or the uid owning the socket's directory (who could replace
+ * the socket anyway: /run/gpuipcd is gpuipcd's).  Any other listener is
+ * -EPERM, as is a reconnect (resume) that finds one; -EINVAL when
+ * $GPUIPC_DAEMON_UID is not a uid. */
 GPUIPC_EXPORT int gpuipc_connect(const char *path, gpuipc_client **ret_client);
 
 /* Closes the connection.  The daemon drops this connection's leases and
@@ -222,6 +231,19 @@ GPUIPC_EXPORT void gpuipc_client_free(gpuipc_client *c);
  * its outcome can be found (register, unregister, lookup, release and the
  * queries); any other fails with -ECONNRESET.  See docs/restart.md. */
 GPUIPC_EXPORT int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms);
+
+/* After a reconnect to a daemon that kept no state, the registrations the
+ * client could not make again: most often because another process (perhaps
+ * of another uid) registered the name first, and consumers of the name now
+ * get its buffer, not this process's.  Returns 1 and the oldest one not yet
+ * reported, forgetting it: its name in buf (NUL-terminated, truncated to
+ * len; buf may be NULL), the id the caller knew (*ret_id) and the daemon's
+ * answer (*ret_err: -EEXIST when the name was taken, else another negative
+ * errno); ret_id and ret_err may be NULL.  0 when there is none.  At most
+ * 256 are kept (the oldest are forgotten).  Consumers can refuse an
+ * impostor with gpuipc_set_lookup_owner(). */
+GPUIPC_EXPORT int gpuipc_lost_next(gpuipc_client *c, char *buf, size_t len, uint64_t *ret_id,
+                                   int *ret_err);
 
 /* One round trip; 0 when the daemon answered. */
 GPUIPC_EXPORT int gpuipc_ping(gpuipc_client *c);
@@ -252,12 +274,16 @@ GPUIPC_EXPORT int gpuipc_register_host(gpuipc_client *c, const char *name,
                                        unsigned flags, uint64_t *ret_id);
 
 /* Registers size bytes at offset of an existing memfd.  The fd stays the
- * caller's; the library adds F_SEAL_SHRINK to it first (a buffer that can
- * shrink would fault its consumers), and F_SEAL_FUTURE_WRITE unless flags
- * has GPUIPC_REGISTER_SHARED_WRITE: map the memfd writable before
- * registering it, since afterwards only existing mappings can write.
- * -EBADF if fd is not a memfd, -EINVAL if offset + size exceeds it, -EPERM
- * if it needs a seal it cannot take (F_SEAL_SEAL). */
+ * caller's; the library adds F_SEAL_SHRINK and F_SEAL_GROW to it first (a
+ * buffer that can shrink would fault its consumers; one that can grow would
+ * let a consumer make the daemon hold more memory than registered), then
+ * F_SEAL_FUTURE_WRITE unless flags has GPUIPC_REGISTER_SHARED_WRITE (map
+ * the memfd writable before registering it, since afterwards only existing
+ * mappings can write), then F_SEAL_SEAL: once registered, the memfd's size
+ * is fixed and it takes no further seals, from anyone.  gpuipcd refuses a
+ * memfd without these seals.  -EBADF if fd is not a memfd, -EINVAL if
+ * offset + size exceeds it, -EPERM if it needs a seal it cannot take
+ * (F_SEAL_SEAL already set). */
 GPUIPC_EXPORT int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd,
                                      uint64_t offset, uint64_t size, const gpuipc_meta *meta,
                                      unsigned flags, uint64_t *ret_id);
@@ -283,6 +309,13 @@ GPUIPC_EXPORT int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeou
  * caller frees *ret_view with gpuipc_view_release(). */
 GPUIPC_EXPORT int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms,
                                 unsigned flags, gpuipc_view **ret_view);
+/* Later lookups on c (gpuipc_lookup, gpuipc_lookup_device) accept only a
+ * registration whose owner has this uid; any other is treated as absent
+ * (-ENOENT, or the lookup keeps waiting).  It guards against another uid
+ * registering a name before its producer, e.g. after a daemon restart
+ * without the fd store.  uid -1 accepts any owner again (the default);
+ * -EINVAL for other negative values or uids of 2^32-1 and above. */
+GPUIPC_EXPORT int gpuipc_set_lookup_owner(gpuipc_client *c, long long uid);
 /* Start of the buffer in this process, and its size in bytes. */
 GPUIPC_EXPORT void *gpuipc_view_data(const gpuipc_view *v);
 GPUIPC_EXPORT size_t gpuipc_view_size(const gpuipc_view *v);

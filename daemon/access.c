@@ -183,9 +183,10 @@ int access_parse(struct req *q, struct reg_access **ret)
         if (k == 0) {
                 k = proto_get_str(m, "group", &group, &glen);
                 if (k == -EINVAL || (k == 0 && (glen == 0 || glen > ACCESS_GROUP_MAX ||
-                                                memchr(group, '\0', glen))))
+                                                memchr(group, '\0', glen) ||
+                                                proto_utf8_valid(group, glen) != glen)))
                         k = req_fail(q, -EINVAL, "access.group must be a group name of 1 to "
-                                     "%u bytes", ACCESS_GROUP_MAX);
+                                     "%u bytes of UTF-8", ACCESS_GROUP_MAX);
                 else if (k == 0) {
                         memcpy(a->group, group, glen);
                         k = parse_group_gid(q, m, a);

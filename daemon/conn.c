@@ -398,7 +398,9 @@ int conn_send_fds(struct conn *c, struct proto_out *o, struct reg *pin, const in
         }
         /* Copied: o's buffer goes back to proto_out for the next frame. */
         k = c->out_tail;
-        if (pin || !k || k->cap - k->len < o->sb.size) {
+        /* A frame with an fd gets a chunk of its own, and nothing is added
+         * to it: its fd goes with its bytes alone (write_some). */
+        if (pin || !k || k->pin || k->cap - k->len < o->sb.size) {
                 k = chunk_new(o->sb.size);
                 if (!k)
                         return send_failed(c, -ENOMEM);
@@ -476,8 +478,10 @@ static int write_some(struct conn *c)
                 int n = 0;
                 ssize_t w;
 
-                /* A chunk with fds starts its own sendmsg(), so the fds go
-                 * with its first byte; fd-less chunks after it share it. */
+                /* A chunk with fds is a sendmsg() of its own, so the fds go
+                 * with its first byte and no other frame's bytes go with
+                 * them: the reader gives the fds to the frame its recvmsg()
+                 * ended in (proto.h, proto_fdq). */
                 if (k->pin && k->off == 0) {
                         fds = k->fds;
                         nfds = k->nfds;
@@ -488,6 +492,8 @@ static int write_some(struct conn *c)
                         iov[n].iov_base = k->buf + k->off;
                         iov[n].iov_len = k->len - k->off;
                         n++;
+                        if (nfds > 0)
+                                break;
                 }
                 w = proto_send(c->fd, iov, n, fds, nfds);
                 if (w < 0)
@@ -575,6 +581,8 @@ static void process_frames(struct conn *c)
                 }
                 proto_fdq_drop_stale(&c->fdq, off);
                 ops_dispatch(c, body, len, off);
+                /* fds that came with it and that it did not take */
+                proto_fdq_drop_stale(&c->fdq, off + PROTO_HDR_LEN + len);
         }
 }
 

@@ -41,6 +41,25 @@ static void on_released(struct reg *r, void *userdata)
         daemon_send_released(conn_from_party(r->owner), r);
 }
 
+/* Bytes of one packed release event: a bin8 of ALLOC_HANDLE_LEN bytes. */
+#define RELEASE_EVENT_PACKED (2u + ALLOC_HANDLE_LEN)
+
+/* Forgets the oldest release events of rc that would not fit one frame of
+ * max_frame after base bytes, so the released event always goes out (with
+ * the newest events, as past REG_CUDA_EVENTS_MAX). */
+static void trim_events(struct reg_cuda *rc, size_t base, uint32_t max_frame)
+{
+        size_t fit = base < max_frame ? (max_frame - base) / RELEASE_EVENT_PACKED : 0;
+        uint32_t k;
+
+        if (rc->rel_n <= fit)
+                return;
+        k = rc->rel_n - (uint32_t)fit;
+        rc->rel_head = (rc->rel_head + k) % REG_CUDA_EVENTS_MAX;
+        rc->rel_n -= k;
+        rc->rel_dropped += k;
+}
+
 void daemon_send_released(struct conn *c, struct reg *r)
 {
         bool events = r->cuda && r->cuda->rel_n > 0;
@@ -51,11 +70,13 @@ void daemon_send_released(struct conn *c, struct reg *r)
                 return;
         conn_pack_reg_event(&o, "released", r->id, r->name, r->name_len, events);
         if (events) {
+                /* the body so far, the "events" key and an array32 header */
+                trim_events(r->cuda, o.sb.size - PROTO_HDR_LEN + 7 + 5, c->d->cfg.max_frame);
                 dropped = reg_cuda_pack_events(&o.pk, r->cuda);
                 if (dropped > 0)
                         log_info("registration %" PRIu64 " (%s): %u release events over the "
-                                 "cap of %u dropped; the owner gets the newest", r->id, r->name,
-                                 dropped, REG_CUDA_EVENTS_MAX);
+                                 "cap of %u or max_frame dropped; the owner gets the newest",
+                                 r->id, r->name, dropped, REG_CUDA_EVENTS_MAX);
         }
         (void)conn_send(c, &o, NULL);
         proto_out_free(&o);

@@ -42,6 +42,60 @@ static int make_parent(const char *path)
         return 0;
 }
 
+int listen_check_dir(const char *path, char *why, size_t len)
+{
+        char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        struct stat st;
+        uid_t me = geteuid();
+        char *slash;
+
+        snprintf(dir, sizeof(dir), "%s", path);
+        slash = strrchr(dir, '/');
+        if (!slash)
+                snprintf(dir, sizeof(dir), ".");
+        else if (slash == dir)
+                dir[1] = '\0';
+        else
+                *slash = '\0';
+        if (stat(dir, &st) < 0) {
+                snprintf(why, len, "cannot stat %s: %s", dir, strerror(errno));
+                return -errno;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+                snprintf(why, len, "%s is not a directory", dir);
+                return -ENOTDIR;
+        }
+        if (st.st_uid != me && st.st_uid != 0) {
+                snprintf(why, len, "%s belongs to uid %u, neither this daemon's (%u) nor root: "
+                         "that uid could replace the socket", dir, (unsigned)st.st_uid,
+                         (unsigned)me);
+                return -EPERM;
+        }
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+                snprintf(why, len, "%s is %s-writable without the sticky bit (mode %04o): "
+                         "other uids could replace the socket", dir,
+                         (st.st_mode & S_IWOTH) ? "world" : "group",
+                         (unsigned)(st.st_mode & 07777));
+                return -EPERM;
+        }
+        return 0;
+}
+
+int listen_bind_mode(int fd, const struct sockaddr *sa, socklen_t salen, mode_t mode)
+{
+        mode_t old;
+        int r;
+
+        /* bind() creates the file with the socket inode's mode less the
+         * umask: set both, so that no chmod by path (which would follow a
+         * symlink swapped in meanwhile) is needed. */
+        (void)fchmod(fd, mode);         /* the umask alone suffices: its inode is 0777 */
+        old = umask(~mode & 0777);
+        r = bind(fd, sa, salen) < 0 ? -errno : 0;
+        umask(old);
+        return r;
+}
+
 /* Decides what to do with something already at path: 0 when it was a dead
  * socket (now unlinked) or nothing, else a negative errno, logged. */
 static int clear_stale(const char *path, const struct sockaddr_un *sa, socklen_t salen)
@@ -96,6 +150,14 @@ int listener_bind(struct listener *l, struct daemon *d, const char *path, mode_t
                 log_error("cannot create the directory of %s: %s", path, strerror(-r));
                 return r;
         }
+        {
+                char why[256];
+                r = listen_check_dir(path, why, sizeof(why));
+                if (r < 0) {
+                        log_error("refusing socket %s: %s", path, why);
+                        return r;
+                }
+        }
         r = clear_stale(path, &sa, salen);
         if (r < 0)
                 return r;
@@ -105,19 +167,15 @@ int listener_bind(struct listener *l, struct daemon *d, const char *path, mode_t
                 log_error("socket(): %m");
                 return r;
         }
-        if (bind(fd, (struct sockaddr *)&sa, salen) < 0) {
-                r = -errno;
-                log_error("cannot bind %s: %m", path);
+        /* The file is created with its mode: nobody connects under a
+         * wider one, and nothing is done to the path after bind(). */
+        r = listen_bind_mode(fd, (struct sockaddr *)&sa, salen, mode);
+        if (r < 0) {
+                log_error("cannot bind %s (mode %04o): %s", path, (unsigned)mode, strerror(-r));
                 goto fail;
         }
         l->bound = true;
         memcpy(l->path, path, len + 1);
-        /* Nobody can connect before listen(), so the mode is in place first. */
-        if (chmod(path, mode) < 0) {
-                r = -errno;
-                log_error("cannot chmod %s to %04o: %m", path, (unsigned)mode);
-                goto fail;
-        }
         if (listen(fd, BACKLOG) < 0) {
                 r = -errno;
                 log_error("cannot listen on %s: %m", path);

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "listen.h"
 #include "log.h"
 #include "metrics.h"
 #include "metrics_http.h"
@@ -190,16 +191,27 @@ int mhttp_start(struct daemon *d, const char *addr, char *err, size_t len)
                 return -EINVAL;
         dm = d;
         if (is_unix) {
+                char why[256];
+                mode_t old;
+
+                /* The directory must be as safe as the main socket's. */
+                if (listen_check_dir(host, why, sizeof(why)) < 0) {
+                        snprintf(err, len, "metrics-listen %s: %s", addr, why);
+                        return -EPERM;
+                }
                 /* A stale socket of an earlier run; never another file. */
                 if (lstat(host, &st) == 0 && S_ISSOCK(st.st_mode))
                         unlink(host);
                 r = uv_pipe_init(d->loop, &server.pipe, 0);
+                /* The file gets its mode from the umask at bind() (the
+                 * socket inode's mode is 0777): no chmod by path, which
+                 * would follow a symlink swapped in after bind(). */
+                old = umask(~d->cfg.socket_mode & 0777);
                 if (r == 0)
                         r = uv_pipe_bind(&server.pipe, host);
+                umask(old);
                 if (r == 0)
                         snprintf(unix_path, sizeof(unix_path), "%s", host);
-                if (r == 0 && chmod(host, d->cfg.socket_mode) < 0)
-                        r = -errno;
         } else {
                 r = uv_ip4_addr(host, port, (struct sockaddr_in *)&sa);
                 if (r < 0)

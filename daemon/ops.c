@@ -340,7 +340,7 @@ static int prepare_and_run(struct req *q, uint64_t off)
                 return req_fail(q, -EINVAL, "fds must be a uint from 0 to %u", PROTO_MAX_FDS);
         }
         if (nfds > 0) {
-                r = proto_fdq_take(&c->fdq, off, (unsigned)nfds, q->fds);
+                r = proto_fdq_take(&c->fdq, off, q->end, (unsigned)nfds, q->fds);
                 if (r < 0)
                         return req_fail(q, -EBADF, "the frame declares %" PRIu64
                                         " fds but fewer arrived with it", nfds);
@@ -369,7 +369,7 @@ static void drop_refused_fds(struct req *q, uint64_t off)
         uint64_t n;
 
         if (q->m && proto_get_u64(q->m, "fds", &n) == 0 && n <= PROTO_MAX_FDS) {
-                if (n > 0 && proto_fdq_take(&q->c->fdq, off, (unsigned)n, q->fds) == 0)
+                if (n > 0 && proto_fdq_take(&q->c->fdq, off, q->end, (unsigned)n, q->fds) == 0)
                         q->nfds = (unsigned)n;  /* closed on the way out */
                 return;
         }

@@ -6,6 +6,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
 #include "log.h"
@@ -33,6 +34,8 @@ int op_adopt(struct req *q)
         if (k < 0)
                 return k;
         r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
+        if (r && !access_may_see(c, r))
+                r = NULL;       /* not revealed, as by stat and unregister */
         if (!r || !r->live)
                 return t.by_id ? req_fail(q, -ENOENT, "no live registration with id %" PRIu64,
                                           t.id)

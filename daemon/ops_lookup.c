@@ -122,7 +122,8 @@ int op_lookup(struct req *q)
         struct conn *c = q->c;
         struct registry *R = c->d->reg;
         struct target t;
-        uint64_t wait_ms = 0, have = 0;
+        uint64_t wait_ms = 0, have = 0, owner = 0;
+        int64_t owner_uid = -1;
         bool writable = false, cache = false;
         struct reg *r;
         int k;
@@ -141,6 +142,11 @@ int op_lookup(struct req *q)
         k = proto_get_u64(q->m, "have", &have);
         if (k == -EINVAL)
                 return req_fail(q, -EINVAL, "have must be a uint");
+        k = proto_get_u64(q->m, "owner_uid", &owner);
+        if (k == -EINVAL || (k == 0 && owner >= UINT32_MAX))
+                return req_fail(q, -EINVAL, "owner_uid must be a uint below 2^32-1");
+        if (k == 0)
+                owner_uid = (int64_t)owner;
         k = proto_get_bool(q->m, "cache", &cache);
         if (k == -EINVAL)
                 return req_fail(q, -EINVAL, "cache must be a bool");
@@ -148,18 +154,22 @@ int op_lookup(struct req *q)
          * exist, and a waiting lookup keeps waiting for it. */
         if (t.by_id) {
                 r = registry_find_id(R, t.id);
+                if (r && owner_uid >= 0 && r->uid != owner_uid)
+                        r = NULL;       /* not the owner asked for: as if absent */
                 if (!r || !r->live || !access_may_lookup(c, r))
                         return req_fail(q, -ENOENT, "no live registration with id %" PRIu64,
                                         t.id);
         } else {
                 r = registry_find_name(R, t.name, t.name_len);
-                if (r && !access_may_lookup(c, r))
+                if (r && (!access_may_lookup(c, r) ||
+                          (owner_uid >= 0 && r->uid != owner_uid)))
                         r = NULL;
                 if (!r && wait_ms == 0)
                         return req_fail(q, -ENOENT, "no registration named %.*s",
                                         (int)t.name_len, t.name);
                 if (!r) {
-                        k = waits_add(c, q->seq, t.name, t.name_len, wait_ms, writable, cache);
+                        k = waits_add(c, q->seq, t.name, t.name_len, wait_ms, writable, cache,
+                                      owner_uid);
                         if (k == -ENOBUFS)
                                 return req_fail(q, k, "this connection has %u waiting "
                                                 "lookups (--max-waits)", c->n_waits);

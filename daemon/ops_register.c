@@ -30,6 +30,11 @@ static int pack_int_array(struct req *q, msgpack_packer *pk, const msgpack_objec
         return 0;
 }
 
+static bool utf8(const msgpack_object *o)
+{
+        return proto_utf8_valid(o->via.str.ptr, o->via.str.size) == o->via.str.size;
+}
+
 static int check_user(struct req *q, const msgpack_object *u)
 {
         if (u->via.map.size > PROTO_USER_MAX_ENTRIES)
@@ -45,6 +50,9 @@ static int check_user(struct req *q, const msgpack_object *u)
                 if (v->via.str.size > PROTO_USER_VALUE_MAX)
                         return req_fail(q, -EINVAL, "meta.user value longer than %u bytes",
                                         PROTO_USER_VALUE_MAX);
+                if (!utf8(k) || !utf8(v))
+                        return req_fail(q, -EINVAL, "meta.user %s %u is not valid UTF-8",
+                                        utf8(k) ? "value" : "key", i);
         }
         return 0;
 }
@@ -64,6 +72,8 @@ int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb)
         if (r == 0 && dtype_len > PROTO_DTYPE_MAX)
                 return req_fail(q, -EINVAL, "meta.dtype is longer than %u bytes",
                                 PROTO_DTYPE_MAX);
+        if (r == 0 && proto_utf8_valid(dtype, dtype_len) != dtype_len)
+                return req_fail(q, -EINVAL, "meta.dtype is not valid UTF-8");
         n += r == 0;
         r = proto_get_array(meta, "shape", &shape);
         if (r == -EINVAL)
@@ -227,16 +237,19 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
         struct uid_use u = quota_of(d, uid);
         uint64_t fds = quota_fds_of_kind(p->kind, q->nfds), lim, reserve, pool, used;
         uint64_t st = quota_store_of_kind(p->kind, q->nfds);
+        /* What the fd really pins: a host memfd's size, not the request's. */
+        uint64_t bytes = p->kind == PROTO_KIND_HOST && q->nfds == 1
+                                 ? host_fd_bytes(q->fds[0], p->size) : p->size;
 
         if (u.regs >= cfg->max_registrations_per_uid)
                 return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
                                 "(--max-registrations-per-uid %u)", uid, u.regs,
                                 cfg->max_registrations_per_uid);
         if (cfg->max_bytes_per_uid > 0 && proto_kind_held(p->kind) &&
-            (p->size > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - p->size))
+            (bytes > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - bytes))
                 return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes; %" PRIu64
                                 " more would pass --max-bytes-per-uid %" PRIu64, uid, u.bytes,
-                                p->size, cfg->max_bytes_per_uid);
+                                bytes, cfg->max_bytes_per_uid);
         if (fds > 0) {
                 if (u.fds + fds > cfg->max_fds_per_uid)
                         return req_fail(q, -ENOBUFS, "fd budget: uid %u has %" PRIu64 " fds "
@@ -319,7 +332,8 @@ int op_register(struct req *q)
         if (p.kind == PROTO_KIND_HOST) {
                 /* Unsealed against writes only when the producer says it
                  * means to share the buffer writable. */
-                k = host_check_fd(q->fds[0], p.offset, p.size, shared_write, &why);
+                k = host_check_fd(q->fds[0], p.offset, p.size,
+                                  shared_write ? HOST_SHARED_WRITE : 0, &why);
                 if (k < 0) {
                         k = req_fail(q, k, "%s", why);
                         goto out;
@@ -332,6 +346,15 @@ int op_register(struct req *q)
                 }
                 p.fd = q->fds[0];
         } else {
+                /* Every chunk's fd; cuda-pool fds are not checked: what the
+                 * real driver exports for a pool has not been measured. */
+                for (unsigned i = 0; p.kind == PROTO_KIND_CUDA_VMM && i < q->nfds; i++) {
+                        k = host_check_vmm_fd(q->fds[i], &why);
+                        if (k < 0) {
+                                k = req_fail(q, k, "fd %u: %s", i, why);
+                                goto out;
+                        }
+                }
                 /* Takes the allocation reference (and a cuda-vmm fd). */
                 k = register_cuda_params(q, &p, ephemeral_given);
                 if (k < 0)

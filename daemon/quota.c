@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "daemon.h"
+#include "host.h"
 #include "proto.h"
 #include "cuda_reg.h"
 #include "quota.h"
@@ -92,9 +93,19 @@ void quota_reg(struct daemon *d, uint32_t uid, int delta)
         put(d, e);
 }
 
+uint64_t quota_bytes_of(const struct reg *r)
+{
+        /* What the fd pins: a host memfd's whole size (its seals fix it),
+         * whatever part of it the registration names. */
+        if (r->kind == PROTO_KIND_HOST && r->fd >= 0)
+                return host_fd_bytes(r->fd, r->size);
+        return r->size;
+}
+
 void quota_charge(struct daemon *d, struct reg *r)
 {
         struct uid_entry *e;
+        uint64_t n;
 
         /* cuda-ipc and cuda-pool memory stays the producer's: the daemon
          * holds none. */
@@ -103,8 +114,13 @@ void quota_charge(struct daemon *d, struct reg *r)
         e = get(d, r->uid);
         if (!e)
                 return;
-        e->use.bytes += r->size;
-        r->charged = r->size;
+        /* Saturates: charged is what was added, so that giving it back
+         * keeps the count exact. */
+        n = quota_bytes_of(r);
+        if (n > UINT64_MAX - e->use.bytes)
+                n = UINT64_MAX - e->use.bytes;
+        e->use.bytes += n;
+        r->charged = n;
 }
 
 void quota_uncharge(struct daemon *d, struct reg *r)

@@ -39,7 +39,10 @@ struct uid_use quota_of(const struct daemon *d, uint32_t uid);
 void quota_conn(struct daemon *d, uint32_t uid, int delta);
 void quota_lease(struct daemon *d, uint32_t uid, int delta);
 void quota_reg(struct daemon *d, uint32_t uid, int delta);
-/* Charges r's bytes to its owner's uid (host, cuda-vmm) once. */
+/* The bytes r keeps alive: a host memfd's size (fstat), else r->size. */
+uint64_t quota_bytes_of(const struct reg *r);
+/* Charges r's bytes (quota_bytes_of) to its owner's uid (host, cuda-vmm)
+ * once; the uid's count saturates at UINT64_MAX. */
 void quota_charge(struct daemon *d, struct reg *r);
 /* Gives r's charged bytes back. */
 void quota_uncharge(struct daemon *d, struct reg *r);

@@ -14,6 +14,9 @@ struct registry {
         struct reg *head, *tail;        /* every registration, by id */
         uint64_t next_id, next_lease;
         struct registry_counters cnt;
+        /* The exact sums behind cnt.bytes, which saturate at UINT64_MAX:
+         * 2^64 registrations of 2^64 bytes still fit. */
+        unsigned __int128 bytes[REGISTRY_KINDS];
         struct registry_callbacks cb;
         void *userdata;
         struct lease *spare;            /* freed leases kept for reuse */
@@ -38,6 +41,18 @@ int registry_new(const struct registry_callbacks *cb, void *userdata, struct reg
         R->userdata = userdata;
         *ret = R;
         return 0;
+}
+
+/* Adds (or with add false takes away) r's bytes to its kind's counter. */
+static void count_bytes(struct registry *R, const struct reg *r, bool add)
+{
+        unsigned __int128 *b = &R->bytes[r->kind];
+
+        if (add)
+                *b += r->size;
+        else
+                *b -= *b < r->size ? *b : r->size;
+        R->cnt.bytes[r->kind] = *b > UINT64_MAX ? UINT64_MAX : (uint64_t)*b;
 }
 
 const struct registry_counters *registry_counters(const struct registry *R)
@@ -75,7 +90,7 @@ static void reg_destroy(struct registry *R, struct reg *r)
                         r->own_next->own_prev = r->own_prev;
         }
         R->cnt.registrations--;
-        R->cnt.bytes[r->kind] -= r->size;
+        count_bytes(R, r, false);
         free(r->access);
         free(r);
 }
@@ -246,7 +261,7 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         }
         R->cnt.registrations++;
         R->cnt.live++;
-        R->cnt.bytes[r->kind] += r->size;
+        count_bytes(R, r, true);
         if (R->cb.added)
                 R->cb.added(r, R->userdata);
         *ret = r;
@@ -403,9 +418,9 @@ void registry_party_gone(struct registry *R, struct reg_party *p)
 void registry_set_kind(struct registry *R, struct reg *r, unsigned kind)
 {
         assert(kind < REGISTRY_KINDS);
-        R->cnt.bytes[r->kind] -= r->size;
+        count_bytes(R, r, false);
         r->kind = (uint8_t)kind;
-        R->cnt.bytes[r->kind] += r->size;
+        count_bytes(R, r, true);
 }
 
 uint32_t registry_mark_leases(struct registry *R, struct reg *r)

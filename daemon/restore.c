@@ -344,7 +344,8 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
                 snprintf(fdname, sizeof(fdname), "host-%" PRIu64, p.id);
                 i = stored_fd(x, fdname);
                 /* Most often freed before the restart (its U came later). */
-                k = i < 0 ? -ENOENT : host_check_fd(x->fds[i].fd, p.offset, p.size, true, &why);
+                k = i < 0 ? -ENOENT : host_check_fd(x->fds[i].fd, p.offset, p.size, HOST_RESTORED,
+                                                    &why);
                 if (k == 0)
                         ro_fd = k = host_open_read_only(x->fds[i].fd);
                 if (k < 0)

@@ -34,6 +34,7 @@ struct waiter {
         struct conn *c;
         uint64_t seq;
         bool writable;                  /* the lookup asked for the read-write fd */
+        int64_t owner_uid;              /* the owner it asked for, or -1: any */
         bool cache;                     /* and to keep the allocation mapped (holds.h) */
         uv_timer_t timer;
 };
@@ -149,7 +150,7 @@ static void on_timeout(uv_timer_t *t)
 }
 
 int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
-              bool writable, bool cache)
+              bool writable, bool cache, int64_t owner_uid)
 {
         struct daemon *d = c->d;
         uint64_t h = hmap_hash_str(name, len);
@@ -198,6 +199,7 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         (void)uv_timer_start(&w->timer, on_timeout, ms, 0);
         w->seq = seq;
         w->writable = writable;
+        w->owner_uid = owner_uid;
         w->cache = cache;
         w->c = c;
         w->g = g;
@@ -240,15 +242,19 @@ void waits_wake(struct daemon *d, struct reg *r)
                 struct conn *c = g->c;
 
                 if (access_may_lookup(c, r)) {
-                        /* The group ends with its last waiter: stop then. */
+                        /* The group ends with its last waiter: stop then.
+                         * A waiter that asked for another owner (owner_uid)
+                         * keeps waiting, as if r were not there. */
                         struct waiter *w = g->head;
                         while (w) {
                                 struct waiter *wn = w->gnext;
                                 uint64_t seq = w->seq;
                                 bool writable = w->writable, cache = w->cache;
 
-                                waiter_end(d, w);
-                                ops_lookup_answer(c, seq, r, writable, cache);
+                                if (w->owner_uid < 0 || w->owner_uid == r->uid) {
+                                        waiter_end(d, w);
+                                        ops_lookup_answer(c, seq, r, writable, cache);
+                                }
                                 w = wn;
                         }
                 }

@@ -40,7 +40,7 @@ struct entry {
 };
 
 struct bytes_slot {
-        uint64_t bytes;
+        unsigned __int128 bytes;        /* exact; reported saturated at UINT64_MAX */
         uint64_t count;                 /* registrations */
         uint8_t kind;
         char device[CUDA_UUID_STR_LEN + 1];
@@ -315,7 +315,9 @@ void watch_bytes_each(void (*fn)(unsigned kind, const char *device, uint64_t cou
 {
         for (unsigned i = 0; i < n_bytes; i++)
                 if (bytes[i].count > 0)
-                        fn(bytes[i].kind, bytes[i].device, bytes[i].count, bytes[i].bytes, data);
+                        fn(bytes[i].kind, bytes[i].device, bytes[i].count,
+                           bytes[i].bytes > UINT64_MAX ? UINT64_MAX : (uint64_t)bytes[i].bytes,
+                           data);
 }
 
 /* ---- registry callbacks ------------------------------------------------ */
@@ -375,7 +377,8 @@ void watch_reg_freed(struct reg *r)
         struct entry *e = entry_find(r->id);
 
         if (e && e->bytes_slot >= 0) {
-                bytes[e->bytes_slot].bytes -= r->size;
+                bytes[e->bytes_slot].bytes -= bytes[e->bytes_slot].bytes < r->size
+                                                      ? bytes[e->bytes_slot].bytes : r->size;
                 bytes[e->bytes_slot].count--;
         }
         entry_drop(r->id);

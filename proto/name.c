@@ -52,3 +52,41 @@ bool proto_name_in(const char *name, size_t name_len, const char *prefix, size_t
                 return false;
         return name_len == prefix_len || name[prefix_len] == '/';
 }
+
+size_t proto_utf8_valid(const char *s, size_t len)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        size_t i = 0;
+
+        while (i < len) {
+                unsigned char c = p[i];
+                uint32_t cp;
+                size_t n;
+
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                }
+                if (c >= 0xc2 && c <= 0xdf)
+                        n = 1, cp = c & 0x1f;
+                else if (c >= 0xe0 && c <= 0xef)
+                        n = 2, cp = c & 0x0f;
+                else if (c >= 0xf0 && c <= 0xf4)
+                        n = 3, cp = c & 0x07;
+                else
+                        return i;       /* continuation byte, 0xc0/0xc1, or > 0xf4 */
+                if (len - i <= n)
+                        return i;
+                for (size_t k = 1; k <= n; k++) {
+                        if ((p[i + k] & 0xc0) != 0x80)
+                                return i;
+                        cp = cp << 6 | (p[i + k] & 0x3f);
+                }
+                /* overlong forms, surrogates, beyond U+10FFFF */
+                if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+                    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+                        return i;
+                i += n + 1;
+        }
+        return len;
+}

@@ -154,9 +154,16 @@ int proto_reader_next(struct proto_reader *r, const uint8_t **ret_body, uint32_t
 /* ---- fds received with SCM_RIGHTS, waiting for their frame -------------- */
 
 /* Each fd is stamped with the stream offset one past the last byte of the
- * recvmsg() that brought it.  Senders attach a frame's fds to the sendmsg()
- * that carries the frame's first byte, so a frame starting at offset S owns
- * the fds stamped after S; fds stamped at or before S belong to no frame. */
+ * recvmsg() that brought it.  Senders attach a frame's fds to a sendmsg()
+ * that starts with the frame's first byte and carries no byte of another
+ * frame.  On an AF_UNIX stream socket the kernel hands the fds to the
+ * recvmsg() that reads the first byte of that sendmsg and ends that
+ * recvmsg() within its bytes (it may glue earlier fd-less bytes before
+ * them, never later ones after them), so the last byte read, stamp - 1,
+ * lies in the frame: the frame [S, E) owns exactly the fds stamped in
+ * (S, E].  A frame that declares fds it did not get therefore never takes
+ * those of the next frame, and fds that came with a frame are closed when
+ * it is done (proto_fdq_drop_stale(q, E)). */
 struct proto_fdq {
         int fd[PROTO_MAX_PENDING_FDS];
         uint64_t stamp[PROTO_MAX_PENDING_FDS];
@@ -166,14 +173,16 @@ struct proto_fdq {
 void proto_fdq_init(struct proto_fdq *q);
 /* Queues fd; when the queue is full closes it and returns -EMFILE. */
 int proto_fdq_push(struct proto_fdq *q, int fd, uint64_t stamp);
-/* Closes the fds that arrived before the frame at frame_off; returns how many. */
-unsigned proto_fdq_drop_stale(struct proto_fdq *q, uint64_t frame_off);
-/* Moves n fds of the frame at frame_off into fds[]; when fewer than n are
- * queued for it, closes those that are and returns -EBADF. */
-int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, unsigned n, int *fds);
+/* Closes the fds stamped at or before off (those of frames that start
+ * before it, or of the frame that ends at off); returns how many. */
+unsigned proto_fdq_drop_stale(struct proto_fdq *q, uint64_t off);
+/* Moves the first n fds of the frame [frame_off, frame_end) into fds[] and
+ * closes any more that came with it; when fewer than n came with it,
+ * closes those that did and returns -EBADF.  fds of later frames stay. */
+int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, uint64_t frame_end, unsigned n,
+                   int *fds);
 /* For a frame [frame_off, frame_end) refused without knowing its fds:
- * closes the stale ones and every fd that arrived with the frame's bytes,
- * up to the read that brought its last byte. */
+ * closes the stale ones and every fd that arrived with the frame's bytes. */
 void proto_fdq_drop_frame(struct proto_fdq *q, uint64_t frame_off, uint64_t frame_end);
 /* Closes every queued fd. */
 void proto_fdq_clear(struct proto_fdq *q);
@@ -198,5 +207,9 @@ int proto_name_check(const char *s, size_t len, const char **ret_why);
 /* True when name lies in namespace prefix: equal to it or below it.  An
  * empty prefix matches everything; a trailing '/' on prefix is ignored. */
 bool proto_name_in(const char *name, size_t name_len, const char *prefix, size_t prefix_len);
+/* The length of the longest prefix of s that is well-formed UTF-8 (no
+ * overlong forms, surrogates or code points above U+10FFFF): len when all
+ * of it is. */
+size_t proto_utf8_valid(const char *s, size_t len);
 
 #endif

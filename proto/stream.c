@@ -124,37 +124,41 @@ unsigned proto_fdq_drop_stale(struct proto_fdq *q, uint64_t frame_off)
         return k;
 }
 
-int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, unsigned n, int *fds)
+/* How many queued fds (after the stale ones are gone) arrived with bytes
+ * of a frame ending at frame_end. */
+static unsigned fdq_count_upto(const struct proto_fdq *q, uint64_t frame_end)
 {
+        unsigned k = 0;
+
+        while (k < q->n && q->stamp[k] <= frame_end)
+                k++;
+        return k;
+}
+
+int proto_fdq_take(struct proto_fdq *q, uint64_t frame_off, uint64_t frame_end, unsigned n,
+                   int *fds)
+{
+        unsigned k;
+
         proto_fdq_drop_stale(q, frame_off);
-        if (n > q->n) {
-                /* The frame is refused; what did arrive for it goes too. */
-                proto_fdq_clear(q);
+        k = fdq_count_upto(q, frame_end);
+        if (n > k) {
+                /* The frame is refused; what did arrive with it goes too,
+                 * but not the fds of the frames after it. */
+                proto_fdq_drop_stale(q, frame_end);
                 return -EBADF;
         }
         memcpy(fds, q->fd, n * sizeof(fds[0]));
         fdq_remove_front(q, n);
+        /* More than it declared: closed unused. */
+        proto_fdq_drop_stale(q, frame_end);
         return 0;
 }
 
 void proto_fdq_drop_frame(struct proto_fdq *q, uint64_t frame_off, uint64_t frame_end)
 {
-        unsigned k;
-
         proto_fdq_drop_stale(q, frame_off);
-        /* Reads that ended inside the frame brought only its bytes; the
-         * read that brought its last byte may have brought the next frame's
-         * first ones too, but the fds are the garbled frame's as likely. */
-        for (k = 0; k < q->n && q->stamp[k] < frame_end; k++)
-                ;
-        if (k < q->n) {
-                uint64_t last = q->stamp[k];
-                while (k < q->n && q->stamp[k] == last)
-                        k++;
-        }
-        for (unsigned i = 0; i < k; i++)
-                close(q->fd[i]);
-        fdq_remove_front(q, k);
+        proto_fdq_drop_stale(q, frame_end);
 }
 
 void proto_fdq_clear(struct proto_fdq *q)

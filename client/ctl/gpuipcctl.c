@@ -101,6 +101,10 @@ int ctl_connect(const char *cmd, gpuipc_client **ret_client)
         if (r == -ENOENT)
                 fprintf(stderr, "gpuipcctl: %s: cannot connect to %s: no such socket (is gpuipcd running?)\n",
                         cmd, path);
+        else if (r == -EPERM)
+                fprintf(stderr, "gpuipcctl: %s: refusing %s: the process listening there runs "
+                        "as neither root, your uid, the owner of its directory nor "
+                        "$GPUIPC_DAEMON_UID\n", cmd, path);
         else
                 fprintf(stderr, "gpuipcctl: %s: cannot connect to %s: %s\n", cmd, path,
                         gpuipc_strerror(r));

@@ -1,27 +1,42 @@
 /* json.c: JSON output for --json. */
 #include <inttypes.h>
+#include <string.h>
 
 #include "ctl.h"
+#include "proto.h"
 
+/* s as a JSON string.  Names and meta are UTF-8 (the daemon refuses
+ * anything else), but other strings, such as an owner's executable path,
+ * may not be: each byte that does not start a well-formed UTF-8 sequence
+ * is written as \ufffd, so the output is always valid JSON. */
 void json_str(FILE *f, const char *s)
 {
+        size_t len = strlen(s), i = 0;
+
         fputc('"', f);
-        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-                switch (*p) {
-                case '"':  fputs("\\\"", f); break;
-                case '\\': fputs("\\\\", f); break;
-                case '\b': fputs("\\b", f); break;
-                case '\f': fputs("\\f", f); break;
-                case '\n': fputs("\\n", f); break;
-                case '\r': fputs("\\r", f); break;
-                case '\t': fputs("\\t", f); break;
-                default:
-                        /* Bytes >= 0x80 pass through: names and meta are
-                         * UTF-8 by the protocol's rules. */
-                        if (*p < 0x20 || *p == 0x7f)
-                                fprintf(f, "\\u%04x", *p);
-                        else
-                                fputc(*p, f);
+        while (i < len) {
+                size_t ok = i + proto_utf8_valid(s + i, len - i);
+
+                for (; i < ok; i++) {
+                        unsigned char c = (unsigned char)s[i];
+                        switch (c) {
+                        case '"':  fputs("\\\"", f); break;
+                        case '\\': fputs("\\\\", f); break;
+                        case '\b': fputs("\\b", f); break;
+                        case '\f': fputs("\\f", f); break;
+                        case '\n': fputs("\\n", f); break;
+                        case '\r': fputs("\\r", f); break;
+                        case '\t': fputs("\\t", f); break;
+                        default:
+                                if (c < 0x20 || c == 0x7f)
+                                        fprintf(f, "\\u%04x", c);
+                                else
+                                        fputc(c, f);
+                        }
+                }
+                if (i < len) {
+                        fputs("\\ufffd", f);
+                        i++;
                 }
         }
         fputc('"', f);

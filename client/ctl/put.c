@@ -160,6 +160,10 @@ static int slurp(int in, int *ret_fd, uint64_t *ret_size)
         }
 out:
         free(buf);
+        /* Its size is final: fixed before anyone else sees it (the library
+         * adds the write seal and F_SEAL_SEAL when it registers it). */
+        if (r == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+                r = -errno;
         if (r < 0) {
                 close(fd);
                 return r;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,6 +110,7 @@ void gpuipc__client_unref(gpuipc_client *c)
         gpuipc__relev_clear(c);
         gpuipc__watch_clear(c);
         gpuipc__resume_clear(c);
+        gpuipc__lost_clear(c);
         free(c);
 }
 
@@ -125,6 +127,72 @@ void gpuipc_client_free(gpuipc_client *c)
 }
 
 /* ---- connect ----------------------------------------------------------- */
+
+/* The uid $GPUIPC_DAEMON_UID names: 1 and *ret_uid, 0 when unset or empty,
+ * -EINVAL when it is not a uid. */
+static int daemon_uid_env(uid_t *ret_uid)
+{
+        const char *s = getenv("GPUIPC_DAEMON_UID");
+        unsigned long v;
+        char *end;
+
+        if (!s || !*s)
+                return 0;
+        errno = 0;
+        v = strtoul(s, &end, 10);
+        if (errno || *end || *s == '-' || v >= (unsigned long)(uid_t)-1)
+                return -EINVAL;
+        *ret_uid = (uid_t)v;
+        return 1;
+}
+
+int gpuipc__check_server(gpuipc_client *c, int fd, const char *path)
+{
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        char dir[sizeof(c->path)];
+        struct stat st;
+        uid_t want;
+        char *slash;
+        int r;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return gpuipc__fail(c, -errno, "cannot read the credentials of the process "
+                                    "listening on %s (SO_PEERCRED): %s", path, strerror(errno));
+        if (cred.uid == 0)
+                return 0;
+        r = daemon_uid_env(&want);
+        if (r < 0)
+                return gpuipc__fail(c, -EINVAL, "GPUIPC_DAEMON_UID is not a uid");
+        if (r > 0) {
+                if (cred.uid == want)
+                        return 0;
+                return gpuipc__fail(c, -EPERM, "the process listening on %s (pid %d) runs as "
+                                    "uid %u, not root or GPUIPC_DAEMON_UID=%u: refusing to "
+                                    "talk to it", path, (int)cred.pid, (unsigned)cred.uid,
+                                    (unsigned)want);
+        }
+        /* Without the variable: this process's own uid (a daemon it
+         * started), or the owner of the socket's directory, who could
+         * replace the socket anyway (/run/gpuipcd is gpuipcd's). */
+        if (cred.uid == geteuid())
+                return 0;
+        snprintf(dir, sizeof(dir), "%s", path);
+        slash = strrchr(dir, '/');
+        if (!slash)
+                snprintf(dir, sizeof(dir), ".");
+        else if (slash == dir)
+                dir[1] = '\0';
+        else
+                *slash = '\0';
+        if (stat(dir, &st) == 0 && st.st_uid == cred.uid)
+                return 0;
+        return gpuipc__fail(c, -EPERM, "the process listening on %s (pid %d) runs as uid %u, "
+                            "which is not root, this process's uid, nor the owner of %s: "
+                            "refusing to talk to it (set GPUIPC_DAEMON_UID=%u if that is "
+                            "gpuipcd's user)", path, (int)cred.pid, (unsigned)cred.uid, dir,
+                            (unsigned)cred.uid);
+}
 
 int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply)
 {
@@ -192,6 +260,14 @@ static int reconnect_default(void)
         return (int)v;
 }
 
+int gpuipc_set_lookup_owner(gpuipc_client *c, long long uid)
+{
+        if (!c || uid < -1 || uid >= (long long)UINT32_MAX)
+                return -EINVAL;
+        c->lookup_owner = uid;
+        return 0;
+}
+
 int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms)
 {
         if (!c || timeout_ms < 0)
@@ -225,6 +301,7 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
                 return -ENOMEM;
         c->refs = 1;
         c->fd = -1;
+        c->lookup_owner = -1;
         c->max_frame = PROTO_MAX_FRAME;
         proto_fdq_init(&c->fdq);
         r = proto_reader_init(&c->rd, PROTO_MAX_FRAME);
@@ -242,6 +319,10 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
                 r = -errno;
                 goto fail;
         }
+        /* Whoever took over the socket path would receive our memfds. */
+        r = gpuipc__check_server(c, c->fd, path);
+        if (r < 0)
+                goto fail;
         memcpy(c->path, path, len + 1);
         c->reconnect_ms = reconnect_default();
         r = gpuipc__hello(c, NULL);

@@ -80,8 +80,20 @@ void gpuipc_hostbuf_free(gpuipc_hostbuf *b)
         free(b);
 }
 
-/* Makes sure fd is a memfd that cannot shrink below offset + size. */
-static int check_memfd(gpuipc_client *c, int fd, uint64_t offset, uint64_t size)
+/* Seals fd as gpuipcd requires before it is registered: F_SEAL_SHRINK and
+ * F_SEAL_GROW fix its size (no holder can shrink it under another's mapping,
+ * nor reopen /proc/self/fd/N read-write and grow it into memory the daemon
+ * then holds and charges to its producer's uid), F_SEAL_FUTURE_WRITE unless
+ * *shared_write (mappings that exist stay writable, new writable mappings
+ * and write() fail for every holder, so a consumer's read-only fd cannot be
+ * reopened read-write through /proc to write it), and last F_SEAL_SEAL, so
+ * that no consumer can add seals of its own (F_SEAL_WRITE would lock the
+ * producer of a shared_write buffer out).  Kernels before 5.1 lack
+ * F_SEAL_FUTURE_WRITE (EINVAL): the buffer is then registered without it,
+ * as if GPUIPC_REGISTER_SHARED_WRITE were given (gpuipc.h), and
+ * *shared_write is set. */
+static int seal_for_register(gpuipc_client *c, int fd, uint64_t offset, uint64_t size,
+                             bool *shared_write)
 {
         struct stat st;
         int seals;
@@ -89,11 +101,13 @@ static int check_memfd(gpuipc_client *c, int fd, uint64_t offset, uint64_t size)
         seals = fcntl(fd, F_GET_SEALS);
         if (seals < 0)
                 return gpuipc__fail(c, -EBADF, "fd %d is not a memfd (sealing unsupported)", fd);
-        if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+        if ((~seals & (F_SEAL_SHRINK | F_SEAL_GROW)) &&
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
                 if (errno == EPERM)
-                        return gpuipc__fail(c, -EPERM, "the memfd can shrink and takes no new seals "
-                                            "(F_SEAL_SEAL set, or created without MFD_ALLOW_SEALING)");
-                return gpuipc__fail(c, -errno, "cannot seal the memfd against shrinking");
+                        return gpuipc__fail(c, -EPERM, "the memfd can change size and takes no "
+                                            "new seals (F_SEAL_SEAL set, or created without "
+                                            "MFD_ALLOW_SEALING)");
+                return gpuipc__fail(c, -errno, "cannot seal the memfd against resizing");
         }
         if (fstat(fd, &st) < 0)
                 return -errno;
@@ -101,33 +115,21 @@ static int check_memfd(gpuipc_client *c, int fd, uint64_t offset, uint64_t size)
                 return gpuipc__fail(c, -EINVAL, "offset + size (%llu) exceeds the memfd's size (%llu)",
                                     (unsigned long long)(offset + size),
                                     (unsigned long long)st.st_size);
+        if (!*shared_write && !(seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) &&
+            fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0) {
+                if (errno == EINVAL)
+                        *shared_write = true;   /* no such seal on this kernel */
+                else if (errno == EPERM)
+                        return gpuipc__fail(c, -EPERM, "the memfd takes no new seals (F_SEAL_SEAL "
+                                            "set), so it cannot be sealed against writes; "
+                                            "register it with GPUIPC_REGISTER_SHARED_WRITE to "
+                                            "share it writable");
+                else
+                        return gpuipc__fail(c, -errno, "cannot seal the memfd against writes");
+        }
+        if (!(seals & F_SEAL_SEAL) && fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) < 0)
+                return gpuipc__fail(c, -errno, "cannot seal the memfd against further seals");
         return 0;
-}
-
-/* Seals fd against new writers (F_SEAL_FUTURE_WRITE): mappings that exist
- * stay writable, new writable mappings and write() fail for every holder of
- * the file, so a consumer's read-only fd cannot be reopened read-write
- * through /proc to write it.  gpuipcd refuses a memfd without a write seal
- * unless the register request says shared_write.  Kernels before 5.1 lack
- * the seal (EINVAL): the buffer is then registered without it, as if
- * GPUIPC_REGISTER_SHARED_WRITE were given (gpuipc.h), and 1 says so. */
-static int seal_future_write(gpuipc_client *c, int fd)
-{
-        int seals = fcntl(fd, F_GET_SEALS);
-
-        if (seals < 0)
-                return gpuipc__fail(c, -EBADF, "fd %d is not a memfd (sealing unsupported)", fd);
-        if (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))
-                return 0;
-        if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0)
-                return 0;
-        if (errno == EINVAL)
-                return 1;
-        if (errno == EPERM)
-                return gpuipc__fail(c, -EPERM, "the memfd takes no new seals (F_SEAL_SEAL set), "
-                                    "so it cannot be sealed against writes; register it with "
-                                    "GPUIPC_REGISTER_SHARED_WRITE to share it writable");
-        return gpuipc__fail(c, -errno, "cannot seal the memfd against writes");
 }
 
 int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offset, uint64_t size,
@@ -152,11 +154,7 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
                 return gpuipc__fail(c, -EINVAL, "invalid fd, size, offset or flags");
         if (gpuipc__meta_check(meta, &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid metadata: %s", why);
-        r = check_memfd(c, fd, offset, size);
-        if (r >= 0 && !shared_write) {
-                r = seal_future_write(c, fd);
-                shared_write = r == 1;          /* no such seal on this kernel */
-        }
+        r = seal_for_register(c, fd, offset, size, &shared_write);
         if (r < 0)
                 return gpuipc__end(c, r);
 

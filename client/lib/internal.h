@@ -26,6 +26,15 @@
 
 struct gpuipc__rec;
 
+#define GPUIPC__LOST_MAX 256u          /* remembered lost registrations */
+
+struct gpuipc__lost {
+        struct gpuipc__lost *next;
+        uint64_t id;                    /* the caller's */
+        int err;
+        char name[PROTO_NAME_MAX + 1];
+};
+
 /* A lease this client holds: ids are only unique within one daemon's state,
  * so each carries the epoch it was taken in. */
 struct gpuipc__lease {
@@ -93,6 +102,10 @@ struct gpuipc_client {
         struct gpuipc__lease *leases;   /* leases held, unordered */
         size_t n_leases, cap_leases;
         uint64_t reconnects;
+        /* Registrations a reconnect could not make again, oldest first. */
+        struct gpuipc__lost *lost, *lost_tail;
+        unsigned lost_n;
+        int64_t lookup_owner;           /* owner_uid of lookups, or -1 */
         /* The mapping cache (cudamap.c): allocations this connection no
          * longer holds, to tell the daemon at the next call (`unhold`). */
         uint64_t *unholds;
@@ -132,6 +145,11 @@ int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_
  * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
  * revoke, adopt. */
 int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases);
+/* Checks who listens on the connected socket fd (SO_PEERCRED): root, the
+ * uid of $GPUIPC_DAEMON_UID when set, else this process's uid or the owner
+ * of path's directory.  0, or -EPERM (-EINVAL for a bad variable) with the
+ * error text set. */
+int gpuipc__check_server(gpuipc_client *c, int fd, const char *path);
 /* Sets the error text of the current call and returns err. */
 int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
@@ -204,6 +222,8 @@ bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch);
 /* The id the caller knows for a daemon registration id. */
 uint64_t gpuipc__user_id(const gpuipc_client *c, uint64_t id);
 void gpuipc__resume_clear(gpuipc_client *c);
+/* Forgets the lost registrations (gpuipc_lost_next). */
+void gpuipc__lost_clear(gpuipc_client *c);
 
 /* ---- admin.c ----------------------------------------------------------- */
 

@@ -238,7 +238,7 @@ static int handle_frame(gpuipc_client *c, const uint8_t *body, uint32_t len, uin
                         bool in_call, uint64_t want, struct gpuipc__reply *reply)
 {
         struct gpuipc__reply rp = {};
-        uint64_t seq, nfds = 0;
+        uint64_t seq, nfds = 0, end = off + PROTO_HDR_LEN + len;
         int r;
 
         rp.body = malloc(len);
@@ -264,12 +264,12 @@ static int handle_frame(gpuipc_client *c, const uint8_t *body, uint32_t len, uin
         }
         if (!in_call || seq != want) {
                 /* A reply to nothing we wait for: drop it, and its fds. */
-                if (proto_fdq_take(&c->fdq, off, (unsigned)nfds, rp.fds) == 0)
+                if (proto_fdq_take(&c->fdq, off, end, (unsigned)nfds, rp.fds) == 0)
                         rp.nfds = (unsigned)nfds;
                 gpuipc__reply_free(&rp);
                 return 0;
         }
-        r = proto_fdq_take(&c->fdq, off, (unsigned)nfds, rp.fds);
+        r = proto_fdq_take(&c->fdq, off, end, (unsigned)nfds, rp.fds);
         if (r < 0) {
                 gpuipc__reply_free(&rp);
                 return -EBADMSG;        /* declared fds did not arrive */
@@ -335,6 +335,8 @@ static int client_dispatch(gpuipc_client *c, bool in_call, uint64_t want,
                 if (r <= 0)
                         return r;
                 r = handle_frame(c, body, len, off, in_call, want, reply);
+                /* fds that came with it and that it did not take */
+                proto_fdq_drop_stale(&c->fdq, off + PROTO_HDR_LEN + len);
                 if (r != 0)
                         return r;
         }

@@ -41,6 +41,71 @@ static void rec_free(struct gpuipc__rec *r)
         free(r);
 }
 
+/* Remembers that r could not be registered again (err). */
+static void note_lost(gpuipc_client *c, const struct gpuipc__rec *r, int err)
+{
+        struct gpuipc__lost *l;
+        struct proto_msg m = {};
+        const char *name;
+        size_t n;
+
+        if (r->len <= PROTO_HDR_LEN)
+                return;
+        l = calloc(1, sizeof(*l));
+        if (!l)
+                return;
+        if (proto_decode(r->frame + PROTO_HDR_LEN, r->len - PROTO_HDR_LEN, &m, NULL) == 0 &&
+            proto_get_str(m.root, "name", &name, &n) == 0)
+                snprintf(l->name, sizeof(l->name), "%.*s",
+                         (int)(n > PROTO_NAME_MAX ? PROTO_NAME_MAX : n), name);
+        proto_msg_free(&m);
+        l->id = r->user_id;
+        l->err = err;
+        if (c->lost_n == GPUIPC__LOST_MAX) {
+                struct gpuipc__lost *old = c->lost;
+                c->lost = old->next;
+                if (!c->lost)
+                        c->lost_tail = NULL;
+                free(old);
+                c->lost_n--;
+        }
+        if (c->lost_tail)
+                c->lost_tail->next = l;
+        else
+                c->lost = l;
+        c->lost_tail = l;
+        c->lost_n++;
+}
+
+void gpuipc__lost_clear(gpuipc_client *c)
+{
+        while (gpuipc_lost_next(c, NULL, 0, NULL, NULL) == 1)
+                ;
+}
+
+int gpuipc_lost_next(gpuipc_client *c, char *buf, size_t len, uint64_t *ret_id, int *ret_err)
+{
+        struct gpuipc__lost *l;
+
+        if (!c)
+                return -EINVAL;
+        l = c->lost;
+        if (!l)
+                return 0;
+        c->lost = l->next;
+        if (!c->lost)
+                c->lost_tail = NULL;
+        c->lost_n--;
+        if (buf && len > 0)
+                snprintf(buf, len, "%s", l->name);
+        if (ret_id)
+                *ret_id = l->id;
+        if (ret_err)
+                *ret_err = l->err;
+        free(l);
+        return 1;
+}
+
 void gpuipc__resume_clear(gpuipc_client *c)
 {
         while (c->recs) {
@@ -289,8 +354,14 @@ static int connect_again(gpuipc_client *c, int64_t deadline)
                 do
                         r = connect(fd, (const struct sockaddr *)&sa, sizeof(sa));
                 while (r < 0 && errno == EINTR);
-                if (r == 0)
-                        return fd;
+                if (r == 0) {
+                        /* Who took the path over while the daemon was away? */
+                        r = gpuipc__check_server(c, fd, c->path);
+                        if (r == 0)
+                                return fd;
+                        close(fd);
+                        return r;
+                }
                 r = -errno;
                 close(fd);
                 if (r != -ENOENT && r != -ECONNREFUSED && r != -EAGAIN)
@@ -355,8 +426,12 @@ static int replay(gpuipc_client *c, struct gpuipc__rec *r, bool *ret_keep)
         k = gpuipc__send_wait(c, r->frame, r->len, r->seq, r->fds, r->nfds, &rp);
         if (k < 0)
                 return k;       /* the connection: stop */
-        if (gpuipc__reply_error(c, &rp) < 0)
+        k = gpuipc__reply_error(c, &rp);
+        if (k < 0) {
+                if (!r->watch)
+                        note_lost(c, r, k);
                 return 0;
+        }
         if (!r->watch && proto_get_u64(rp.msg.root, "id", &id) == 0) {
                 r->cur_id = id;
                 if (id != r->user_id)

@@ -117,8 +117,12 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
         if (!gpuipc__hint_get(c, name, writable, &have, &have_id, &have_map))
                 have = 0;
         seq = gpuipc__request(c, &o, "lookup",
-                              1 + (wait_ms > 0) + writable + (have > 0) + cache);
+                              1 + (wait_ms > 0) + writable + (have > 0) + cache +
+                              (c->lookup_owner >= 0));
         proto_pack_kstr(&o.pk, "name", name);
+        /* Only that uid's registration will do (gpuipc_set_lookup_owner). */
+        if (c->lookup_owner >= 0)
+                proto_pack_ku64(&o.pk, "owner_uid", (uint64_t)c->lookup_owner);
         if (wait_ms > 0)
                 proto_pack_ku64(&o.pk, "wait_ms", wait_ms);
         /* The daemon hands out a read-only fd unless asked (and allowed). */

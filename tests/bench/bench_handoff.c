@@ -200,7 +200,7 @@ static bool run_one(const char *mode, size_t size, int round, double res[3])
                 }
                 memset(p, 7, size);
                 /* Filled: now sealed against writes, as the daemon requires. */
-                if (huge && fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0)
+                if (huge && fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0)
                         die("F_SEAL_FUTURE_WRITE on the hugetlb memfd: %s", strerror(errno));
                 pid = fork();
                 if (pid == 0)

@@ -577,7 +577,7 @@ int memfd_sealed(size_t size, bool huge)
          * writable); a huge-page one is filled through a mapping first, and
          * its caller seals it then. */
         if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
-                                    (huge ? 0 : F_SEAL_FUTURE_WRITE)) < 0)
+                                    (huge ? 0 : F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)) < 0)
                 die("F_ADD_SEALS: %s", strerror(errno));
         return fd;
 }

@@ -212,9 +212,11 @@ static int new_memfd(struct src *s)
         if (ftruncate(fd, sizes[b % N(sizes)]) < 0)
                 abort();
         /* Most get the seals the daemon asks of host buffers (shrink, and
-         * write unless the request says shared_write); some miss one. */
+         * grow, seal, and write unless the request says shared_write); some
+         * miss one. */
         if (!(b & 0x10))
-                (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | ((b & 0x20) ? F_SEAL_GROW : 0) |
+                (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK |
+                                             ((b & 0x20) ? 0 : F_SEAL_GROW | F_SEAL_SEAL) |
                                              ((b & 0x40) ? 0 : F_SEAL_WRITE));
         return fd;
 }

@@ -441,7 +441,8 @@ Test(access, record_shows_access_and_bounds)
         mfd = memfd_create("acc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         cr_assert_geq(mfd, 0);
         cr_assert_eq(ftruncate(mfd, 4096), 0);
-        cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_WRITE), 0);
+        cr_assert_eq(fcntl(mfd, F_ADD_SEALS,
+                           F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL), 0);
         cr_assert_eq(h_raw_request(fd, "register", 3, 5, pack_bad_register, NULL, &mfd, 1), 0);
         h_raw_expect_reply(fd, 3, "bad_request");
         close(mfd);
@@ -495,7 +496,8 @@ static void raw_gg_register(int fd, uint64_t seq, const struct gg_args *a, const
 
         cr_assert_geq(mfd, 0);
         cr_assert_eq(ftruncate(mfd, 4096), 0);
-        cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_WRITE), 0);
+        cr_assert_eq(fcntl(mfd, F_ADD_SEALS,
+                           F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL), 0);
         cr_assert_eq(h_raw_request(fd, "register", seq, 5, pack_gg_register, (void *)a, &mfd, 1),
                      0);
         close(mfd);

@@ -288,7 +288,7 @@ static int sealed_memfd(size_t size, bool seal)
         cr_assert_eq(ftruncate(fd, (off_t)size), 0);
         if (seal)
                 cr_assert_eq(fcntl(fd, F_ADD_SEALS,
-                                   F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE), 0);
+                                   F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL), 0);
         return fd;
 }
 

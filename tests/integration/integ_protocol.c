@@ -98,7 +98,8 @@ static int memfd_with(size_t size, uint32_t seed)
                 p[i] = h_pattern(i, seed);
         munmap(p, size);
         /* gpuipcd wants a write seal on host memfds unless shared_write */
-        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_WRITE), 0);
+        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL),
+                     0);
         return fd;
 }
 
@@ -1161,14 +1162,15 @@ Test(protocol, empty_strings)
 
 /* ---- host memfds must be sealed against writes, or shared_write -------- */
 
-/* A 4096-byte memfd with seals (F_SEAL_SHRINK at least). */
+/* A 4096-byte memfd with seals (and F_SEAL_SHRINK, _GROW and _SEAL). */
 static int memfd_sealed_with(int seals)
 {
         int fd = memfd_create("seal", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
         cr_assert_geq(fd, 0);
         cr_assert_eq(ftruncate(fd, 4096), 0);
-        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | seals), 0, "F_ADD_SEALS %#x: %s",
+        cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | seals), 0,
+                     "F_ADD_SEALS %#x: %s",
                      seals, strerror(errno));
         return fd;
 }

@@ -708,7 +708,7 @@ Test(restart, resume_refused_to_other_pid)
         for (size_t i = 0; i < a.size; i++)
                 p[i] = h_pattern(i, 21);
         munmap(p, a.size);
-        cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+        cr_assert_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
         cr_assert_eq(h_raw_request(fd, "register", 2, 6, pack_raw_reg, &a, &mfd, 1), 0);
         close(mfd);
         cr_assert_eq(h_raw_recv(fd, 5000, &f), 1, "no register reply");

@@ -268,3 +268,21 @@ def test_writable_lookup_needs_shared_write(client):
         v.close()
     info = client.stat("py/sealed")
     assert info.access == {"public": False, "uids": [], "gids": [], "group": None}
+
+
+def test_lookup_owner_uid(client):
+    client.register("py/owned", b"mine")
+    me = os.geteuid()
+    with client.lookup("py/owned", owner_uid=me) as v:
+        assert bytes(v.buffer) == b"mine"
+    other = 1 if me != 1 else 2
+    with pytest.raises(gpuipc.NotFound):
+        client.lookup("py/owned", owner_uid=other)
+    with pytest.raises(gpuipc.Timeout):
+        client.lookup("py/owned", timeout=0.2, owner_uid=other)
+    # the option lasts one call: a plain lookup finds it again
+    with client.lookup("py/owned") as v:
+        assert bytes(v.buffer) == b"mine"
+    with pytest.raises(ValueError):
+        client.lookup("py/owned", owner_uid=-1)
+    assert client.lost_registrations() == []

@@ -947,7 +947,7 @@ Test(fdq, take_exact_count)
         cr_assert_eq(proto_fdq_push(&q, fd[1], 15), 0);
         cr_assert_eq(proto_fdq_push(&q, fd[2], 15), 0);
         cr_assert_eq(proto_fdq_push(&q, fd[3], 40), 0);
-        cr_expect_eq(proto_fdq_take(&q, 10, 2, got), 0);
+        cr_expect_eq(proto_fdq_take(&q, 10, 20, 2, got), 0);
         cr_expect_eq(got[0], fd[1]);
         cr_expect_eq(got[1], fd[2]);
         cr_expect_eq(got[2], -1, "took more than asked");
@@ -957,7 +957,7 @@ Test(fdq, take_exact_count)
         cr_expect_eq(q.n, 1);
         cr_expect_eq(q.fd[0], fd[3]);
         /* zero fds is always satisfiable */
-        cr_expect_eq(proto_fdq_take(&q, 20, 0, got), 0);
+        cr_expect_eq(proto_fdq_take(&q, 20, 30, 0, got), 0);
         cr_expect_eq(q.n, 1);
         close(fd[1]);
         close(fd[2]);
@@ -977,15 +977,57 @@ Test(fdq, take_short_closes_what_came)
         cr_assert_eq(proto_fdq_push(&q, fd[1], 15), 0);
         cr_assert_eq(proto_fdq_push(&q, fd[2], 15), 0);
         /* the frame at 10 declares 3, only 2 came: refused, and closed */
-        cr_expect_eq(proto_fdq_take(&q, 10, 3, got), -EBADF);
+        cr_expect_eq(proto_fdq_take(&q, 10, 20, 3, got), -EBADF);
         cr_expect_eq(got[0], -1, "fds handed out on failure");
         cr_expect_eq(got[1], -1);
         cr_expect_eq(q.n, 0);
         for (int i = 0; i < 3; i++)
                 cr_expect_not(fd_is_open(fd[i]), "fd %d left open", i);
         /* an empty queue is short for any n > 0 */
-        cr_expect_eq(proto_fdq_take(&q, 20, 1, got), -EBADF);
+        cr_expect_eq(proto_fdq_take(&q, 20, 30, 1, got), -EBADF);
         cr_expect_eq(got[0], -1);
+}
+
+/* A frame [10, 20) declaring an fd it did not get must not take the one
+ * that came with the next frame [20, 30) (stamped 25: its recvmsg ended in
+ * the next frame), and the next frame still gets it. */
+Test(fdq, take_leaves_the_next_frames_fds)
+{
+        struct proto_fdq q;
+        int fd, got[1] = { -1 };
+
+        proto_fdq_init(&q);
+        fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        cr_assert_eq(proto_fdq_push(&q, fd, 25), 0);
+        cr_expect_eq(proto_fdq_take(&q, 10, 20, 1, got), -EBADF);
+        cr_expect_eq(got[0], -1);
+        cr_expect(fd_is_open(fd), "the next frame's fd was closed");
+        cr_expect_eq(proto_fdq_take(&q, 20, 30, 1, got), 0);
+        cr_expect_eq(got[0], fd);
+        close(fd);
+}
+
+/* fds beyond what a frame declares, and those of a frame that declares
+ * none, go when the frame is done; a later frame's stay. */
+Test(fdq, frame_done_closes_its_fds)
+{
+        struct proto_fdq q;
+        int fd[3], got[1] = { -1 };
+
+        proto_fdq_init(&q);
+        for (int i = 0; i < 3; i++)
+                fd[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        cr_assert_eq(proto_fdq_push(&q, fd[0], 15), 0);
+        cr_assert_eq(proto_fdq_push(&q, fd[1], 15), 0);
+        cr_assert_eq(proto_fdq_push(&q, fd[2], 30), 0);
+        cr_expect_eq(proto_fdq_take(&q, 10, 20, 1, got), 0);
+        cr_expect_eq(got[0], fd[0]);
+        cr_expect_not(fd_is_open(fd[1]), "an undeclared fd of the frame stayed open");
+        cr_expect(fd_is_open(fd[2]));
+        cr_expect_eq(proto_fdq_drop_stale(&q, 20), 0);
+        cr_expect_eq(proto_fdq_drop_stale(&q, 30), 1);  /* the frame [20, 30) is done */
+        cr_expect_not(fd_is_open(fd[2]));
+        close(fd[0]);
 }
 
 Test(fdq, overflow_closes_fd)
@@ -1357,4 +1399,29 @@ Test(codes, kinds)
         cr_expect_eq(proto_kind_from_name("HOST", 4), -EINVAL);
         cr_expect_eq(proto_kind_from_name("", 0), -EINVAL);
         cr_expect_eq(proto_kind_from_name("unknown", 7), -EINVAL);
+}
+
+/* ---- proto_utf8_valid ----------------------------------------------------- */
+
+Test(utf8, valid_and_invalid)
+{
+        static const struct { const char *s; size_t len, ok; } cases[] = {
+                { "", 0, 0 },
+                { "ascii", 5, 5 },
+                { "caf\xc3\xa9", 5, 5 },
+                { "\xe6\x97\xa5\xf0\x9f\x98\x80", 7, 7 },
+                { "\xf4\x8f\xbf\xbf", 4, 4 },           /* U+10FFFF */
+                { "a\xff", 2, 1 },
+                { "ab\xc3", 3, 2 },                     /* truncated */
+                { "\xc0\xaf", 2, 0 },                   /* overlong '/' */
+                { "\xe0\x80\xaf", 3, 0 },               /* overlong */
+                { "\xed\xa0\x80", 3, 0 },               /* surrogate */
+                { "\xf4\x90\x80\x80", 4, 0 },           /* above U+10FFFF */
+                { "x\x80y", 3, 1 },                     /* lone continuation */
+                { "\xe6\x97", 2, 0 },
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                cr_expect_eq(proto_utf8_valid(cases[i].s, cases[i].len), cases[i].ok,
+                             "case %zu", i);
 }

@@ -179,6 +179,9 @@ _PROTOTYPES = {
     "gpuipc_access_set": (c_int, [_client_p, c_void_p]),
     "gpuipc_ping": (c_int, [_client_p]),
     "gpuipc_set_reconnect": (c_int, [_client_p, c_int]),
+    "gpuipc_set_lookup_owner": (c_int, [_client_p, ctypes.c_longlong]),
+    "gpuipc_lost_next": (c_int, [_client_p, c_char_p, c_size_t, POINTER(ctypes.c_uint64),
+                                 POINTER(c_int)]),
     # host buffers
     "gpuipc_hostbuf_new": (c_int, [c_size_t, POINTER(_hostbuf_p)]),
     "gpuipc_hostbuf_data": (c_void_p, [_hostbuf_p]),

@@ -6,7 +6,7 @@ import math
 import os
 import threading
 import weakref
-from ctypes import POINTER, byref, c_char_p, c_int64, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -198,6 +198,20 @@ class Client:
         """One round trip to the daemon."""
         self._conn.call_checked(lambda c: _lib.lib.gpuipc_ping(c), "ping")
 
+    def lost_registrations(self) -> List[Tuple[str, int, int]]:
+        """Registrations a reconnect to a daemon that kept no state could not
+        make again, oldest first, each reported once: (name, id, errno),
+        errno -17 (EEXIST) when another process registered the name first,
+        so that consumers of the name now read its buffer."""
+        out: List[Tuple[str, int, int]] = []
+        buf = ctypes.create_string_buffer(256)
+        rid = c_uint64()
+        err = c_int()
+        while self._conn.call(lambda c: _lib.lib.gpuipc_lost_next(
+                c, buf, len(buf), byref(rid), byref(err)), True) == 1:
+            out.append((buf.value.decode(), rid.value, err.value))
+        return out
+
     def set_reconnect(self, timeout_ms: int) -> None:
         """How long to keep trying to reconnect when the daemon restarts
         (default 10000 ms or $GPUIPC_RECONNECT_MS; 0: never, and calls then
@@ -373,9 +387,10 @@ class Client:
                     dtype: Any = None, shape: Optional[Sequence[int]] = None,
                     strides: Optional[Sequence[int]] = None, shared_write: bool = False) -> int:
         """Registers ``size`` bytes at ``offset`` of an existing memfd (which
-        stays the caller's; F_SEAL_SHRINK is added to it, and unless
-        ``shared_write`` F_SEAL_FUTURE_WRITE: map it writable first).  Returns
-        the id."""
+        stays the caller's; F_SEAL_SHRINK and F_SEAL_GROW are added to it,
+        unless ``shared_write`` F_SEAL_FUTURE_WRITE (map it writable first),
+        then F_SEAL_SEAL: its size is fixed and it takes no further seals).
+        Returns the id."""
         m = _Meta(dtype_name(dtype) if dtype is not None else None,
                   tuple(shape) if shape is not None else None,
                   tuple(strides) if strides is not None else None, meta)
@@ -433,7 +448,7 @@ class Client:
     # ---- consuming
 
     def lookup(self, name: str, timeout: Optional[float] = None, *, writable: bool = False,
-               sync: bool = True) -> View:
+               sync: bool = True, owner_uid: Optional[int] = None) -> View:
         """Looks ``name`` up and maps it, taking a lease.
 
         ``timeout`` in seconds: None or 0 does not wait (NotFound when the
@@ -442,14 +457,25 @@ class Client:
         waits as long as the daemon allows (one hour).  ``writable`` maps host
         buffers read-write (default read-only).  With ``sync=False`` the
         library does not wait for the producer's CUDA event: pass your stream
-        to :meth:`View.wait_stream` (or ``__dlpack__(stream=...)``)."""
+        to :meth:`View.wait_stream` (or ``__dlpack__(stream=...)``).
+        ``owner_uid`` accepts only a registration owned by that uid: another
+        one under the name counts as absent (NotFound, or the wait goes on),
+        so an impostor that registered the name first is not read."""
         b = _name(name)
         ms = _timeout_ms(timeout, 0)
         flags = (_lib.LOOKUP_WRITABLE if writable else 0) | (0 if sync else _lib.LOOKUP_NO_SYNC)
+        owner = -1 if owner_uid is None else int(owner_uid)
+        if owner_uid is not None and not 0 <= owner < 0xffffffff:
+            raise ValueError(f"owner_uid {owner_uid} is not a uid")
         out = c_void_p()
         with self._conn.lock:
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)),
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, owner),
                                     "lookup")
+            try:
+                self._conn.call_checked(
+                    lambda c: _lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)), "lookup")
+            finally:
+                self._conn.call(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, -1), True)
             try:
                 return View(self._conn, out.value, writable, sync)
             except BaseException:

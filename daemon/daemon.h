@@ -13,6 +13,7 @@
 #include "config.h"
 #include "hmap.h"
 #include "registry.h"
+#include "ttl.h"
 
 struct conn;
 struct gpu;
@@ -35,6 +36,7 @@ struct daemon {
         bool restoring;                 /* replaying the journal (restore.c) */
         bool stopping;
         uv_timer_t *grace;              /* shutdown: ends connections slow to flush */
+        struct ttl_heap ttl;            /* registrations with an expiry (ttl.c) */
 };
 
 /* Unix time in milliseconds. */

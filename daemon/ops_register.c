@@ -155,6 +155,11 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         r = proto_get_map(q->m, "meta", ret_meta);
         if (r == -EINVAL)
                 return req_fail(q, -EINVAL, "meta must be a map");
+        /* The TTL for now; op_register makes it a time. */
+        r = proto_get_u64(q->m, "ttl_ms", &p->expires_ms);
+        if (r == -EINVAL || (r == 0 && (p->expires_ms == 0 || p->expires_ms > TTL_MAX_MS)))
+                return req_fail(q, -EINVAL, "ttl_ms must be a uint from 1 to %llu",
+                                (unsigned long long)TTL_MAX_MS);
         return 0;
 }
 
@@ -275,6 +280,8 @@ int op_register(struct req *q)
         p.meta = (const uint8_t *)sb.data;
         p.meta_len = sb.size;
         p.created_ms = now_unix_ms();
+        if (p.expires_ms)
+                p.expires_ms += p.created_ms;
         k = registry_add(d->reg, &c->party, &p, &r);
         if (k == 0)
                 p.access = NULL;        /* r's now */
@@ -316,6 +323,48 @@ out:
         return k;
 }
 
+static bool may_unregister(const struct conn *c, const struct reg *r)
+{
+        return r->owner == &c->party || c->party.uid == r->uid || c->party.uid == 0;
+}
+
+/* unregister with prefix: every live registration in the namespace prefix
+ * that the peer may see and unregister; counts those it may not. */
+static int unregister_prefix(struct req *q, const char *prefix, size_t plen)
+{
+        struct conn *c = q->c;
+        struct registry *R = c->d->reg;
+        uint64_t removed = 0, skipped = 0;
+        struct proto_out o;
+        const char *why;
+        struct reg *r, *next;
+
+        while (plen > 0 && prefix[plen - 1] == '/')
+                plen--;
+        if (plen == 0)
+                return req_fail(q, -EINVAL, "prefix must name a namespace");
+        if (proto_name_check(prefix, plen, &why) < 0)
+                return req_fail_name(q, "prefix", prefix, plen, why);
+        for (r = registry_iter(R, NULL, 0, prefix, plen); r; r = next) {
+                /* Unregistering frees at most r itself. */
+                next = registry_iter(R, r, 0, prefix, plen);
+                if (!access_may_see(c, r))
+                        continue;
+                if (!may_unregister(c, r)) {
+                        skipped++;
+                        continue;
+                }
+                registry_unregister(R, r);
+                removed++;
+        }
+        reply_start(&o, q->seq, 2);
+        proto_pack_ku64(&o.pk, "removed", removed);
+        proto_pack_ku64(&o.pk, "skipped", skipped);
+        (void)reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}
+
 int op_unregister(struct req *q)
 {
         struct conn *c = q->c;
@@ -324,8 +373,18 @@ int op_unregister(struct req *q)
         struct target t;
         struct reg *r;
         uint64_t id, leases;
+        const char *prefix;
+        size_t plen;
         int k;
 
+        k = proto_get_str(q->m, "prefix", &prefix, &plen);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "prefix must be a str");
+        if (k == 0) {
+                if (proto_get(q->m, "name") || proto_get(q->m, "id"))
+                        return req_fail(q, -EINVAL, "prefix excludes name and id");
+                return unregister_prefix(q, prefix, plen);
+        }
         k = req_target(q, &t);
         if (k < 0)
                 return k;
@@ -336,7 +395,7 @@ int op_unregister(struct req *q)
                 return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
                                : req_fail(q, -ENOENT, "no registration named %.*s",
                                           (int)t.name_len, t.name);
-        if (r->owner != &c->party && c->party.uid != r->uid && c->party.uid != 0)
+        if (!may_unregister(c, r))
                 return req_fail(q, -EPERM, "%s belongs to uid %u; only its connection, that "
                                 "uid or root may unregister it", r->name, r->uid);
         id = r->id;

@@ -98,12 +98,8 @@ int ctl_connect(const char *cmd, gpuipc_client **ret_client)
 
         if (r == 0)
                 return EXIT_OK;
-        if (r == -ENOENT)
-                fprintf(stderr, "gpuipcctl: %s: cannot connect to %s: no such socket (is gpuipcd running?)\n",
-                        cmd, path);
-        else
-                fprintf(stderr, "gpuipcctl: %s: cannot connect to %s: %s\n", cmd, path,
-                        gpuipc_strerror(r));
+        /* The library's message names the path and the likely cause. */
+        fprintf(stderr, "gpuipcctl: %s: %s\n", cmd, gpuipc_errmsg(NULL));
         return EXIT_UNREACHABLE;
 }
 
@@ -191,6 +187,65 @@ int ctl_parse(int argc, char **argv, const char *usage_text, const char *shortop
         }
         *ret_index = optind;
         return -1;
+}
+
+int ctl_parse_size(const char *arg, uint64_t *ret)
+{
+        static const char units[] = "KMGTPE";
+        unsigned long long v;
+        const char *u;
+        char *end;
+        unsigned shift = 0;
+
+        if (!arg || *arg < '0' || *arg > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(arg, &end, 10);
+        if (errno)
+                return -ERANGE;
+        if (*end && (u = strchr(units, *end)) && *end != '\0') {
+                shift = 10 * (unsigned)(u - units + 1);
+                end++;
+                if (*end == 'i')
+                        end++;
+        } else if (*end == 'k') {      /* 64k: a common spelling */
+                shift = 10;
+                end++;
+        }
+        if (*end == 'B')
+                end++;
+        if (*end)
+                return -EINVAL;
+        if (shift && v > (UINT64_MAX >> shift))
+                return -ERANGE;
+        *ret = (uint64_t)v << shift;
+        return 0;
+}
+
+int ctl_parse_duration(const char *arg, uint64_t *ret_ms)
+{
+        static const struct { const char *suffix; uint64_t ms; } units[] = {
+                { "ms", 1 }, { "s", 1000 }, { "", 1000 }, { "m", 60000 },
+                { "h", 3600000 }, { "d", 86400000 },
+        };
+        unsigned long long v;
+        char *end;
+
+        if (!arg || *arg < '0' || *arg > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(arg, &end, 10);
+        if (errno)
+                return -ERANGE;
+        for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+                if (strcmp(end, units[i].suffix) != 0)
+                        continue;
+                if (v > UINT64_MAX / units[i].ms)
+                        return -ERANGE;
+                *ret_ms = (uint64_t)v * units[i].ms;
+                return 0;
+        }
+        return -EINVAL;
 }
 
 uint64_t ctl_now_ms(void)

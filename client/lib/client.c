@@ -57,10 +57,28 @@ int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         return err;
 }
 
+/* Why this thread's last gpuipc_connect() failed (gpuipc_errmsg(NULL)). */
+static __thread char connect_msg[1024];
+
+static int connect_fail(const char *path, int err, const gpuipc_client *c)
+{
+        if (err == -ENOENT || err == -ECONNREFUSED)
+                snprintf(connect_msg, sizeof(connect_msg), "cannot connect to %s: %s; is "
+                         "gpuipcd running?", path, err == -ENOENT ? "no such socket"
+                                                                  : "nothing listens there");
+        else if (err == -EACCES || err == -EPERM)
+                snprintf(connect_msg, sizeof(connect_msg), "cannot connect to %s: permission "
+                         "denied (is this user in the socket's group?)", path);
+        else
+                snprintf(connect_msg, sizeof(connect_msg), "cannot connect to %s: %s", path,
+                         c && c->errmsg[0] ? c->errmsg : gpuipc_strerror(err));
+        return err;
+}
+
 const char *gpuipc_errmsg(const gpuipc_client *c)
 {
         if (!c)
-                return gpuipc_strerror(-EINVAL);
+                return connect_msg[0] ? connect_msg : gpuipc_strerror(-EINVAL);
         if (c->errmsg[0])
                 return c->errmsg;
         if (c->last_err)
@@ -208,16 +226,22 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
                 return -EINVAL;
         if (!path)
                 path = gpuipc_default_socket();
+        connect_msg[0] = '\0';
         len = strlen(path);
-        if (len == 0)
+        if (len == 0) {
+                snprintf(connect_msg, sizeof(connect_msg), "the socket path is empty");
                 return -EINVAL;
-        if (len >= sizeof(sa.sun_path))
+        }
+        if (len >= sizeof(sa.sun_path)) {
+                snprintf(connect_msg, sizeof(connect_msg), "socket path longer than %zu "
+                         "bytes: %.64s...", sizeof(sa.sun_path) - 1, path);
                 return -ENAMETOOLONG;
+        }
         memcpy(sa.sun_path, path, len + 1);
 
         c = calloc(1, sizeof(*c));
         if (!c)
-                return -ENOMEM;
+                return connect_fail(path, -ENOMEM, NULL);
         c->refs = 1;
         c->fd = -1;
         c->max_frame = PROTO_MAX_FRAME;
@@ -246,6 +270,7 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
         return 0;
 
 fail:
+        connect_fail(path, r, c);
         gpuipc__client_unref(c);
         return r;
 }

@@ -189,6 +189,26 @@ static int lookup_reply_fits(const struct reg *r, uint32_t max_frame)
         return fits;
 }
 
+/* "1.5 GiB", "512 B": a byte count for people. */
+static const char *size_text(uint64_t n, char *buf, size_t len)
+{
+        static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+        double v = (double)n;
+        size_t u = 0;
+
+        if (n < 1024) {
+                snprintf(buf, len, "%" PRIu64 " B", n);
+                return buf;
+        }
+        v /= 1024;
+        while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+                v /= 1024;
+                u++;
+        }
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+        return buf;
+}
+
 /* The per-uid limits: registrations (durable ones of ended connections
  * included, so orphans cannot fill the daemon's fd table) and bytes held. */
 static int check_uid_limits(struct req *q, const struct reg_params *p)
@@ -196,6 +216,7 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
         const struct config *cfg = &q->c->d->cfg;
         uint32_t uid = q->c->party.uid;
         struct uid_use u = quota_of(q->c->d, uid);
+        char held[32], more[32], max[32];
 
         if (u.regs >= cfg->max_registrations_per_uid)
                 return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
@@ -203,9 +224,11 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
                                 cfg->max_registrations_per_uid);
         if (cfg->max_bytes_per_uid > 0 && p->kind != PROTO_KIND_CUDA_IPC &&
             (p->size > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - p->size))
-                return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes; %" PRIu64
-                                " more would pass --max-bytes-per-uid %" PRIu64, uid, u.bytes,
-                                p->size, cfg->max_bytes_per_uid);
+                return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes (%s); %s more "
+                                "would pass --max-bytes-per-uid %s", uid, u.bytes,
+                                size_text(u.bytes, held, sizeof(held)),
+                                size_text(p->size, more, sizeof(more)),
+                                size_text(cfg->max_bytes_per_uid, max, sizeof(max)));
         return 0;
 }
 

@@ -28,6 +28,8 @@ INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 MANDIR     ?= $(PREFIX)/share/man
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/vendor-completions
 DESTDIR    ?=
 
 ifeq ($(SANITIZE),1)
@@ -326,6 +328,9 @@ install: all $(BUILDDIR)/gpuipc.pc
 	install -v -m 0644 systemd/gpuipcd.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/gpuipcd.conf
 	for s in 1 3 5 8; do install -v -d $(DESTDIR)$(MANDIR)/man$$s; \
 		install -v -m 0644 docs/man/*.$$s $(DESTDIR)$(MANDIR)/man$$s/; done
+	install -v -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+	$(CTL) completion bash > $(DESTDIR)$(BASHCOMPDIR)/gpuipcctl
+	$(CTL) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_gpuipcctl
 
 clean:
 	rm -rf build

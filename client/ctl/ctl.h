@@ -31,6 +31,7 @@ int watch_main(int argc, char **argv);
 int revoke_main(int argc, char **argv);
 int metrics_main(int argc, char **argv);
 int doctor_main(int argc, char **argv);
+int completion_main(int argc, char **argv);
 
 /* The socket chosen by --socket, or NULL for the library's default
  * ($GPUIPC_SOCKET, else the compiled-in path). */

@@ -28,6 +28,7 @@ static const struct {
         { "revoke", revoke_main, "take a name and all its leases away (admin)" },
         { "metrics", metrics_main, "print the daemon's metrics (Prometheus text format)" },
         { "doctor", doctor_main, "explain why buffer handoff may not work from here" },
+        { "completion", completion_main, "print a bash, zsh or fish completion script" },
 };
 
 static void usage(FILE *f)
@@ -36,7 +37,7 @@ static void usage(FILE *f)
                    "       gpuipcctl --help | --version\n\n"
                    "Subcommands:\n");
         for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
-                fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].description);
+                fprintf(f, "  %-10s  %s\n", subcommands[i].name, subcommands[i].description);
         fprintf(f, "\n'gpuipcctl <subcommand> --help' describes each one.\n\n"
                    "Options:\n"
                    "  --socket PATH  the daemon's socket (default: $GPUIPC_SOCKET, else %s)\n"
@@ -203,17 +204,14 @@ int ctl_parse_size(const char *arg, uint64_t *ret)
         v = strtoull(arg, &end, 10);
         if (errno)
                 return -ERANGE;
-        if (*end && (u = strchr(units, *end)) && *end != '\0') {
+        if (*end && (u = strchr(units, *end))) {
                 shift = 10 * (unsigned)(u - units + 1);
                 end++;
                 if (*end == 'i')
                         end++;
-        } else if (*end == 'k') {      /* 64k: a common spelling */
-                shift = 10;
-                end++;
+                if (*end == 'B')
+                        end++;
         }
-        if (*end == 'B')
-                end++;
         if (*end)
                 return -EINVAL;
         if (shift && v > (UINT64_MAX >> shift))

@@ -82,3 +82,15 @@ def test_connect_error_names_socket(tmp_path):
     msg = str(ei.value)
     assert path in msg and "is gpuipcd running?" in msg
     assert "registration" not in msg
+
+
+def test_readme_host_example(daemon):
+    """The README's host-only example runs as written (PYTHONPATH and
+    GPUIPC_SOCKET come from conftest and the daemon fixture)."""
+    from conftest import REPO, run_py
+    text = open(os.path.join(REPO, "README.md")).read()
+    blocks = text.split("```python\n")[1:]
+    code = next(b.split("```")[0] for b in blocks if "alloc_host((1000, 3)" in b)
+    p = run_py(code)
+    assert "[1498500. 1499500. 1500500.]" in p.stdout, p.stdout
+    assert "Holder(lease=" in p.stdout

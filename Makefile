@@ -17,7 +17,7 @@
 VERSION   := 0.1.0
 SOVERSION := 1
 # libgpuipc.so.SOVERSION.ABIMINOR.0: ABIMINOR counts compatible additions.
-ABIMINOR  := 0
+ABIMINOR  := 1
 LIBREAL   := libgpuipc.so.$(SOVERSION).$(ABIMINOR).0
 
 PREFIX     ?= /usr/local
@@ -29,7 +29,8 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 MANDIR     ?= $(PREFIX)/share/man
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
-ZSHCOMPDIR  ?= $(PREFIX)/share/zsh/vendor-completions
+# zsh's own default is site-functions; Debian's zsh reads vendor-completions.
+ZSHCOMPDIR  ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/share/zsh/vendor-completions,$(PREFIX)/share/zsh/site-functions)
 DESTDIR    ?=
 
 ifeq ($(SANITIZE),1)

@@ -153,7 +153,7 @@ int ctl_parse(int argc, char **argv, const char *usage_text, const char *shortop
               const struct option *longopts,
               int (*opt)(int ch, const char *arg, void *data), void *data, int *ret_index)
 {
-        struct option all[16] = {
+        struct option all[24] = {
                 { "socket", required_argument, NULL, OPT_SOCKET },
                 { "help",   no_argument,       NULL, 'h' },
         };

@@ -1,6 +1,7 @@
 /* show.c: gpuipcctl show: every field of one registration. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <string.h>
 #include <time.h>
 
 #include "ctl.h"
@@ -49,7 +50,7 @@ static void print_access(const gpuipc_info *in)
                 return;
         print_ids("  uids:", in->access_uids, in->n_access_uids);
         print_ids("  gids:", in->access_gids, in->n_access_gids);
-        printf("  group:    %s\n", in->access_group && in->access_group[0] ? in->access_group : "-");
+        printf("%-10s %s\n", "  group:", in->access_group && in->access_group[0] ? in->access_group : "-");
 }
 
 static void print_time(const char *key, uint64_t ms)
@@ -129,8 +130,13 @@ static void print_text(const gpuipc_info *in)
         printf("dtype:     %s\n", in->dtype[0] ? in->dtype : "-");
         print_dims("shape:", in->ndim ? in->shape : NULL, in->ndim);
         print_dims("strides:", in->strides, in->ndim);
-        for (uint32_t i = 0; i < in->n_user; i++)
-                printf("user.%s: %s\n", in->user_keys[i], in->user_values[i]);
+        for (uint32_t i = 0; i < in->n_user; i++) {
+                /* Keys up to 4 bytes line up with the rest; longer ones
+                 * push their value right. */
+                printf("user.%s:%*s %s\n", in->user_keys[i],
+                       strlen(in->user_keys[i]) < 4 ? (int)(4 - strlen(in->user_keys[i])) : 0, "",
+                       in->user_values[i]);
+        }
         print_holders(in);
 }
 

@@ -493,6 +493,24 @@ Test(operate, put_max_size)
         out_free(&o);
 }
 
+/* A large input read on a terminal shows its progress; elsewhere not. */
+Test(operate, put_progress)
+{
+        struct out o;
+
+        if (access("/usr/bin/script", X_OK) != 0)
+                cr_skip_test("no script(1) to give put a terminal");
+        sh(&o, "script -qec 'head -c 80M /dev/zero | $C put op/p' /dev/null");
+        cr_expect_eq(o.status, 0, "%s", o.err);
+        EXPECT_IN(o.out, "gpuipcctl: put: read 64.0 MiB");
+        EXPECT_IN(o.out, "\rgpuipcctl: put: read 80.0 MiB\r\n");
+        out_free(&o);
+        sh(&o, "head -c 80M /dev/zero | $C put op/q");
+        cr_expect_eq(o.status, 0);
+        EXPECT_NOT_IN(o.err, "read");
+        out_free(&o);
+}
+
 /* ---- 5. exit codes and errors ------------------------------------------- */
 
 Test(operate, unreachable)

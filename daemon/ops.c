@@ -106,8 +106,10 @@ void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle)
 /* One holders entry per lease, newest first, at most max. */
 static void pack_holders(msgpack_packer *pk, const struct reg *r, uint32_t max)
 {
-        uint32_t n = r->leases < max ? r->leases : max, i = 0;
+        uint32_t n = 0, i = 0;
 
+        for (const struct lease *l = r->held; l && n < max; l = l->rnext)
+                n++;
         proto_pack_str(pk, "holders");
         msgpack_pack_array(pk, n);
         for (const struct lease *l = r->held; l && i < n; l = l->rnext, i++) {

@@ -115,6 +115,8 @@ void ttl_add(struct daemon *d, struct reg *r)
                         goto nomem;
                 }
                 t->data = d;
+                /* Never what keeps the loop running: the listener is. */
+                uv_unref((uv_handle_t *)t);
                 h->timer = t;
         }
         if (h->n == h->cap) {

@@ -12,12 +12,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
 #include "gpuipc.h"
 #include "harness.h"
+#include "sdhost.h"
 
 TestSuite(operate, .init = h_setup, .fini = h_teardown, .timeout = 30);
 
@@ -92,6 +94,14 @@ static void out_free(struct out *o)
         cr_expect_not_null(strstr((hay), (needle)), "'%s' not in:\n%s", (needle), (hay))
 #define EXPECT_NOT_IN(hay, needle) \
         cr_expect_null(strstr((hay), (needle)), "'%s' in:\n%s", (needle), (hay))
+
+static uint64_t ctl_now_unix_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 /* A host registration through the library, durable. */
 static void reg(gpuipc_client *c, const char *name, size_t n)
@@ -606,4 +616,69 @@ Test(operate, completion)
         cr_expect_eq(o.status, 0, "%s", o.err);
         cr_expect_str_eq(o.out, "show\n--ttl\ncomp/one\n");
         out_free(&o);
+}
+
+/* ---- a TTL across a restart with the fd store --------------------------- */
+
+static struct h_sd sd;
+
+static void sd_init(void)
+{
+        signal(SIGPIPE, SIG_IGN);
+}
+
+static void sd_fini(void)
+{
+        h_sd_stop(&sd);
+}
+
+TestSuite(operate_restart, .init = sd_init, .fini = sd_fini, .timeout = 30);
+
+/* The journal keeps expires_ms: the restored registration ends on time, and
+ * one whose TTL passed while the daemon was down ends at once. */
+Test(operate_restart, ttl_survives)
+{
+        gpuipc_client *c;
+        gpuipc_list *l;
+        uint64_t expires;
+        int64_t deadline;
+
+        h_sd_start(&sd, NULL);
+        cr_assert_eq(gpuipc_connect(sd.sock, &c), 0);
+        cr_assert_eq(gpuipc_set_ttl(c, 1500), 0);
+        reg(c, "rt/ttl", 4096);
+        cr_assert_eq(gpuipc_set_ttl(c, 300), 0);
+        reg(c, "rt/short", 4096);
+        cr_assert_eq(gpuipc_set_ttl(c, 0), 0);
+        reg(c, "rt/kept", 4096);
+        cr_assert_eq(gpuipc_stat(c, "rt/ttl", &l), 0);
+        expires = gpuipc_list_get(l, 0)->expires_ms;
+        gpuipc_list_free(l);
+        gpuipc_client_free(c);
+
+        h_sd_kill(&sd, SIGKILL);
+        h_sleep_ms(400);                /* rt/short's TTL passes while it is down */
+        h_sd_start_again(&sd);
+        cr_assert_eq(gpuipc_connect(sd.sock, &c), 0);
+        cr_assert_eq(gpuipc_stat(c, "rt/ttl", &l), 0, "rt/ttl was not restored: %s",
+                     gpuipc_errmsg(c));
+        cr_expect_eq(gpuipc_list_get(l, 0)->expires_ms, expires);
+        gpuipc_list_free(l);
+        deadline = h_now_ms() + 2000;
+        while (gpuipc_stat(c, "rt/short", &l) == 0) {
+                gpuipc_list_free(l);
+                cr_assert_lt(h_now_ms(), deadline, "rt/short outlived its TTL across the restart");
+                h_sleep_ms(20);
+        }
+        deadline = h_now_ms() + 5000;
+        while (gpuipc_stat(c, "rt/ttl", &l) == 0) {
+                gpuipc_list_free(l);
+                cr_assert_lt(h_now_ms(), deadline, "rt/ttl did not expire after the restart");
+                h_sleep_ms(20);
+        }
+        cr_expect_geq(ctl_now_unix_ms() + 50, expires, "rt/ttl ended early");
+        cr_assert_eq(gpuipc_stat(c, "rt/kept", &l), 0);
+        gpuipc_list_free(l);
+        gpuipc_client_free(c);
+        cr_expect_eq(h_sd_errors(&sd), 0);
 }

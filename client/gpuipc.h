@@ -43,7 +43,8 @@ typedef struct gpuipc_list gpuipc_list;
 typedef enum gpuipc_kind {
         GPUIPC_KIND_HOST = 0,       /* memfd shared memory */
         GPUIPC_KIND_CUDA_IPC = 1,   /* legacy CUDA IPC handle, producer-bound */
-        GPUIPC_KIND_CUDA_VMM = 2,   /* CUDA VMM memory shared as a POSIX fd */
+        GPUIPC_KIND_CUDA_VMM = 2,   /* CUDA VMM memory shared as POSIX fds */
+        GPUIPC_KIND_CUDA_POOL = 3,  /* a stream-ordered pool's pointer, producer-bound */
 } gpuipc_kind;
 
 /* What a buffer holds.  Every pointer is borrowed for the duration of the
@@ -78,6 +79,12 @@ typedef struct gpuipc_meta {
 
 /* Flags of gpuipc_register_cuda(). */
 #define GPUIPC_REGISTER_CUDA_IPC  0x2u  /* use a legacy IPC handle even for VMM memory */
+/* When the memory cannot be shared without a copy (the device's default
+ * stream-ordered pool, VMM memory without an exportable handle type, more
+ * chunks than a registration carries, a legacy handle the driver refuses),
+ * copy it into new cuda-vmm memory that the daemon holds, and register that.
+ * Never silent: the record's `copied` says why (gpuipc_info.copied). */
+#define GPUIPC_REGISTER_COPY      0x8u
 
 /* Flags of gpuipc_lookup(). */
 #define GPUIPC_LOOKUP_WRITABLE 0x1u     /* map read-write (default read-only); host
@@ -129,7 +136,7 @@ typedef struct gpuipc_info {
         uint64_t alloc_id;              /* the daemon's allocation entry */
         uint64_t alloc_size;            /* bytes of the whole allocation */
         uint32_t alloc_regs;            /* registrations sharing it */
-        uint64_t buffer_id;             /* cuda-ipc: the driver's buffer id */
+        uint64_t buffer_id;             /* cuda-ipc, cuda-pool: the driver's buffer id */
         int has_event;                  /* the producer attached an IPC event */
         /* The registering process's executable, as the daemon read it when
          * that process connected; "" when it could not. */
@@ -144,6 +151,13 @@ typedef struct gpuipc_info {
         const uint32_t *access_gids;    /* n_access_gids entries, or NULL;
                                          * the group's gid is not repeated here */
         const char *access_group;       /* the group named at register time, or "" */
+        /* cuda-vmm: the VMM chunks it spans (1 unless it crosses the chunks
+         * of, e.g., PyTorch's expandable segments), and alloc_size is theirs
+         * in all; 0 for other kinds. */
+        uint32_t n_chunks;
+        /* Why the producer's library copied the buffer into cuda-vmm
+         * memory at register time (GPUIPC_REGISTER_COPY), or "". */
+        const char *copied;
         /* Unix time, ms, at which the daemon unregisters it (a TTL, see
          * gpuipc_set_ttl()); 0 when it has none. */
         uint64_t expires_ms;
@@ -171,6 +185,9 @@ typedef struct gpuipc_stats {
         uint32_t cuda_driver_version;   /* e.g. 13000; 0 when unavailable */
         uint64_t bytes_cuda_ipc;        /* bytes registered, by kind */
         uint64_t bytes_cuda_vmm;
+        uint64_t bytes_cuda_pool;
+        uint64_t copies;                /* registrations made with GPUIPC_REGISTER_COPY's copy */
+        uint64_t copied_bytes;
 } gpuipc_stats;
 
 /* ---- errors and versions ----------------------------------------------- */
@@ -338,6 +355,23 @@ GPUIPC_EXPORT void gpuipc_cudabuf_free(gpuipc_cudabuf *b);
 GPUIPC_EXPORT int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr,
                                        uint64_t size, const gpuipc_meta *meta, void *event,
                                        unsigned flags, uint64_t *ret_id);
+
+/* How gpuipc_register_cuda() would share [dptr, dptr + size) with these
+ * flags, without registering anything: returns a gpuipc_path, or a
+ * negative errno (-EINVAL: not device memory, -ENOTSUP: no driver here),
+ * and writes a sentence on the path and why into buf (len bytes, NUL
+ * terminated, truncated to fit; buf may be NULL when len is 0). */
+typedef enum gpuipc_path {
+        GPUIPC_PATH_NONE = 0,       /* cannot be shared (buf says what would help) */
+        GPUIPC_PATH_CUDA_IPC = 1,   /* legacy IPC handle at an offset */
+        GPUIPC_PATH_CUDA_VMM = 2,   /* VMM chunks exported as POSIX fds */
+        GPUIPC_PATH_CUDA_POOL = 3,  /* exportable stream-ordered pool */
+        GPUIPC_PATH_COPY = 4,       /* GPUIPC_REGISTER_COPY: copied into cuda-vmm memory */
+} gpuipc_path;
+GPUIPC_EXPORT int gpuipc_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf,
+                                 size_t len);
+/* "none", "cuda-ipc", "cuda-vmm", "cuda-pool", "copy"; "unknown" otherwise. */
+GPUIPC_EXPORT const char *gpuipc_path_name(int path);
 
 /* Hands a cuda-ipc registration of this connection to the daemon, which
  * copies it into memory of its own; the name then refers to that durable

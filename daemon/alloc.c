@@ -24,13 +24,22 @@ void alloc_table_init(struct alloc_table *T)
         T->n = 0;
 }
 
+/* Entries keyed like cuda-ipc: a handle and a buffer id. */
+static bool by_handle(uint8_t kind)
+{
+        return kind == PROTO_KIND_CUDA_IPC || kind == PROTO_KIND_CUDA_POOL;
+}
+
 static void alloc_destroy(struct alloc_table *T, struct alloc *a)
 {
+        struct alloc *pool = a->pool;
+
         hmap_remove(&T->map, &a->node);
         if (a->fd >= 0)
                 close(a->fd);
         T->n--;
         free(a);
+        alloc_put(T, pool);
 }
 
 void alloc_table_done(struct alloc_table *T)
@@ -57,7 +66,7 @@ static uint64_t key_hash(const struct key *k)
         buf[n++] = k->kind;
         memcpy(buf + n, k->device, ALLOC_UUID_LEN);
         n += ALLOC_UUID_LEN;
-        if (k->kind == PROTO_KIND_CUDA_IPC) {
+        if (by_handle(k->kind)) {
                 memcpy(buf + n, k->handle, ALLOC_HANDLE_LEN);
                 n += ALLOC_HANDLE_LEN;
                 memcpy(buf + n, &k->buffer_id, 8);
@@ -73,7 +82,7 @@ static bool key_eq(const struct alloc *a, const struct key *k)
 {
         if (a->kind != k->kind || memcmp(a->device, k->device, ALLOC_UUID_LEN) != 0)
                 return false;
-        if (k->kind == PROTO_KIND_CUDA_IPC)
+        if (by_handle(k->kind))
                 return a->buffer_id == k->buffer_id &&
                        memcmp(a->handle, k->handle, ALLOC_HANDLE_LEN) == 0;
         return memcmp(a->key, k->alloc_key, ALLOC_KEY_LEN) == 0;
@@ -151,11 +160,12 @@ int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
         return alloc_get_vmm_as(T, device, key, fd, size, ALLOC_UID_NOBODY, ret);
 }
 
-int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+/* An entry that keeps an fd, keyed by a key the producer drew. */
+static int get_keyed(struct alloc_table *T, uint8_t kind, const uint8_t device[ALLOC_UUID_LEN],
                      const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
                      struct alloc **ret)
 {
-        struct key k = { .kind = PROTO_KIND_CUDA_VMM };
+        struct key k = { .kind = kind };
         struct alloc *a;
         bool created;
         int r;
@@ -172,6 +182,63 @@ int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN]
         *fd = -1;
         *ret = a;
         return 0;
+}
+
+int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                     const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
+                     struct alloc **ret)
+{
+        return get_keyed(T, PROTO_KIND_CUDA_VMM, device, key, fd, size, uid, ret);
+}
+
+int alloc_get_pool_entry(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                         const uint8_t pool_key[ALLOC_KEY_LEN], int *fd, uint32_t uid,
+                         struct alloc **ret)
+{
+        return get_keyed(T, ALLOC_KIND_POOL, device, pool_key, fd, 0, uid, ret);
+}
+
+int alloc_get_pool_ptr(struct alloc_table *T, struct alloc *pool,
+                       const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
+                       uint64_t size, struct alloc **ret)
+{
+        struct key k = { .kind = PROTO_KIND_CUDA_POOL, .buffer_id = buffer_id };
+        struct alloc *a;
+        bool created;
+        int r;
+
+        memcpy(k.device, pool->device, ALLOC_UUID_LEN);
+        memcpy(k.handle, handle, ALLOC_HANDLE_LEN);
+        r = get(T, &k, size, false, ALLOC_UID_NOBODY, &a, &created);
+        if (r < 0)
+                return r;
+        if (created) {
+                a->pool = pool;
+                pool->regs++;           /* the pointer's own reference */
+        } else if (a->pool != pool) {
+                alloc_put(T, a);
+                return -EINVAL;
+        }
+        *ret = a;
+        return 0;
+}
+
+int alloc_get_pool(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                   const uint8_t pool_key[ALLOC_KEY_LEN], int *fd,
+                   const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id, uint64_t size,
+                   uint32_t uid, struct alloc **ret)
+{
+        struct alloc *pool;
+        int r, pfd = *fd;
+
+        r = alloc_get_pool_entry(T, device, pool_key, &pfd, uid, &pool);
+        if (r < 0)
+                return r;
+        /* The fd went to the pool's entry, or was closed as its duplicate. */
+        *fd = -1;
+        r = alloc_get_pool_ptr(T, pool, handle, buffer_id, size, ret);
+        alloc_put(T, pool);             /* the pointer holds its own */
+        return r;
 }
 
 void alloc_put(struct alloc_table *T, struct alloc *a)

@@ -10,7 +10,12 @@
  *   cuda-vmm: (device, the 16-byte alloc_key the producer drew for the
  *             allocation).  Not the exported fd's file: on the real driver
  *             every export, of any allocation, is an open of /dev/nvidiactl
- *             with one st_dev/st_ino.
+ *             with one st_dev/st_ino.  A registration over several VMM
+ *             chunks (PyTorch's expandable segments) holds one entry each.
+ *   cuda-pool: (device, the 64-byte CUmemPoolPtrExportData, buffer_id) for
+ *             the pointer, which references the entry of its pool
+ *             (ALLOC_KIND_POOL, keyed by the pool_key the producer drew),
+ *             the one that keeps the pool's exported fd.
  * The device is part of every key, so the one hash table is in effect one
  * table per device.  Entries count the registrations that use them and are
  * freed with the last; a cuda-vmm entry keeps the first registration's fd
@@ -29,6 +34,9 @@
 #define ALLOC_HANDLE_LEN 64u
 #define ALLOC_KEY_LEN    16u
 #define ALLOC_UID_NOBODY UINT32_MAX     /* a creator no peer matches */
+/* The kind of a pool's own entry: it holds the pool's exported fd and is
+ * shared by the entries of the pool's pointers (PROTO_KIND_CUDA_POOL). */
+#define ALLOC_KIND_POOL  0x10u
 
 struct alloc {
         struct hmap_node node;
@@ -36,12 +44,13 @@ struct alloc {
         uint64_t size;                  /* alloc_size */
         uint64_t buffer_id;             /* cuda-ipc */
         uint32_t regs;                  /* registrations using it */
-        uint32_t uid;                   /* cuda-vmm: the creator's; only it may join */
-        int fd;                         /* cuda-vmm: kept; else -1 */
-        uint8_t kind;                   /* PROTO_KIND_CUDA_IPC or _VMM */
+        uint32_t uid;                   /* cuda-vmm, pool: the creator's; only it may join */
+        int fd;                         /* cuda-vmm, pool: kept; else -1 */
+        uint8_t kind;                   /* PROTO_KIND_CUDA_*, or ALLOC_KIND_POOL */
         uint8_t device[ALLOC_UUID_LEN];
-        uint8_t handle[ALLOC_HANDLE_LEN];       /* cuda-ipc */
-        uint8_t key[ALLOC_KEY_LEN];             /* cuda-vmm */
+        uint8_t handle[ALLOC_HANDLE_LEN];       /* cuda-ipc; cuda-pool: export data */
+        uint8_t key[ALLOC_KEY_LEN];             /* cuda-vmm, pool */
+        struct alloc *pool;             /* cuda-pool: its pool's entry */
 };
 
 struct alloc_table {
@@ -75,6 +84,26 @@ int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
 int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
                      const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
                      struct alloc **ret);
+/* Takes a reference on the cuda-pool pointer of (device, handle,
+ * buffer_id), creating its entry on first use, and through it one on the
+ * entry of its pool (device, pool_key), which keeps *fd, the pool's
+ * exported fd: *fd is consumed on success as for alloc_get_vmm(); on
+ * failure it is set to -1 where it was consumed, else left alone.  A pool
+ * key already known is joined only by the uid that created it (-EPERM);
+ * -EINVAL when the pointer is known with another size or another pool. */
+int alloc_get_pool(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                   const uint8_t pool_key[ALLOC_KEY_LEN], int *fd,
+                   const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id, uint64_t size,
+                   uint32_t uid, struct alloc **ret);
+/* The two steps of alloc_get_pool(), for restore: the pool's entry (as
+ * alloc_get_vmm_as(), size 0), then a pointer entry of that pool, which
+ * takes a reference of its own on pool when it is new. */
+int alloc_get_pool_entry(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
+                         const uint8_t pool_key[ALLOC_KEY_LEN], int *fd, uint32_t uid,
+                         struct alloc **ret);
+int alloc_get_pool_ptr(struct alloc_table *T, struct alloc *pool,
+                       const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
+                       uint64_t size, struct alloc **ret);
 /* Drops a reference; frees the entry (closing its fd) with the last.
  * NULL-safe. */
 void alloc_put(struct alloc_table *T, struct alloc *a);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -57,6 +58,18 @@ static int wanted_events(const struct conn *c)
         return ev;
 }
 
+/* The inode of /proc/PID/ns/NAME (which namespace the peer is in), or 0. */
+static uint64_t peer_ns(uint32_t pid, const char *name)
+{
+        char path[64];
+        struct stat st;
+
+        if (pid == 0)
+                return 0;
+        snprintf(path, sizeof(path), "/proc/%u/ns/%s", pid, name);
+        return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 int conn_new(struct daemon *d, int fd, struct conn **ret)
 {
         struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
@@ -76,6 +89,10 @@ int conn_new(struct daemon *d, int fd, struct conn **ret)
         }
         proto_fdq_init(&c->fdq);
         reg_party_init(&c->party, (uint32_t)cred.pid, cred.uid, cred.gid);
+        /* Read at accept, while the pid is the connecting process's: legacy
+         * CUDA IPC cannot cross PID namespaces (ops_lookup.c). */
+        c->party.pidns = peer_ns(c->party.pid, "pid");
+        c->party.ipcns = peer_ns(c->party.pid, "ipc");
         c->d = d;
         c->fd = fd;
         c->id = ++d->next_conn_id;
@@ -135,7 +152,7 @@ static struct chunk *chunk_new(size_t len)
         }
         k->next = NULL;
         k->pin = NULL;
-        k->fd = -1;
+        k->nfds = 0;
         k->len = k->off = 0;
         return k;
 }
@@ -228,6 +245,12 @@ static int send_failed(struct conn *c, int err)
 
 int conn_send_fd(struct conn *c, struct proto_out *o, struct reg *pin, int fd)
 {
+        return conn_send_fds(c, o, pin, &fd, pin ? 1 : 0);
+}
+
+int conn_send_fds(struct conn *c, struct proto_out *o, struct reg *pin, const int *fds,
+                  unsigned nfds)
+{
         struct chunk *k;
         int r;
 
@@ -251,11 +274,15 @@ int conn_send_fd(struct conn *c, struct proto_out *o, struct reg *pin, int fd)
                 if (!k)
                         return send_failed(c, -ENOMEM);
                 if (pin) {
-                        /* The pin keeps the registration, and so fd, open. */
-                        assert(fd >= 0);
+                        /* The pin keeps the registration, and so its fds, open. */
+                        assert(nfds >= 1 && nfds <= PROTO_MAX_FDS);
                         registry_pin(pin);
                         k->pin = pin;
-                        k->fd = fd;
+                        k->nfds = nfds;
+                        for (unsigned i = 0; i < nfds; i++) {
+                                assert(fds[i] >= 0);
+                                k->fds[i] = fds[i];
+                        }
                 }
                 if (c->out_tail)
                         c->out_tail->next = k;
@@ -312,14 +339,17 @@ static int write_some(struct conn *c)
         while (c->out_head) {
                 struct iovec iov[IOV_BATCH];
                 struct chunk *k = c->out_head;
-                int fds[1], n = 0;
+                const int *fds = NULL;
                 unsigned nfds = 0;
+                int n = 0;
                 ssize_t w;
 
-                /* A chunk with an fd starts its own sendmsg(), so the fd goes
+                /* A chunk with fds starts its own sendmsg(), so the fds go
                  * with its first byte; fd-less chunks after it share it. */
-                if (k->pin && k->off == 0)
-                        fds[nfds++] = k->fd;
+                if (k->pin && k->off == 0) {
+                        fds = k->fds;
+                        nfds = k->nfds;
+                }
                 for (; k && n < IOV_BATCH; k = k->next) {
                         if (n > 0 && k->pin)
                                 break;

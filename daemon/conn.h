@@ -26,8 +26,9 @@ struct waiter;
  * frames without one are appended to the last chunk while they fit. */
 struct chunk {
         struct chunk *next;
-        struct reg *pin;                /* keeps fd open; fd travels with byte 0 */
-        int fd;                         /* with pin: pin->fd or pin->ro_fd */
+        struct reg *pin;                /* keeps fds open; they travel with byte 0 */
+        unsigned nfds;                  /* with pin: 1..PROTO_MAX_FDS */
+        int fds[PROTO_MAX_FDS];         /* pin->fd, pin->ro_fd, or its chunks' */
         size_t len, off;                /* off: bytes already written */
         size_t cap;                     /* bytes buf has room for */
         uint8_t buf[];
@@ -79,6 +80,9 @@ int conn_send(struct conn *c, struct proto_out *o, struct reg *pin);
 /* conn_send() with an fd of pin other than pin->fd (e.g. pin->ro_fd).  On
  * -ENOMEM the connection is doomed, since its peer would wait forever. */
 int conn_send_fd(struct conn *c, struct proto_out *o, struct reg *pin, int fd);
+/* conn_send_fd() with nfds (1..PROTO_MAX_FDS) fds that pin keeps open. */
+int conn_send_fds(struct conn *c, struct proto_out *o, struct reg *pin, const int *fds,
+                  unsigned nfds);
 /* Starts o as an error event frame (the one place that packs them). */
 void conn_pack_error_event(struct proto_out *o, int err, const char *message, bool fatal);
 /* Starts o as an event about a registration, {event, id, name}, with room

@@ -9,16 +9,55 @@
 
 struct reg_cuda *reg_cuda_new(void)
 {
-        return calloc(1, sizeof(struct reg_cuda));
+        struct reg_cuda *rc = calloc(1, sizeof(struct reg_cuda));
+
+        if (rc)
+                rc->n_chunks = 1;
+        return rc;
 }
 
 void reg_cuda_free(struct alloc_table *T, struct reg_cuda *rc)
 {
         if (!rc)
                 return;
+        if (rc->chunks) {
+                /* chunks[0] is alloc; unset tails of a half-built one are NULL. */
+                for (uint32_t i = 1; i < rc->n_chunks; i++)
+                        alloc_put(T, rc->chunks[i]);
+                free(rc->chunks);
+        }
         alloc_put(T, rc->alloc);
+        free(rc->copied);
         free(rc->rel);
         free(rc);
+}
+
+int reg_cuda_set_copied(struct reg_cuda *rc, const char *s, size_t len)
+{
+        rc->copied = strndup(s, len);
+        return rc->copied ? 0 : -ENOMEM;
+}
+
+int reg_cuda_set_chunks(struct reg_cuda *rc, uint32_t n)
+{
+        rc->chunks = calloc(n, sizeof(*rc->chunks));
+        if (!rc->chunks)
+                return -ENOMEM;
+        rc->n_chunks = n;
+        return 0;
+}
+
+unsigned reg_cuda_fds(const struct reg_cuda *rc, int *fds)
+{
+        const struct alloc *a = rc->alloc;
+
+        if (a->kind == PROTO_KIND_CUDA_POOL) {
+                fds[0] = a->pool->fd;
+                return 1;
+        }
+        for (uint32_t i = 0; i < rc->n_chunks; i++)
+                fds[i] = reg_cuda_chunk(rc, i)->fd;
+        return rc->n_chunks;
 }
 
 int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[ALLOC_HANDLE_LEN])
@@ -49,7 +88,22 @@ uint32_t reg_cuda_record_fields(const struct reg *r, bool with_handle)
 
         if (!rc)
                 return 0;
-        return 2 + (r->kind == PROTO_KIND_CUDA_IPC) * (1 + with_handle) + rc->has_event;
+        return 2 + (r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL) *
+                   (1 + with_handle) + rc->has_event + (rc->n_chunks > 1) + (rc->copied != NULL);
+}
+
+/* {id, size, regs} of entry a, and with_key its key. */
+static void pack_alloc(msgpack_packer *pk, const struct alloc *a, bool with_key)
+{
+        msgpack_pack_map(pk, 3 + with_key);
+        proto_pack_ku64(pk, "id", a->id);
+        proto_pack_ku64(pk, "size", a->size);
+        proto_pack_ku64(pk, "regs", a->regs);
+        if (with_key) {
+                /* What consumers key their imports by: the fd cannot. */
+                proto_pack_str(pk, "key");
+                msgpack_pack_bin_with_body(pk, a->pool ? a->pool->key : a->key, ALLOC_KEY_LEN);
+        }
 }
 
 void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_handle)
@@ -62,16 +116,16 @@ void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_han
         cuda_uuid_format(rc->device, uuid);
         proto_pack_kstr(pk, "device", uuid);
         proto_pack_str(pk, "alloc");
-        msgpack_pack_map(pk, 3 + (with_handle && r->kind == PROTO_KIND_CUDA_VMM));
-        proto_pack_ku64(pk, "id", rc->alloc->id);
-        proto_pack_ku64(pk, "size", rc->alloc->size);
-        proto_pack_ku64(pk, "regs", rc->alloc->regs);
-        if (with_handle && r->kind == PROTO_KIND_CUDA_VMM) {
-                /* What consumers key their imports by: the fd cannot. */
-                proto_pack_str(pk, "key");
-                msgpack_pack_bin_with_body(pk, rc->alloc->key, ALLOC_KEY_LEN);
+        pack_alloc(pk, rc->alloc, with_handle && r->kind != PROTO_KIND_CUDA_IPC);
+        if (rc->n_chunks > 1) {
+                proto_pack_str(pk, "chunks");
+                msgpack_pack_array(pk, rc->n_chunks);
+                for (uint32_t i = 0; i < rc->n_chunks; i++)
+                        pack_alloc(pk, rc->chunks[i], with_handle);
         }
-        if (r->kind == PROTO_KIND_CUDA_IPC) {
+        if (rc->copied)
+                proto_pack_kstr(pk, "copied", rc->copied);
+        if (r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL) {
                 proto_pack_ku64(pk, "buffer_id", rc->alloc->buffer_id);
                 if (with_handle) {
                         proto_pack_str(pk, "handle");

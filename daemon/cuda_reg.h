@@ -18,9 +18,17 @@
  * Past it the newest are kept: waiting on the latest uses of a stream covers
  * the earlier ones more often than the reverse. */
 #define REG_CUDA_EVENTS_MAX 64u
+#define REG_CUDA_COPIED_MAX 160u        /* bytes of a `copied` reason */
 
 struct reg_cuda {
-        struct alloc *alloc;
+        struct alloc *alloc;            /* cuda-vmm: the first chunk's */
+        /* cuda-vmm over several chunks (n_chunks > 1): every chunk's entry,
+         * in address order, chunks[0] == alloc; NULL for one chunk. */
+        struct alloc **chunks;
+        uint32_t n_chunks;
+        /* Why the library copied the buffer into this cuda-vmm memory at
+         * register time (GPUIPC_REGISTER_COPY), or NULL; freed with rc. */
+        char *copied;
         uint8_t device[ALLOC_UUID_LEN];
         uint8_t event[ALLOC_HANDLE_LEN];        /* the producer's, if has_event */
         bool has_event;
@@ -30,10 +38,22 @@ struct reg_cuda {
 };
 
 struct reg_cuda *reg_cuda_new(void);
-/* Drops the allocation reference and frees rc; NULL-safe. */
+/* The entry of chunk i (0 <= i < n_chunks, which is at least 1). */
+static inline struct alloc *reg_cuda_chunk(const struct reg_cuda *rc, uint32_t i)
+{
+        return rc->chunks ? rc->chunks[i] : rc->alloc;
+}
+/* Room for n chunk entries (n >= 2; alloc becomes chunks[0] once set);
+ * -ENOMEM. */
+int reg_cuda_set_chunks(struct reg_cuda *rc, uint32_t n);
+/* The fds a lookup sends, in chunk order, into fds (PROTO_MAX_FDS); how many. */
+unsigned reg_cuda_fds(const struct reg_cuda *rc, int *fds);
+/* Drops the allocation references and frees rc; NULL-safe. */
 void reg_cuda_free(struct alloc_table *T, struct reg_cuda *rc);
 /* Keeps a release event for the next released event; -ENOMEM. */
 int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[ALLOC_HANDLE_LEN]);
+/* Sets rc->copied to a copy of the len bytes at s; -ENOMEM. */
+int reg_cuda_set_copied(struct reg_cuda *rc, const char *s, size_t len);
 
 /* Record fields of a CUDA registration (device, alloc, buffer_id, event,
  * and with_handle, for lookup replies: handle, alloc.key): how many, then

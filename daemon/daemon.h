@@ -30,6 +30,7 @@ struct daemon {
         struct hmap waits;              /* name -> struct waitq */
         struct hmap uids;               /* uid -> what it holds (quota.c) */
         uint64_t requests, errors;      /* replies sent, and those that failed */
+        uint64_t copies, copied_bytes;  /* registrations the library copied (`copied`) */
         uint64_t start_ms;              /* uv_now() at startup */
         struct hmap detached;           /* token -> detached session (session.c) */
         uint32_t n_detached;

@@ -152,6 +152,12 @@ int metrics_render(struct daemon *d, char **ret_text, size_t *ret_len)
         for (unsigned i = 0; i < _PROTO_KIND_MAX; i++)
                 fprintf(f, "gpuipcd_registrations{kind=\"%s\"} %" PRIu64 "\n",
                         proto_kind_name(i), kinds.count[i]);
+        head(f, "gpuipcd_copies_total", "counter",
+             "Registrations that the producer's library copied into cuda-vmm memory because "
+             "zero-copy sharing was impossible (GPUIPC_REGISTER_COPY).");
+        fprintf(f, "gpuipcd_copies_total %" PRIu64 "\n", d->copies);
+        head(f, "gpuipcd_copied_bytes_total", "counter", "Bytes of those copies.");
+        fprintf(f, "gpuipcd_copied_bytes_total %" PRIu64 "\n", d->copied_bytes);
         head(f, "gpuipcd_leases", "gauge", "Leases held by all clients.");
         fprintf(f, "gpuipcd_leases %" PRIu64 "\n", k->leases);
         head(f, "gpuipcd_bytes", "gauge", "Bytes of registered buffers, by kind and device.");

@@ -82,7 +82,13 @@ int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pi
 
 int reply_send_fd(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin, int fd)
 {
-        int r = conn_send_fd(c, o, pin, fd);
+        return reply_send_fds(c, seq, o, pin, &fd, pin ? 1 : 0);
+}
+
+int reply_send_fds(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin,
+                   const int *fds, unsigned nfds)
+{
+        int r = conn_send_fds(c, o, pin, fds, nfds);
 
         if (r == -EMSGSIZE) {
                 ops_reply_error(c, seq, -EMSGSIZE, "the reply would exceed max_frame");
@@ -303,7 +309,7 @@ int op_stats(struct req *q)
         for (unsigned i = 1; i < _PROTO_KIND_MAX; i++)
                 nkinds += k->bytes[i] > 0;
         cuda = gpu_available(d->gpu, &reason, &driver);
-        reply_start(&o, q->seq, 11);
+        reply_start(&o, q->seq, 13);
         proto_pack_kstr(&o.pk, "server", SERVER_NAME);
         proto_pack_ku64(&o.pk, "version", PROTO_VERSION);
         proto_pack_ku64(&o.pk, "pid", (uint64_t)getpid());
@@ -318,6 +324,8 @@ int op_stats(struct req *q)
                         proto_pack_ku64(&o.pk, proto_kind_name(i), k->bytes[i]);
         proto_pack_ku64(&o.pk, "requests", d->requests);
         proto_pack_ku64(&o.pk, "errors", d->errors);
+        proto_pack_ku64(&o.pk, "copies", d->copies);
+        proto_pack_ku64(&o.pk, "copied_bytes", d->copied_bytes);
         proto_pack_str(&o.pk, "cuda");
         msgpack_pack_map(&o.pk, 1 + (!cuda && reason) + (cuda && driver > 0));
         proto_pack_kbool(&o.pk, "available", cuda);

@@ -42,6 +42,9 @@ void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields);
 int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin);
 /* reply_send() with an fd of pin other than pin->fd (its ro_fd). */
 int reply_send_fd(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin, int fd);
+/* reply_send_fd() with nfds fds (0 without pin). */
+int reply_send_fds(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin,
+                   const int *fds, unsigned nfds);
 void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message);
 
 /* Packs the registration record of r; with_handle adds a cuda-ipc handle

@@ -40,7 +40,8 @@ static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writ
         struct registry *R = c->d->reg;
         struct proto_out o;
         bool has_fd = r->kind != PROTO_KIND_CUDA_IPC && !peer_has(c, r, have);
-        int fd = r->kind == PROTO_KIND_HOST && !writable ? r->ro_fd : r->fd;
+        int fds[PROTO_MAX_FDS];
+        unsigned nfds = 1;
         struct lease *l;
         char msg[PROTO_NAME_MAX + 128];
         uint64_t n;
@@ -66,21 +67,38 @@ static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writ
                 ops_reply_error(c, seq, -ENOBUFS, msg);
                 return;
         }
+        if (r->kind == PROTO_KIND_CUDA_IPC && c->party.pidns && r->owner &&
+            r->owner->pidns && c->party.pidns != r->owner->pidns) {
+                /* The driver refuses it (CUDA_ERROR_INVALID_CONTEXT, as in
+                 * the exporting process): say why before the consumer asks. */
+                snprintf(msg, sizeof(msg), "%s is a legacy CUDA IPC (cuda-ipc) buffer of a "
+                         "process in another PID namespace, and legacy CUDA IPC works only "
+                         "within one PID namespace: have the producer share cuda-vmm memory "
+                         "(gpuipc_cudabuf_new, or an allocator exporting POSIX fds), adopt "
+                         "it (gpuipcctl adopt / gpuipc_adopt), or register it with "
+                         "GPUIPC_REGISTER_COPY", r->name);
+                ops_reply_error(c, seq, -ENOTSUP, msg);
+                return;
+        }
         k = registry_lease(R, r, &c->party, &l);
         if (k < 0) {
                 ops_reply_error(c, seq, k, "cannot take a lease: out of memory");
                 return;
         }
+        if (r->cuda)
+                nfds = reg_cuda_fds(r->cuda, fds);
+        else
+                fds[0] = writable ? r->fd : r->ro_fd;
         reply_start(&o, seq, 2 + has_fd);
         proto_pack_ku64(&o.pk, "lease", l->id);
         proto_pack_str(&o.pk, "reg");
         pack_record_ex(&o.pk, r, true);
         if (has_fd)
-                proto_pack_ku64(&o.pk, "fds", 1);
-        /* The queued frame pins r, so the fd outlives a release or an
-         * unregister that comes before the kernel has taken it.  A
+                proto_pack_ku64(&o.pk, "fds", nfds);
+        /* The queued frame pins r, so the fds outlive a release or an
+         * unregister that comes before the kernel has taken them.  A
          * cuda-ipc record carries a handle instead of an fd. */
-        k = reply_send_fd(c, seq, &o, has_fd ? r : NULL, has_fd ? fd : -1);
+        k = reply_send_fds(c, seq, &o, has_fd ? r : NULL, fds, has_fd ? nfds : 0);
         proto_out_free(&o);
         if (k < 0)
                 registry_lease_undo(R, l);

@@ -222,7 +222,7 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
                 return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
                                 "(--max-registrations-per-uid %u)", uid, u.regs,
                                 cfg->max_registrations_per_uid);
-        if (cfg->max_bytes_per_uid > 0 && p->kind != PROTO_KIND_CUDA_IPC &&
+        if (cfg->max_bytes_per_uid > 0 && proto_kind_held(p->kind) &&
             (p->size > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - p->size))
                 return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes (%s); %s more "
                                 "would pass --max-bytes-per-uid %s", uid, u.bytes,
@@ -336,6 +336,12 @@ int op_register(struct req *q)
         proto_out_free(&o);
         log_debug("registered %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u", r->name,
                   r->id, r->size, c->party.pid);
+        if (r->cuda && r->cuda->copied) {
+                d->copies++;
+                d->copied_bytes += r->size;
+                log_info("%s (%" PRIu64 " bytes) was registered as a copy: %s", r->name, r->size,
+                         r->cuda->copied);
+        }
         waits_wake(d, r);
         k = 0;
 out:

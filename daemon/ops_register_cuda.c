@@ -28,16 +28,114 @@ static int get_handle(struct req *q, const char *key, const uint8_t **ret)
         return get_bin_exact(q, key, ALLOC_HANDLE_LEN, ret);
 }
 
+/* `chunks` of a cuda-vmm registration over several VMM allocations: the
+ * entries of n chunks into rc, chunk i's fd being fds[i]. */
+static int register_chunks(struct req *q, const msgpack_object *a, const uint8_t uuid[],
+                           uint64_t alloc_size, struct reg_cuda *rc)
+{
+        struct alloc_table *T = &q->c->d->allocs;
+        uint32_t n = a->via.array.size;
+        uint64_t total = 0;
+        int r;
+
+        if (n < 2 || n > PROTO_CHUNKS_MAX)
+                return req_fail(q, -EINVAL, "chunks must list 2 to %u chunks (got %u)",
+                                PROTO_CHUNKS_MAX, n);
+        if (q->nfds != n)
+                return req_fail(q, -EBADF, "a cuda-vmm registration of %u chunks carries %u "
+                                "fds, one per chunk in order (got %u)", n, n, q->nfds);
+        r = reg_cuda_set_chunks(rc, n);
+        if (r < 0)
+                return req_fail(q, r, "out of memory");
+        for (uint32_t i = 0; i < n; i++) {
+                const msgpack_object *m = &a->via.array.ptr[i];
+                const uint8_t *key;
+                uint64_t size = 0;
+                size_t len = 0;
+
+                if (m->type != MSGPACK_OBJECT_MAP ||
+                    proto_get_bin(m, "key", &key, &len) < 0 || len != ALLOC_KEY_LEN ||
+                    proto_get_u64(m, "size", &size) < 0 || size == 0)
+                        return req_fail(q, -EINVAL, "chunks[%u] must be a map {key: bin of %u "
+                                        "bytes, size: uint >= 1}", i, ALLOC_KEY_LEN);
+                if (size > alloc_size - total)
+                        return req_fail(q, -EINVAL, "the chunks' sizes add up to more than "
+                                        "alloc_size %" PRIu64, alloc_size);
+                total += size;
+                r = alloc_get_vmm_as(T, uuid, key, &q->fds[i], size, q->c->party.uid,
+                                     &rc->chunks[i]);
+                if (r < 0)
+                        return r;       /* the caller words it */
+                for (uint32_t j = 0; j < i; j++)
+                        if (rc->chunks[j] == rc->chunks[i])
+                                return req_fail(q, -EINVAL, "chunks[%u] and chunks[%u] have "
+                                                "the same key", j, i);
+        }
+        if (total != alloc_size)
+                return req_fail(q, -EINVAL, "the chunks' sizes add up to %" PRIu64 ", not "
+                                "alloc_size %" PRIu64, total, alloc_size);
+        rc->alloc = rc->chunks[0];
+        return 0;
+}
+
+/* The allocation entries of a cuda-vmm or cuda-pool registration into rc. */
+static int register_fd_kind(struct req *q, struct reg_params *p, const uint8_t uuid[],
+                            uint64_t alloc_size, struct reg_cuda *rc)
+{
+        struct alloc_table *T = &q->c->d->allocs;
+        const msgpack_object *chunks = NULL;
+        const uint8_t *key = NULL, *handle = NULL;
+        const char *keyname = p->kind == PROTO_KIND_CUDA_POOL ? "pool_key" : "alloc_key";
+        uint64_t buffer_id = 0;
+        int r;
+
+        /* The fd cannot name the allocation: every export is an open of
+         * /dev/nvidiactl, so the producer names it with a key. */
+        if (p->kind == PROTO_KIND_CUDA_VMM) {
+                r = proto_get_array(q->m, "chunks", &chunks);
+                if (r == -EINVAL)
+                        return req_fail(q, -EINVAL, "chunks must be an array");
+                if (chunks)
+                        return register_chunks(q, chunks, uuid, alloc_size, rc);
+        }
+        r = get_bin_exact(q, keyname, ALLOC_KEY_LEN, &key);
+        if (r == -ENOENT)
+                return req_fail(q, -EINVAL, "%s is required for %s (%u random bytes the "
+                                "producer drew for the %s)", keyname, proto_kind_name(p->kind),
+                                ALLOC_KEY_LEN, chunks ? "allocation" : "pool");
+        if (r < 0)
+                return r;
+        if (q->nfds != 1)
+                return req_fail(q, -EBADF, "a %s registration carries exactly one fd, the "
+                                "exported one (fds: 1)", proto_kind_name(p->kind));
+        if (p->kind == PROTO_KIND_CUDA_VMM)
+                return alloc_get_vmm_as(T, uuid, key, &q->fds[0], alloc_size,
+                                        q->c->party.uid, &rc->alloc);
+        r = get_handle(q, "handle", &handle);
+        if (r == -ENOENT)
+                return req_fail(q, -EINVAL, "handle is required for cuda-pool (the %u bytes "
+                                "of cuMemPoolExportPointer)", ALLOC_HANDLE_LEN);
+        if (r < 0)
+                return r;
+        r = proto_get_u64(q->m, "buffer_id", &buffer_id);
+        if (r < 0)
+                return req_fail(q, -EINVAL, r == -ENOENT ? "buffer_id is required for "
+                                "cuda-pool" : "buffer_id must be a uint");
+        return alloc_get_pool(T, uuid, key, &q->fds[0], handle, buffer_id, alloc_size,
+                              q->c->party.uid, &rc->alloc);
+}
+
 int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_given)
 {
         struct alloc_table *T = &q->c->d->allocs;
         bool ipc = p->kind == PROTO_KIND_CUDA_IPC;
-        const uint8_t *handle = NULL, *event = NULL, *key = NULL;
+        bool bound = ipc || p->kind == PROTO_KIND_CUDA_POOL;   /* the producer's memory */
+        const uint8_t *handle = NULL, *event = NULL;
         uint8_t uuid[CUDA_UUID_LEN];
         uint64_t alloc_size = 0, buffer_id = 0;
+        const char *s, *copied = NULL;
+        size_t len, copied_len = 0;
         struct reg_cuda *rc;
-        const char *s;
-        size_t len;
         int r;
 
         r = proto_get_str(q->m, "device", &s, &len);
@@ -59,10 +157,16 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
         r = get_handle(q, "event", &event);
         if (r == -EINVAL)
                 return r;
+        r = proto_get_str(q->m, "copied", &copied, &copied_len);
+        if (r == -EINVAL || (r == 0 && (copied_len == 0 || copied_len > REG_CUDA_COPIED_MAX)))
+                return req_fail(q, -EINVAL, "copied must be a str of 1 to %u bytes (why the "
+                                "buffer was copied)", REG_CUDA_COPIED_MAX);
+        if (copied && p->kind != PROTO_KIND_CUDA_VMM)
+                return req_fail(q, -EINVAL, "copied applies to cuda-vmm registrations only");
+        if (bound && ephemeral_given && !p->ephemeral)
+                return req_fail(q, -EINVAL, "%s registrations are ephemeral: the memory is the "
+                                "producer's (adopt makes it durable)", proto_kind_name(p->kind));
         if (ipc) {
-                if (ephemeral_given && !p->ephemeral)
-                        return req_fail(q, -EINVAL, "cuda-ipc registrations are ephemeral: the "
-                                        "memory is the producer's (adopt makes it durable)");
                 r = get_handle(q, "handle", &handle);
                 if (r == -ENOENT)
                         return req_fail(q, -EINVAL, "handle is required for cuda-ipc");
@@ -75,19 +179,6 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 if (q->nfds != 0)
                         return req_fail(q, -EINVAL, "a cuda-ipc registration carries no fds "
                                         "(fds: 0)");
-        } else {
-                /* The fd cannot name the allocation: every export is an open
-                 * of /dev/nvidiactl, so the producer names it with a key. */
-                r = get_bin_exact(q, "alloc_key", ALLOC_KEY_LEN, &key);
-                if (r == -ENOENT)
-                        return req_fail(q, -EINVAL, "alloc_key is required for cuda-vmm (%u "
-                                        "random bytes the producer drew for the allocation)",
-                                        ALLOC_KEY_LEN);
-                if (r < 0)
-                        return r;
-                if (q->nfds != 1)
-                        return req_fail(q, -EBADF, "a cuda-vmm registration carries exactly one "
-                                        "fd, the exported one (fds: 1)");
         }
 
         rc = reg_cuda_new();
@@ -98,25 +189,32 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 memcpy(rc->event, event, ALLOC_HANDLE_LEN);
                 rc->has_event = true;
         }
+        if (copied && reg_cuda_set_copied(rc, copied, copied_len) < 0) {
+                reg_cuda_free(T, rc);
+                return req_fail(q, -ENOMEM, "out of memory");
+        }
         /* The daemon cannot check a VMM fd without CUDA: any fd is taken, and
-         * alloc_key names the allocation. */
+         * the key names the allocation. */
         r = ipc ? alloc_get_ipc(T, uuid, handle, buffer_id, alloc_size, &rc->alloc)
-                : alloc_get_vmm_as(T, uuid, key, &q->fds[0], alloc_size, q->c->party.uid,
-                                   &rc->alloc);
+                : register_fd_kind(q, p, uuid, alloc_size, rc);
         if (r < 0) {
                 reg_cuda_free(T, rc);
+                if (q->msg[0])
+                        return r;       /* worded already */
                 if (r == -EPERM)
-                        return req_fail(q, r, "this alloc_key is registered by another uid; "
-                                        "only that uid may register more of it");
+                        return req_fail(q, r, "this %s is registered by another uid; only that "
+                                        "uid may register more of it", p->kind ==
+                                        PROTO_KIND_CUDA_POOL ? "pool_key" : "alloc_key");
                 if (r == -EINVAL)
                         return req_fail(q, r, "this allocation (%s) is already registered "
                                         "with another alloc_size", ipc ? "handle and buffer_id"
+                                        : p->kind == PROTO_KIND_CUDA_POOL ? "pool pointer"
                                         : "alloc_key");
                 return req_fail(q, r, "cannot record the allocation: %s", strerror(-r));
         }
         p->cuda = rc;
-        p->fd = ipc ? -1 : rc->alloc->fd;
-        p->ephemeral = ipc ? true : p->ephemeral;
-        p->revocable = ipc;
+        p->fd = p->kind == PROTO_KIND_CUDA_VMM ? rc->alloc->fd : -1;
+        p->ephemeral = bound ? true : p->ephemeral;
+        p->revocable = bound;
         return 0;
 }

@@ -106,7 +106,7 @@ static void state_name(int gen, char buf[16])
 
 /* The state can no longer be trusted to match the registry: a replay of
  * it could bring back what is gone.  Better none than a wrong one. */
-static bool entry_name(const struct reg *r, char name[ENTRY_NAME_MAX]);
+static void forget_entries(const struct reg *r);
 
 static void give_up(int err)
 {
@@ -124,8 +124,7 @@ static void give_up(int err)
         journal_close(&P.j);
         /* Without a journal the stored fds would only pin memory. */
         for (const struct reg *r = P.d ? registry_first(P.d->reg) : NULL; r; r = r->next)
-                if (entry_name(r, name))
-                        persist_store_remove(name);
+                forget_entries(r);
 }
 
 /* ---- records ----------------------------------------------------------- */
@@ -158,13 +157,9 @@ static void pack_access(msgpack_packer *pk, const struct reg_access *a)
         }
 }
 
-static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
+/* An allocation entry's fields, flat in the map being packed (7). */
+static void pack_alloc_fields(msgpack_packer *pk, const struct alloc *a)
 {
-        const struct alloc *a = rc->alloc;
-
-        proto_pack_str(pk, "cuda");
-        msgpack_pack_map(pk, 8 + rc->has_event);
-        pack_bin(pk, "device", rc->device, ALLOC_UUID_LEN);
         proto_pack_ku64(pk, "alloc", a->id);
         proto_pack_ku64(pk, "akind", a->kind);
         proto_pack_ku64(pk, "asize", a->size);
@@ -172,8 +167,35 @@ static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
         proto_pack_ku64(pk, "auid", a->uid);
         pack_bin(pk, "handle", a->handle, ALLOC_HANDLE_LEN);
         pack_bin(pk, "key", a->key, ALLOC_KEY_LEN);
+}
+
+static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
+{
+        const struct alloc *a = rc->alloc;
+
+        proto_pack_str(pk, "cuda");
+        msgpack_pack_map(pk, 8 + rc->has_event + (rc->n_chunks > 1) + (a->pool != NULL) +
+                         (rc->copied != NULL));
+        pack_bin(pk, "device", rc->device, ALLOC_UUID_LEN);
+        pack_alloc_fields(pk, a);
         if (rc->has_event)
                 pack_bin(pk, "event", rc->event, ALLOC_HANDLE_LEN);
+        if (rc->n_chunks > 1) {
+                /* The chunks after the first, in address order. */
+                proto_pack_str(pk, "chunks");
+                msgpack_pack_array(pk, rc->n_chunks - 1);
+                for (uint32_t i = 1; i < rc->n_chunks; i++) {
+                        msgpack_pack_map(pk, 7);
+                        pack_alloc_fields(pk, rc->chunks[i]);
+                }
+        }
+        if (a->pool) {
+                proto_pack_str(pk, "pool");
+                msgpack_pack_map(pk, 7);
+                pack_alloc_fields(pk, a->pool);
+        }
+        if (rc->copied)
+                proto_pack_kstr(pk, "copied", rc->copied);
 }
 
 static void pack_reg(msgpack_packer *pk, const struct reg *r)
@@ -480,27 +502,73 @@ void persist_session_end(struct daemon *d, const struct reg_party *p)
         rec_end(&x);
 }
 
-/* The name of the store entry that holds r's fd: "host-ID", or for
- * cuda-vmm "vmm-ALLOC" (shared by the allocation's registrations); false
- * for cuda-ipc, which has no fd. */
-static bool entry_name(const struct reg *r, char name[ENTRY_NAME_MAX])
+/* The name of the store entry of host registration r's memfd. */
+static void host_entry_name(const struct reg *r, char name[ENTRY_NAME_MAX])
 {
-        if (!r->cuda)
-                snprintf(name, ENTRY_NAME_MAX, "host-%" PRIu64, r->id);
-        else if (r->cuda->alloc->kind == PROTO_KIND_CUDA_VMM)
-                snprintf(name, ENTRY_NAME_MAX, "vmm-%" PRIu64, r->cuda->alloc->id);
-        else
-                return false;
-        return true;
+        snprintf(name, ENTRY_NAME_MAX, "host-%" PRIu64, r->id);
 }
 
-/* A new cuda-vmm allocation entry goes to the store once. */
-static void push_alloc(const struct reg *r)
+/* The store entry of an allocation entry's fd, shared by the registrations
+ * that use it ("vmm-" for cuda-vmm chunks and pools alike). */
+static void alloc_entry_name(const struct alloc *a, char name[ENTRY_NAME_MAX])
+{
+        snprintf(name, ENTRY_NAME_MAX, "vmm-%" PRIu64, a->id);
+}
+
+/* Calls fn on each allocation entry of r that keeps an fd and that r is
+ * alone in using: just created when r is added, about to go when r is
+ * freed.  (A pool's entry is shared by its pointers' entries.) */
+static void each_fd_entry_of(const struct reg *r, void (*fn)(const struct alloc *a))
+{
+        const struct reg_cuda *rc = r->cuda;
+        const struct alloc *a;
+
+        if (!rc)
+                return;
+        a = rc->alloc;
+        if (a->kind == PROTO_KIND_CUDA_POOL) {
+                if (a->regs == 1 && a->pool->regs == 1)
+                        fn(a->pool);
+                return;
+        }
+        if (a->kind != PROTO_KIND_CUDA_VMM)
+                return;
+        for (uint32_t i = 0; i < rc->n_chunks; i++)
+                if (reg_cuda_chunk(rc, i)->regs == 1)
+                        fn(reg_cuda_chunk(rc, i));
+}
+
+static void remove_entry(const struct alloc *a)
 {
         char name[ENTRY_NAME_MAX];
 
-        if (r->cuda && r->cuda->alloc->regs == 1 && entry_name(r, name))
-                store_push(name, r->cuda->alloc->fd);
+        alloc_entry_name(a, name);
+        persist_store_remove(name);
+}
+
+/* Removes every store entry r uses (a shared one may go more than once). */
+static void forget_entries(const struct reg *r)
+{
+        const struct reg_cuda *rc = r->cuda;
+        char name[ENTRY_NAME_MAX];
+
+        if (!rc) {
+                host_entry_name(r, name);
+                persist_store_remove(name);
+        } else if (rc->alloc->pool) {
+                remove_entry(rc->alloc->pool);
+        } else if (rc->alloc->kind == PROTO_KIND_CUDA_VMM) {
+                for (uint32_t i = 0; i < rc->n_chunks; i++)
+                        remove_entry(reg_cuda_chunk(rc, i));
+        }
+}
+
+static void push_entry(const struct alloc *a)
+{
+        char name[ENTRY_NAME_MAX];
+
+        alloc_entry_name(a, name);
+        store_push(name, a->fd);
 }
 
 void persist_added(struct daemon *d, const struct reg *r)
@@ -513,7 +581,7 @@ void persist_added(struct daemon *d, const struct reg *r)
          * the fds already. */
         if (!persist_enabled() || P.j.fd < 0)
                 return;
-        if (r->kind == PROTO_KIND_HOST && r->fd >= 0 && entry_name(r, name)) {
+        if (r->kind == PROTO_KIND_HOST && r->fd >= 0) {
                 /* A file description of its own: systemd ignores a push of
                  * one it holds already, and one memfd may back several
                  * registrations (at other offsets), each removed alone. */
@@ -522,10 +590,11 @@ void persist_added(struct daemon *d, const struct reg *r)
                         give_up(fd);
                         return;
                 }
+                host_entry_name(r, name);
                 store_push(name, fd);
                 close(fd);
         }
-        push_alloc(r);
+        each_fd_entry_of(r, push_entry);
         if (!rec_begin(&x))
                 return;         /* a push gave up */
         pack_reg(&x.pk, r);
@@ -548,9 +617,14 @@ void persist_freed(struct daemon *d, const struct reg *r)
         char name[ENTRY_NAME_MAX];
 
         (void)d;
-        /* A cuda-vmm entry goes with its allocation's last registration. */
-        if (persist_enabled() && entry_name(r, name) && (!r->cuda || r->cuda->alloc->regs == 1))
+        if (!persist_enabled())
+                return;
+        if (!r->cuda) {
+                host_entry_name(r, name);
                 persist_store_remove(name);
+        }
+        /* An allocation's entry goes with its last registration. */
+        each_fd_entry_of(r, remove_entry);
 }
 
 void persist_leased(struct daemon *d, const struct lease *l)
@@ -582,7 +656,7 @@ void persist_cuda_changed(struct daemon *d, const struct reg *r)
         (void)d;
         if (!persist_enabled() || P.j.fd < 0)
                 return;
-        push_alloc(r);
+        each_fd_entry_of(r, push_entry);
         if (!rec_begin(&x))
                 return;         /* the push gave up */
         msgpack_pack_map(&x.pk, 7);

@@ -94,8 +94,9 @@ void quota_charge(struct daemon *d, struct reg *r)
 {
         struct uid_entry *e;
 
-        /* cuda-ipc memory stays the producer's: the daemon holds none. */
-        if (r->charged || r->kind == PROTO_KIND_CUDA_IPC)
+        /* cuda-ipc and cuda-pool memory stays the producer's: the daemon
+         * holds none. */
+        if (r->charged || !proto_kind_held(r->kind))
                 return;
         e = get(d, r->uid);
         if (!e)

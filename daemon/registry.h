@@ -34,6 +34,7 @@ struct reg_party {
         uint32_t pid, uid, gid;
         bool detached;                  /* a session kept over a restart, no connection */
         uint64_t start_time;            /* of the peer's process, when known */
+        uint64_t pidns, ipcns;          /* its PID and IPC namespaces (inodes), 0: unknown */
         uint8_t session[REG_SESSION_LEN];       /* its resume token (session.c) */
 };
 

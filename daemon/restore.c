@@ -155,9 +155,11 @@ bad:
         return -EINVAL;
 }
 
-/* The allocation of a CUDA record, under its old id where it is new. */
-static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t want_kind,
-                        uint8_t device[], struct alloc **ret)
+/* One allocation entry of a CUDA record (the fields pack_alloc_fields()
+ * wrote into m), under its old id where it is new.  pool: the entry of a
+ * cuda-pool pointer's pool, else NULL. */
+static int decode_entry(struct restore_ctx *x, const msgpack_object *m, uint64_t want_kind,
+                        const uint8_t device[], struct alloc *pool, struct alloc **ret)
 {
         struct alloc_table *T = &x->d->allocs;
         uint8_t handle[ALLOC_HANDLE_LEN], key[ALLOC_KEY_LEN];
@@ -166,7 +168,7 @@ static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t
         char name[32];
         int i, fd, r;
 
-        if (get_fixed_bin(m, "device", device, ALLOC_UUID_LEN) < 0 ||
+        if (m->type != MSGPACK_OBJECT_MAP ||
             proto_get_u64(m, "alloc", &aid) < 0 || proto_get_u64(m, "akind", &akind) < 0 ||
             proto_get_u64(m, "asize", &asize) < 0 ||
             proto_get_u64(m, "buffer_id", &buffer_id) < 0 || get_u32(m, "auid", &auid) < 0 ||
@@ -178,13 +180,18 @@ static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t
         T->next_id = aid;
         if (akind == PROTO_KIND_CUDA_IPC) {
                 r = alloc_get_ipc(T, device, handle, buffer_id, asize, ret);
-        } else if (akind == PROTO_KIND_CUDA_VMM) {
+        } else if (akind == PROTO_KIND_CUDA_POOL) {
+                r = alloc_get_pool_ptr(T, pool, handle, buffer_id, asize, ret);
+        } else if (akind == PROTO_KIND_CUDA_VMM || akind == ALLOC_KIND_POOL) {
                 snprintf(name, sizeof(name), "vmm-%" PRIu64, aid);
                 i = stored_fd(x, name);
                 /* Every registration of the allocation dups the one fd; the
                  * table keeps the first and closes the others. */
                 fd = i < 0 ? -1 : dup(x->fds[i].fd);
-                r = fd < 0 ? -ENOENT : alloc_get_vmm_as(T, device, key, &fd, asize, auid, ret);
+                r = fd < 0 ? -ENOENT
+                    : akind == ALLOC_KIND_POOL
+                    ? alloc_get_pool_entry(T, device, key, &fd, auid, ret)
+                    : alloc_get_vmm_as(T, device, key, &fd, asize, auid, ret);
                 if (fd >= 0)
                         close(fd);
                 if (r == 0)
@@ -210,10 +217,57 @@ static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t
         return 0;
 }
 
+/* The allocation of a CUDA record: its device, and for a cuda-pool pointer
+ * its pool's entry first. */
+static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t want_kind,
+                        uint8_t device[], struct alloc **ret)
+{
+        const msgpack_object *sub;
+        struct alloc *pool;
+        int r;
+
+        if (get_fixed_bin(m, "device", device, ALLOC_UUID_LEN) < 0)
+                return -EINVAL;
+        if (want_kind != PROTO_KIND_CUDA_POOL)
+                return decode_entry(x, m, want_kind, device, NULL, ret);
+        if (proto_get_map(m, "pool", &sub) < 0)
+                return -EINVAL;
+        r = decode_entry(x, sub, ALLOC_KIND_POOL, device, NULL, &pool);
+        if (r < 0)
+                return r;
+        r = decode_entry(x, m, want_kind, device, pool, ret);
+        alloc_put(&x->d->allocs, pool);         /* the pointer holds its own */
+        return r;
+}
+
+/* The chunks after the first of a cuda-vmm registration over several. */
+static int decode_chunks(struct restore_ctx *x, const msgpack_object *a, struct reg_cuda *rc)
+{
+        uint32_t n = a->via.array.size;
+        int r;
+
+        if (n < 1 || n >= PROTO_CHUNKS_MAX)
+                return -EINVAL;
+        r = reg_cuda_set_chunks(rc, n + 1);
+        if (r < 0)
+                return r;
+        rc->chunks[0] = rc->alloc;
+        for (uint32_t i = 0; i < n; i++) {
+                r = decode_entry(x, &a->via.array.ptr[i], PROTO_KIND_CUDA_VMM, rc->device, NULL,
+                                 &rc->chunks[i + 1]);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t kind,
                        struct reg_cuda **ret)
 {
         struct reg_cuda *rc = reg_cuda_new();
+        const msgpack_object *chunks;
+        const char *copied;
+        size_t len;
         int r;
 
         if (!rc)
@@ -224,6 +278,19 @@ static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t 
                 return r;
         }
         rc->has_event = get_fixed_bin(m, "event", rc->event, ALLOC_HANDLE_LEN) == 0;
+        r = proto_get_array(m, "chunks", &chunks);
+        if (r == 0)
+                r = kind == PROTO_KIND_CUDA_VMM ? decode_chunks(x, chunks, rc) : -EINVAL;
+        else if (r == -ENOENT)
+                r = 0;
+        if (r == 0 && proto_get_str(m, "copied", &copied, &len) == 0) {
+                r = len == 0 || len > REG_CUDA_COPIED_MAX ? -EINVAL
+                                                          : reg_cuda_set_copied(rc, copied, len);
+        }
+        if (r < 0) {
+                reg_cuda_free(&x->d->allocs, rc);
+                return r;
+        }
         *ret = rc;
         return 0;
 }

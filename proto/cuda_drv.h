@@ -84,7 +84,10 @@ const char *cuda_path(const struct cuda *cu);
         X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy_v2)                    \
         X(cuEventSynchronize) X(cuStreamWaitEvent)                                \
         X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle)           \
-        X(cuDeviceGetAttribute) X(cuMemcpyPeer)
+        X(cuDeviceGetAttribute) X(cuMemcpyPeer)                                   \
+        X(cuMemPoolExportToShareableHandle) X(cuMemPoolExportPointer)              \
+        X(cuMemPoolImportFromShareableHandle) X(cuMemPoolImportPointer)            \
+        X(cuMemPoolSetAccess)
 
 struct cuda {
         void *dl;

@@ -25,8 +25,9 @@
 #define PROTO_MAX_FRAME       65536u       /* default cap on a frame body */
 #define PROTO_MAX_FRAME_LIMIT (16u << 20)  /* cap that no setting may exceed */
 #define PROTO_MAX_DEPTH       8u           /* nesting of maps and arrays */
-#define PROTO_MAX_FDS         8u           /* fds declared by one frame */
-#define PROTO_MAX_PENDING_FDS 16u          /* fds received, not yet claimed */
+#define PROTO_MAX_FDS         64u          /* fds declared by one frame */
+#define PROTO_MAX_PENDING_FDS 72u          /* fds received, not yet claimed */
+#define PROTO_CHUNKS_MAX      PROTO_MAX_FDS /* VMM chunks of one cuda-vmm registration */
 #define PROTO_NAME_MAX        255u         /* bytes in a registration name */
 #define PROTO_NAME_MAX_SEGMENTS 16u
 #define PROTO_DTYPE_MAX       32u
@@ -36,15 +37,21 @@
 #define PROTO_USER_VALUE_MAX  1024u
 #define PROTO_WAIT_MAX_MS     3600000u     /* longest lookup wait: one hour */
 
-/* Buffer kinds.  Only host is served by this version; the others are
- * reserved on the wire so that the device backends slot in unchanged. */
+/* Buffer kinds (docs/protocol.md, "Buffer kinds"). */
 enum proto_kind {
         PROTO_KIND_HOST = 0,
         PROTO_KIND_CUDA_IPC,
         PROTO_KIND_CUDA_VMM,
+        PROTO_KIND_CUDA_POOL,           /* a pointer of a stream-ordered pool */
         _PROTO_KIND_MAX,
 };
 const char *proto_kind_name(enum proto_kind k);
+/* Whether the daemon holds the memory of kind k (an fd that keeps it
+ * alive), rather than the producer (cuda-ipc, cuda-pool). */
+static inline bool proto_kind_held(unsigned k)
+{
+        return k == PROTO_KIND_HOST || k == PROTO_KIND_CUDA_VMM;
+}
 int proto_kind_from_name(const char *s, size_t len); /* kind or -EINVAL */
 
 /* ---- error codes: the string on the wire <-> a negative errno ---------- */

@@ -53,6 +53,7 @@ const char *ctl_kind(gpuipc_kind k)
         case GPUIPC_KIND_HOST:     return "host";
         case GPUIPC_KIND_CUDA_IPC: return "cuda-ipc";
         case GPUIPC_KIND_CUDA_VMM: return "cuda-vmm";
+        case GPUIPC_KIND_CUDA_POOL: return "cuda-pool";
         }
         return "unknown";
 }
@@ -75,9 +76,16 @@ void json_info_ex(FILE *f, const gpuipc_info *in, const char *ind, bool holders)
                 fprintf(f, ",\n%s  \"alloc\": {\"id\": %" PRIu64 ", \"size\": %" PRIu64
                            ", \"regs\": %" PRIu32 "}", ind, in->alloc_id, in->alloc_size,
                         in->alloc_regs);
-                if (in->kind == GPUIPC_KIND_CUDA_IPC)
+                if (in->kind == GPUIPC_KIND_CUDA_IPC || in->kind == GPUIPC_KIND_CUDA_POOL)
                         fprintf(f, ",\n%s  \"buffer_id\": %" PRIu64, ind, in->buffer_id);
+                if (in->kind == GPUIPC_KIND_CUDA_VMM)
+                        fprintf(f, ",\n%s  \"chunks\": %" PRIu32, ind, in->n_chunks);
                 fprintf(f, ",\n%s  \"event\": %s", ind, in->has_event ? "true" : "false");
+                fprintf(f, ",\n%s  \"copied\": ", ind);
+                if (in->copied && in->copied[0])
+                        json_str(f, in->copied);
+                else
+                        fputs("null", f);
         }
         fprintf(f, ",\n%s  \"dtype\": ", ind);
         json_str(f, in->dtype);

@@ -109,9 +109,13 @@ static void print_text(const gpuipc_info *in)
                 printf("alloc:     id %" PRIu64 ", %" PRIu64 " bytes (%s), %" PRIu32
                        " registrations\n", in->alloc_id, in->alloc_size,
                        ctl_size(in->alloc_size, size, sizeof(size)), in->alloc_regs);
-                if (in->kind == GPUIPC_KIND_CUDA_IPC)
+                if (in->n_chunks > 1)
+                        printf("chunks:    %" PRIu32 " VMM allocations\n", in->n_chunks);
+                if (in->kind == GPUIPC_KIND_CUDA_IPC || in->kind == GPUIPC_KIND_CUDA_POOL)
                         printf("buffer_id: %" PRIu64 "\n", in->buffer_id);
                 printf("event:     %s\n", in->has_event ? "yes" : "no");
+                if (in->copied && in->copied[0])
+                        printf("copied:    %s\n", in->copied);
         }
         printf("state:     %s\n", in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live");
         printf("ephemeral: %s\n", in->flags & GPUIPC_INFO_EPHEMERAL ? "yes" : "no");

@@ -27,6 +27,9 @@ static void print_json(const gpuipc_stats *s)
                s->bytes_host, s->requests, s->errors);
         printf("  \"bytes_cuda_ipc\": %" PRIu64 ",\n  \"bytes_cuda_vmm\": %" PRIu64 ",\n",
                s->bytes_cuda_ipc, s->bytes_cuda_vmm);
+        printf("  \"bytes_cuda_pool\": %" PRIu64 ",\n  \"copies\": %" PRIu64 ",\n"
+               "  \"copied_bytes\": %" PRIu64 ",\n", s->bytes_cuda_pool, s->copies,
+               s->copied_bytes);
         printf("  \"cuda\": {\"available\": %s, \"driver_version\": %" PRIu32 ", \"reason\": ",
                s->cuda_available ? "true" : "false", s->cuda_driver_version);
         json_str(stdout, s->cuda_reason ? s->cuda_reason : "");
@@ -52,6 +55,10 @@ static void print_text(const gpuipc_stats *s)
                ctl_size(s->bytes_cuda_ipc, size, sizeof(size)));
         printf("cuda-vmm bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_vmm,
                ctl_size(s->bytes_cuda_vmm, size, sizeof(size)));
+        printf("cuda-pool bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_pool,
+               ctl_size(s->bytes_cuda_pool, size, sizeof(size)));
+        printf("copies:        %" PRIu64 " (%s copied at register time)\n", s->copies,
+               ctl_size(s->copied_bytes, size, sizeof(size)));
         if (s->cuda_available)
                 printf("cuda:           driver %" PRIu32 "\n", s->cuda_driver_version);
         else

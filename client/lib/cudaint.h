@@ -51,6 +51,41 @@ int gpuipc__cu_uuid(gpuipc_client *c, struct cuda *cu, int ordinal, uint8_t ret[
 int gpuipc__cu_ordinal(gpuipc_client *c, struct cuda *cu, const char *uuid,
                        uint8_t ret_uuid[CUDA_UUID_LEN], int *ret_ordinal);
 
+/* ---- cudaexport.c: what a device pointer is, and exporting it ---------- */
+
+/* Everything register sends for a device pointer. */
+struct gpuipc__devreg {
+        int ordinal;
+        uint8_t uuid[CUDA_UUID_LEN];
+        int path;                       /* GPUIPC_PATH_* */
+        CUdeviceptr base;               /* of the allocation; cuda-vmm: of its first chunk */
+        uint64_t alloc_size;            /* cuda-vmm: of all its chunks */
+        uint64_t offset;                /* of the pointer from base */
+        unsigned n_chunks;              /* cuda-vmm: the chunks' bases and sizes */
+        CUdeviceptr cbase[PROTO_CHUNKS_MAX];
+        uint64_t csize[PROTO_CHUNKS_MAX];
+        /* cuda-vmm: each chunk's fd and alloc_key; cuda-pool: fds[0] and
+         * keys[0] are the pool's.  The fds belong to the export tables. */
+        int fds[PROTO_CHUNKS_MAX];
+        uint8_t keys[PROTO_CHUNKS_MAX][GPUIPC__ALLOC_KEY_LEN];
+        CUmemoryPool pool;              /* cuda-pool */
+        CUmemPoolPtrExportData export_data;
+        CUipcMemHandle handle;          /* cuda-ipc */
+        unsigned long long buffer_id;   /* cuda-ipc, cuda-pool */
+        bool has_event;
+        CUipcEventHandle event;
+        char why[GPUIPC__ERRMSG_MAX];   /* why it failed, or why a copy is needed */
+        const char *brief;              /* GPUIPC_PATH_COPY: what the memory is, briefly */
+};
+
+/* Finds how [dptr, dptr + size) can be shared (d->path) and, with
+ * do_export, exports it: fds, keys, handles and the producer's event.
+ * Sets no client error: on failure returns -errno with d->why set; with
+ * GPUIPC_REGISTER_COPY in flags, memory that cannot be shared without a copy
+ * gives 0 and GPUIPC_PATH_COPY, d->why saying why. */
+int gpuipc__cu_describe(struct cuda *cu, uint64_t dptr, uint64_t size, void *event,
+                        unsigned flags, bool do_export, struct gpuipc__devreg *d);
+
 /* ---- cudareg.c: what this process exported ---------------------------- */
 
 /* The base pointer of an allocation this process registered as cuda-ipc
@@ -59,6 +94,27 @@ bool gpuipc__cuown_find(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle
                         uint64_t buffer_id, CUdeviceptr *ret_base, uint64_t *ret_size);
 /* Forgets the exported fd of the VMM allocation at base (closing it). */
 void gpuipc__cuexport_forget(CUdeviceptr base);
+
+/* ---- cudaimport.c: VMM chunks and pools imported in this process ------ */
+
+struct gpuipc__cuchunk;
+/* Imports the n chunks (each once per process), reserves one range for all
+ * of them and maps them in order, read-write for ordinal (its context
+ * current).  *ret_base is the range; ret_chunks gets n imports to pass to
+ * gpuipc__vmm_unmap().  The fds stay the caller's. */
+int gpuipc__vmm_map(gpuipc_client *c, struct cuda *cu, const uint8_t uuid[CUDA_UUID_LEN],
+                    int ordinal, unsigned n, const uint8_t (*keys)[GPUIPC__ALLOC_KEY_LEN],
+                    const uint64_t *sizes, const int *fds, CUdeviceptr *ret_base,
+                    struct gpuipc__cuchunk **ret_chunks);
+void gpuipc__vmm_unmap(struct cuda *cu, CUdeviceptr base, unsigned n,
+                       struct gpuipc__cuchunk **chunks);
+/* Imports the pool of (uuid, key) from fd once per process (granting
+ * ordinal access when it is not home, the pool's device) and the pointer
+ * of export data into *ret_ptr, which the caller frees with cuMemFree. */
+int gpuipc__pool_import(gpuipc_client *c, struct cuda *cu, const uint8_t uuid[CUDA_UUID_LEN],
+                        const uint8_t key[GPUIPC__ALLOC_KEY_LEN], int fd,
+                        const uint8_t data[CUDA_IPC_HANDLE_LEN], int ordinal, int home,
+                        CUdeviceptr *ret_ptr);
 
 /* ---- cudamap.c: allocations opened in this process -------------------- */
 

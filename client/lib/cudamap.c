@@ -11,12 +11,17 @@
  *    exported that allocation itself, the entry holds its own pointer and
  *    nothing is opened or closed (the driver refuses to open one's own
  *    handle).
- *  - cuda-vmm: (device UUID, alloc.key of the record), the random key the
- *    producer drew for the allocation.  Not the fd's st_dev/st_ino: on the
- *    real driver every exported fd, of any allocation, is an open of
- *    /dev/nvidiactl with one inode.  Opened from the fd the daemon sends
- *    with import + reserve + map + set access (read-write for this
- *    device), undone with unmap + address free + release.
+ *  - cuda-vmm: (device UUID, the alloc.key of each of its chunks), the
+ *    random keys the producer drew for the allocations.  Not the fd's
+ *    st_dev/st_ino: on the real driver every exported fd, of any
+ *    allocation, is an open of /dev/nvidiactl with one inode.  Opened from
+ *    the fds the daemon sends (one per chunk) by cudaimport.c: import once
+ *    per chunk, reserve one range, map the chunks in order, set access
+ *    (read-write for this device); undone with unmap + address free +
+ *    release of the imports no other range uses.
+ *  - cuda-pool: (device UUID, the pointer's export data, buffer_id);
+ *    imported through its pool (imported once per process) and freed with
+ *    cuMemFree.  When this process registered it, the producer's pointer.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -34,12 +39,18 @@ struct gpuipc__cumap {
         uint8_t uuid[CUDA_UUID_LEN];
         uint8_t handle[CUDA_IPC_HANDLE_LEN];
         uint64_t buffer_id;
-        uint8_t key[GPUIPC__ALLOC_KEY_LEN];     /* cuda-vmm */
+        uint8_t key[GPUIPC__ALLOC_KEY_LEN];     /* cuda-vmm: chunk 0's; cuda-pool: the pool's */
         int ordinal;                    /* the consumer device: opened in its context */
+        int home;                       /* the buffer's own device here */
         bool own;                       /* the producer's pointer, not opened */
         CUdeviceptr base;
         uint64_t size;
-        CUmemGenericAllocationHandle mh; /* cuda-vmm */
+        /* cuda-vmm: its chunks, in order (keys[0] is key); one for a
+         * registration within one VMM allocation. */
+        unsigned n_chunks;
+        uint8_t (*keys)[GPUIPC__ALLOC_KEY_LEN];
+        uint64_t *sizes;
+        struct gpuipc__cuchunk **chunks;
         unsigned refs;
 };
 
@@ -61,77 +72,67 @@ static bool key_eq(const struct gpuipc__cumap *a, const struct gpuipc__cumap *b)
         if (a->kind != b->kind || a->ordinal != b->ordinal ||
             memcmp(a->uuid, b->uuid, CUDA_UUID_LEN))
                 return false;
-        if (a->kind == GPUIPC_KIND_CUDA_IPC)
+        if (a->kind != GPUIPC_KIND_CUDA_VMM)
                 return a->buffer_id == b->buffer_id &&
                        !memcmp(a->handle, b->handle, CUDA_IPC_HANDLE_LEN);
-        return !memcmp(a->key, b->key, GPUIPC__ALLOC_KEY_LEN);
+        return a->n_chunks == b->n_chunks &&
+               !memcmp(a->keys, b->keys, (size_t)a->n_chunks * GPUIPC__ALLOC_KEY_LEN);
+}
+
+static void cumap_free(struct gpuipc__cumap *m)
+{
+        if (!m)
+                return;
+        free(m->keys);
+        free(m->sizes);
+        free(m->chunks);
+        free(m);
 }
 
 /* Opens k's allocation into k (its context current).  Lock held. */
-static int cumap_open(gpuipc_client *c, struct cuda *cu, int fd, struct gpuipc__cumap *k)
+static int cumap_open(gpuipc_client *c, struct cuda *cu, const int *fds, struct gpuipc__cumap *k)
 {
-        CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = k->ordinal },
-                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         CUipcMemHandle h;
         CUresult res;
-        const char *what;
-        int r;
 
+        if (k->kind != GPUIPC_KIND_CUDA_VMM &&
+            gpuipc__cuown_find(k->uuid, k->handle, k->buffer_id, &k->base, &k->size)) {
+                k->own = true;
+                return 0;
+        }
+        if (k->kind == GPUIPC_KIND_CUDA_POOL)
+                return gpuipc__pool_import(c, cu, k->uuid, k->key, fds[0], k->handle, k->ordinal,
+                                           k->home, &k->base);
         if (k->kind == GPUIPC_KIND_CUDA_IPC) {
-                if (gpuipc__cuown_find(k->uuid, k->handle, k->buffer_id, &k->base, &k->size)) {
-                        k->own = true;
-                        return 0;
-                }
                 memcpy(h.reserved, k->handle, CUDA_IPC_HANDLE_LEN);
                 res = cu->cuIpcOpenMemHandle_v2(&k->base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
                 if (res != CUDA_SUCCESS)
                         return gpuipc__cu_fail(c, cu, res, "cuIpcOpenMemHandle");
                 return 0;
         }
-        r = GPUIPC__CU_NEED(c, cu, cuMemImportFromShareableHandle);
-        if (r < 0)
-                return r;
-        res = cu->cuMemImportFromShareableHandle(&k->mh, (void *)(intptr_t)fd,
-                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        if (res != CUDA_SUCCESS)
-                return gpuipc__cu_fail(c, cu, res, "cuMemImportFromShareableHandle");
-        what = "cuMemAddressReserve";
-        res = cu->cuMemAddressReserve(&k->base, k->size, 0, 0, 0);
-        if (res != CUDA_SUCCESS)
-                goto release;
-        what = "cuMemMap";
-        res = cu->cuMemMap(k->base, k->size, 0, k->mh, 0);
-        if (res != CUDA_SUCCESS)
-                goto free_va;
-        what = "cuMemSetAccess";
-        res = cu->cuMemSetAccess(k->base, k->size, &acc, 1);
-        if (res == CUDA_SUCCESS)
-                return 0;
-        (void)cu->cuMemUnmap(k->base, k->size);
-free_va:
-        (void)cu->cuMemAddressFree(k->base, k->size);
-release:
-        r = gpuipc__cu_fail(c, cu, res, what);
-        (void)cu->cuMemRelease(k->mh);
-        return r;
+        k->chunks = calloc(k->n_chunks, sizeof(*k->chunks));
+        if (!k->chunks)
+                return gpuipc__fail(c, -ENOMEM, "out of memory");
+        return gpuipc__vmm_map(c, cu, k->uuid, k->ordinal, k->n_chunks,
+                               (const uint8_t (*)[GPUIPC__ALLOC_KEY_LEN])k->keys, k->sizes, fds,
+                               &k->base, k->chunks);
 }
 
 static void cumap_close(struct cuda *cu, struct gpuipc__cumap *m)
 {
         if (m->own)
                 return;
-        if (m->kind == GPUIPC_KIND_CUDA_IPC) {
+        if (m->kind == GPUIPC_KIND_CUDA_IPC)
                 (void)cu->cuIpcCloseMemHandle(m->base);
-                return;
-        }
-        (void)cu->cuMemUnmap(m->base, m->size);
-        (void)cu->cuMemAddressFree(m->base, m->size);
-        (void)cu->cuMemRelease(m->mh);
+        else if (m->kind == GPUIPC_KIND_CUDA_POOL)
+                (void)cu->cuMemFree_v2(m->base);
+        else
+                gpuipc__vmm_unmap(cu, m->base, m->n_chunks, m->chunks);
 }
 
 /* The shared entry for key k (filled in by the caller), opening it on first
  * use.  The context of k->ordinal is current. */
-static int cumap_get(gpuipc_client *c, struct cuda *cu, int fd, const struct gpuipc__cumap *k,
+static int cumap_get(gpuipc_client *c, struct cuda *cu, const int *fds, struct gpuipc__cumap *k,
                      struct gpuipc__cumap **ret)
 {
         struct gpuipc__cumap *m;
@@ -150,10 +151,13 @@ static int cumap_get(gpuipc_client *c, struct cuda *cu, int fd, const struct gpu
                 r = -ENOMEM;
                 goto out;
         }
+        /* The entry takes k's arrays. */
         *m = *k;
-        r = cumap_open(c, cu, fd, m);
+        k->keys = NULL;
+        k->sizes = NULL;
+        r = cumap_open(c, cu, fds, m);
         if (r < 0) {
-                free(m);
+                cumap_free(m);
                 goto out;
         }
         m->refs = 1;
@@ -189,38 +193,80 @@ static void cumap_put(struct cuda *cu, struct gpuipc__cumap *m)
                 gpuipc__cu_leave(cu, saved);
         }
         pthread_mutex_unlock(&cumaps_lock);
-        free(m);
+        cumap_free(m);
 }
 
-/* Fills the key of the record's allocation; takes the fd of a cuda-vmm
- * reply into *ret_fd. */
-static int view_key(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
-                    const gpuipc_info *info, struct gpuipc__cumap *k, int *ret_fd)
+/* k's chunks from the record: `chunks` when there are several, else the
+ * one `alloc`. */
+static int vmm_chunks(gpuipc_client *c, const msgpack_object *reg, const msgpack_object *alloc,
+                      const gpuipc_info *info, struct gpuipc__cumap *k)
 {
-        const msgpack_object *alloc;
+        const msgpack_object *list = NULL;
+        unsigned n = info->n_chunks ? info->n_chunks : 1;
+        const uint8_t *h;
+        size_t len;
+
+        if (n > 1 && proto_get_array(reg, "chunks", &list) < 0)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-vmm record has no chunks");
+        k->keys = calloc(n, sizeof(*k->keys));
+        k->sizes = calloc(n, sizeof(*k->sizes));
+        if (!k->keys || !k->sizes)
+                return gpuipc__fail(c, -ENOMEM, "out of memory");
+        k->n_chunks = n;
+        for (unsigned i = 0; i < n; i++) {
+                const msgpack_object *m = list ? &list->via.array.ptr[i] : alloc;
+                if (proto_get_bin(m, "key", &h, &len) < 0 || len != GPUIPC__ALLOC_KEY_LEN ||
+                    proto_get_u64(m, "size", &k->sizes[i]) < 0 || k->sizes[i] == 0)
+                        return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-vmm record has a chunk "
+                                            "without a key of %d bytes or a size",
+                                            GPUIPC__ALLOC_KEY_LEN);
+                memcpy(k->keys[i], h, GPUIPC__ALLOC_KEY_LEN);
+        }
+        memcpy(k->key, k->keys[0], GPUIPC__ALLOC_KEY_LEN);
+        return 0;
+}
+
+/* Fills the key of the record's allocation; takes the fds of the reply
+ * (one per cuda-vmm chunk, or a cuda-pool's pool) into fds. */
+static int view_key(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
+                    const gpuipc_info *info, struct gpuipc__cumap *k, int *fds)
+{
+        const msgpack_object *alloc = NULL;
+        unsigned want;
         const uint8_t *h;
         size_t n;
         int r;
 
         k->kind = info->kind;
         k->size = info->alloc_size;
-        if (info->kind == GPUIPC_KIND_CUDA_IPC) {
+        if (info->kind != GPUIPC_KIND_CUDA_VMM) {
                 if (proto_get_bin(reg, "handle", &h, &n) < 0 || n != CUDA_IPC_HANDLE_LEN)
-                        return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-ipc record has no handle");
+                        return gpuipc__fail(c, -EBADMSG, "gpuipcd's %s record has no handle",
+                                            info->kind == GPUIPC_KIND_CUDA_IPC ? "cuda-ipc"
+                                                                               : "cuda-pool");
                 memcpy(k->handle, h, CUDA_IPC_HANDLE_LEN);
                 k->buffer_id = info->buffer_id;
-                return 0;
+                if (info->kind == GPUIPC_KIND_CUDA_IPC)
+                        return 0;
         }
         if (k->size == 0)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-vmm record has no alloc.size");
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has no alloc.size");
         if (proto_get_map(reg, "alloc", &alloc) < 0 ||
             proto_get_bin(alloc, "key", &h, &n) < 0 || n != GPUIPC__ALLOC_KEY_LEN)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's cuda-vmm record has no alloc.key "
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has no alloc.key "
                                     "of %d bytes", GPUIPC__ALLOC_KEY_LEN);
         memcpy(k->key, h, GPUIPC__ALLOC_KEY_LEN);
-        r = gpuipc__reply_take_fd(rp, ret_fd);
-        if (r < 0)
-                return gpuipc__fail(c, r, "gpuipcd's cuda-vmm lookup reply carries no fd");
+        if (info->kind == GPUIPC_KIND_CUDA_VMM) {
+                r = vmm_chunks(c, reg, alloc, info, k);
+                if (r < 0)
+                        return r;
+        }
+        want = info->kind == GPUIPC_KIND_CUDA_VMM ? k->n_chunks : 1;
+        if (rp->nfds != want)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply carries %u fds, not %u",
+                                    rp->nfds, want);
+        memcpy(fds, rp->fds, want * sizeof(int));
+        rp->nfds = 0;                   /* ours now */
         return 0;
 }
 
@@ -367,10 +413,12 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpui
 {
         struct gpuipc__cumap k = {};
         const gpuipc_info *info = v->info;
+        int fds[PROTO_MAX_FDS];
+        unsigned nfds = 0;
         struct cuda *cu;
         CUcontext saved;
         bool copy;
-        int fd = -1, home, r;
+        int home, r;
 
         r = gpuipc__cu_get(c, &cu);
         if (r < 0)
@@ -386,13 +434,16 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpui
         r = pick_device(c, cu, info, flags, device, home, &k.ordinal, &copy);
         if (r < 0)
                 return r;
-        r = view_key(c, reg, rp, info, &k, &fd);
+        k.home = home;
+        r = view_key(c, reg, rp, info, &k, fds);
         if (r < 0)
-                return r;
+                goto out;
+        nfds = k.kind == GPUIPC_KIND_CUDA_IPC ? 0 : k.kind == GPUIPC_KIND_CUDA_POOL ? 1
+                                                                                    : k.n_chunks;
         r = gpuipc__cu_enter(c, cu, k.ordinal, &saved);
         if (r < 0)
                 goto out;
-        r = cumap_get(c, cu, fd, &k, &v->cumap);
+        r = cumap_get(c, cu, fds, &k, &v->cumap);
         if (r < 0)
                 goto leave;
         v->device = k.ordinal;
@@ -409,8 +460,10 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpui
 leave:
         gpuipc__cu_leave(cu, saved);
 out:
-        if (fd >= 0)
-                close(fd);
+        for (unsigned i = 0; i < nfds; i++)
+                close(fds[i]);
+        free(k.keys);
+        free(k.sizes);
         return r;
 }
 

@@ -2,6 +2,7 @@
  * (the build lacks -I$(CUDA_HOME)/include).  Every one fails with
  * -ENOTSUP and says why; host buffers are unaffected. */
 #include <errno.h>
+#include <stdio.h>
 
 #include "cudaint.h"
 
@@ -39,6 +40,13 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
         if (r < 0)
                 return r;
         return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
+}
+
+int gpuipc_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf, size_t len)
+{
+        if (buf && len)
+                snprintf(buf, len, "none: %s", NO_CUDA);
+        return -ENOTSUP;
 }
 
 int gpuipc_view_wait_stream(const gpuipc_view *v, void *stream)

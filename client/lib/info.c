@@ -87,6 +87,7 @@ struct rec {
         gpuipc_info info;               /* the scalar fields */
         const msgpack_object *name, *device, *dtype, *shape, *strides, *user, *exe;
         const msgpack_object *uids, *gids, *group;      /* of access */
+        const msgpack_object *copied;
         const msgpack_object *holders;  /* array of maps, or NULL */
         size_t bytes;                   /* size of the block to allocate */
 };
@@ -191,14 +192,40 @@ static int parse_owner(const msgpack_object *owner, struct rec *r)
 }
 
 /* The CUDA fields: alloc {id, size, regs}, buffer_id, event. */
+/* A cuda-vmm record over several chunks: alloc_size is all of them. */
+static int parse_chunks(const msgpack_object *chunks, struct rec *r)
+{
+        uint64_t total = 0, size;
+
+        if (chunks->via.array.size < 2 || chunks->via.array.size > PROTO_CHUNKS_MAX)
+                return -EBADMSG;
+        for (uint32_t i = 0; i < chunks->via.array.size; i++) {
+                const msgpack_object *c = &chunks->via.array.ptr[i];
+                if (c->type != MSGPACK_OBJECT_MAP || proto_get_u64(c, "size", &size) < 0 ||
+                    size == 0 || size > UINT64_MAX - total)
+                        return -EBADMSG;
+                total += size;
+        }
+        r->info.n_chunks = chunks->via.array.size;
+        r->info.alloc_size = total;
+        return 0;
+}
+
 static int parse_cuda(const msgpack_object *reg, struct rec *r)
 {
-        const msgpack_object *alloc, *ev;
+        const msgpack_object *alloc, *ev, *chunks;
 
         if (proto_get_map(reg, "alloc", &alloc) == 0 &&
             (opt_u64(alloc, "id", &r->info.alloc_id) < 0 ||
              opt_u64(alloc, "size", &r->info.alloc_size) < 0 ||
              opt_u32(alloc, "regs", &r->info.alloc_regs) < 0))
+                return -EBADMSG;
+        if (r->info.kind == GPUIPC_KIND_CUDA_VMM) {
+                r->info.n_chunks = 1;
+                if (proto_get_array(reg, "chunks", &chunks) == 0 && parse_chunks(chunks, r) < 0)
+                        return -EBADMSG;
+        }
+        if (opt_str(reg, "copied", &r->copied) < 0)
                 return -EBADMSG;
         if (opt_u64(reg, "buffer_id", &r->info.buffer_id) < 0)
                 return -EBADMSG;
@@ -320,7 +347,7 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
         if (parse_holders(reg, r) < 0)
                 return -EBADMSG;
         r->bytes += str_bytes(r->name) + str_bytes(r->device) + str_bytes(r->dtype) +
-                    str_bytes(r->exe) + str_bytes(r->group);
+                    str_bytes(r->exe) + str_bytes(r->group) + str_bytes(r->copied);
         return 0;
 }
 
@@ -392,6 +419,7 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         info->access_uids = r.info.n_access_uids ? uids : NULL;
         info->access_gids = r.info.n_access_gids ? gids : NULL;
         info->access_group = put_str(&pos, r.group);
+        info->copied = put_str(&pos, r.copied);
         for (uint32_t i = 0; i < r.info.n_holders; i++) {
                 const msgpack_object *h = &r.holders->via.array.ptr[i], *exe = NULL;
                 uint64_t u64 = 0;

@@ -279,10 +279,13 @@ int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats)
         (void)proto_get_u64(rp.msg.root, "leases", &s->leases);
         (void)proto_get_u64(rp.msg.root, "requests", &s->requests);
         (void)proto_get_u64(rp.msg.root, "errors", &s->errors);
+        (void)proto_get_u64(rp.msg.root, "copies", &s->copies);
+        (void)proto_get_u64(rp.msg.root, "copied_bytes", &s->copied_bytes);
         if (proto_get_map(rp.msg.root, "bytes", &bytes) == 0) {
                 (void)proto_get_u64(bytes, "host", &s->bytes_host);
                 (void)proto_get_u64(bytes, "cuda-ipc", &s->bytes_cuda_ipc);
                 (void)proto_get_u64(bytes, "cuda-vmm", &s->bytes_cuda_vmm);
+                (void)proto_get_u64(bytes, "cuda-pool", &s->bytes_cuda_pool);
         }
         gpuipc__reply_free(&rp);
         *ret_stats = s;

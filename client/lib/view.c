@@ -197,6 +197,10 @@ int gpuipc__view_release(gpuipc_view *v, const uint8_t *event)
         c = v->c;
         /* First, so that no lookup offers a lease that is going away. */
         gpuipc__hint_del(v);
+        /* Unmapped before the release: a cuda-ipc or cuda-pool producer
+         * frees its memory once told that the last lease went, and CUDA
+         * wants importers closed (or freed) before that. */
+        gpuipc__cuview_close(v);
         /* After gpuipc_client_free() the daemon has dropped the lease with
          * the connection; only the mapping is left to undo. */
         if (!c->freed) {
@@ -206,7 +210,6 @@ int gpuipc__view_release(gpuipc_view *v, const uint8_t *event)
                 if (r == 0 && gpuipc__lease_held(c, v->lease, v->epoch))
                         r = gpuipc__end(c, send_release(c, v->lease, event));
         }
-        gpuipc__cuview_close(v);
         gpuipc__map_put(v->map);
         free(v->info);
         free(v);

@@ -71,11 +71,11 @@ const char *dbl_getenv(const char *name)
         return (v != NULL && v[0] != '\0') ? v : NULL;
 }
 
-void dbl_shm_path(char *buf, size_t len, int pid, uint64_t nonce, char kind,
+void dbl_shm_path(char *buf, size_t len, int pid, uint64_t pidns, uint64_t nonce, char kind,
                   unsigned long long id)
 {
-        snprintf(buf, len, "%s/gpuipc-double-%d-%016llx-%c%llu", dbl.shm_dir, pid,
-                 (unsigned long long)nonce, kind, id);
+        snprintf(buf, len, "%s/gpuipc-double-%d-n%llu-%016llx-%c%llu", dbl.shm_dir, pid,
+                 (unsigned long long)pidns, (unsigned long long)nonce, kind, id);
 }
 
 static void read_env(void)
@@ -124,6 +124,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
                 } else {
                         dbl.owner_pid = getpid();
                         dbl.nonce = make_nonce();
+                        dbl.pidns = dbl_read_pidns();
                         if (dbl.next_bufid == 0)
                                 dbl.next_bufid = 1;
                         if (dbl.next_vmm_id == 0)

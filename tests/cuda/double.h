@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <cuda.h>
 
@@ -57,6 +58,7 @@ struct dbl_state {
         bool poisoned;                  /* forked after cuInit */
         int owner_pid;                  /* pid that ran cuInit */
         uint64_t nonce;                 /* per-process, against pid reuse */
+        uint64_t pidns;                 /* st_ino of /proc/self/ns/pid (0: unknown) */
         int ndev_phys;                  /* GPUIPC_CUDA_DOUBLE_DEVICES */
         int ndev;                       /* visible devices */
         int visible[DBL_MAX_DEVICES];   /* ordinal -> physical index */
@@ -83,7 +85,8 @@ CUresult dbl_enter_ctx(void);
 struct dbl_ctx *dbl_current(void);
 uint64_t dbl_now_ns(void);
 void dbl_sleep_ns(uint64_t ns);
-void dbl_shm_path(char *buf, size_t len, int pid, uint64_t nonce, char kind,
+/* <shm dir>/gpuipc-double-<pid>-n<pidns>-<nonce>-<kind><id> */
+void dbl_shm_path(char *buf, size_t len, int pid, uint64_t pidns, uint64_t nonce, char kind,
                   unsigned long long id);
 const char *dbl_getenv(const char *name);
 
@@ -114,10 +117,12 @@ enum dbl_region_kind {
         DBL_R_ALLOC,            /* cuMemAlloc: named shared file */
         DBL_R_IPC,              /* cuIpcOpenMemHandle mapping */
         DBL_R_VMM,              /* cuMemMap of a cuMemCreate/imported handle */
+        DBL_R_POOL,             /* stream-ordered pool allocation, or an import of one */
 };
 
 struct dbl_vmm_alloc;
 struct dbl_resv;
+struct dbl_pool;
 
 struct dbl_region {
         struct dbl_region *next;
@@ -141,6 +146,11 @@ struct dbl_region {
         struct dbl_vmm_alloc *alloc;
         size_t offset;
         struct dbl_resv *resv;
+        /* DBL_R_POOL (an import also uses src_pid, src_nonce, src_bufid, refs) */
+        struct dbl_pool *pool;
+        bool pool_imported;
+        off_t pool_off;         /* where it lives in the pool's file (exportable pools) */
+        unsigned long long src_pool;
 };
 
 extern struct dbl_region *dbl_regions;
@@ -157,11 +167,73 @@ void dbl_vmm_region_info(struct dbl_region *r, uintptr_t *resv_base, size_t *res
                          unsigned long long *handle_types, unsigned long long *block_id);
 void dbl_unlink_all_names(void);
 
+/* ---- stream-ordered memory pools (pool.c, poolipc.c) ---- */
+
+#define DBL_POOL_MEMFD "gpuipc-double-pool"
+#define DBL_POOL_MAGIC 0x4c4f4f5055504764ULL   /* "dGPUPOOL" */
+#define DBL_ALLOC_MAGIC 0x434f4c4c41504764ULL  /* "dGPALLOC" */
+#define DBL_NREUSE 3                            /* the three REUSE_* attributes */
+
+struct dbl_pool_hdr {           /* page 0 of an exportable pool's file */
+        uint64_t magic;
+        uint64_t pool_id;
+        uint64_t nonce;
+        int32_t pid;
+        int32_t phys;
+        uint64_t handle_types;
+};
+
+struct dbl_alloc_hdr {          /* the page before each allocation in that file */
+        uint64_t magic;
+        uint64_t alloc_id;
+        uint64_t size;
+        uint64_t freed;         /* set by the exporter's free */
+};
+
+struct dbl_pool {
+        struct dbl_pool *next;
+        unsigned long long id;
+        int phys;
+        bool is_default;
+        bool imported;
+        bool destroyed;                 /* by cuMemPoolDestroy; freed when live == 0 */
+        unsigned long long handle_types;
+        size_t max_size;                /* 0: no limit */
+        int fd;                         /* the memfd, or the imported fd; -1 if private */
+        off_t end;                      /* exportable: the file's size so far */
+        unsigned int live;              /* allocations (or imports) not yet freed */
+        uint8_t access[DBL_MAX_DEVICES];        /* CUmemAccess_flags per physical device */
+        uint64_t release_threshold;
+        int reuse[DBL_NREUSE];
+        uint64_t used, used_high;
+        /* imported: the exporter's pool */
+        int src_pid;
+        uint64_t src_nonce;
+        unsigned long long src_pool_id;
+};
+
+size_t dbl_page_size(void);
+size_t dbl_page_round(size_t n);
+/* A live (not destroyed) pool of this process, or NULL. */
+struct dbl_pool *dbl_pool_lookup(CUmemoryPool h);
+struct dbl_pool *dbl_pool_new(int phys, unsigned long long handle_types);
+/* Frees a destroyed pool once nothing of it is left. */
+void dbl_pool_maybe_free(struct dbl_pool *p);
+
+/* cuMemFree/cuMemFreeAsync of pool memory at p: CUDA_ERROR_INVALID_VALUE
+ * unless p starts a pool allocation or import.  Lock held; drains streams. */
+CUresult dbl_pool_free_at(uintptr_t p);
+void dbl_pool_region_info(struct dbl_region *r, unsigned long long *handle_types,
+                          CUmemoryPool *pool);
+
 /* ---- IPC naming (ipc.c) ---- */
 
 void dbl_sweep_stale(void);
-/* The exporter is gone (in this pid namespace). */
-bool dbl_pid_dead(int pid);
+/* The exporter is gone.  Only a process of the exporter's pid namespace can
+ * tell: for another namespace this is always false. */
+bool dbl_pid_dead(int pid, uint64_t pidns);
+/* st_ino of /proc/self/ns/pid, or 0 if it cannot be read. */
+uint64_t dbl_read_pidns(void);
 
 /* ---- streams and events (stream.c, event.c) ---- */
 
@@ -212,6 +284,7 @@ struct dbl_op {
 
 /* Resolve a CUstream argument; false if it is not a valid stream. */
 bool dbl_stream_lookup(CUstream h, struct dbl_stream **out);
+struct dbl_ctx *dbl_stream_ctx(struct dbl_stream *s);
 /* Run (or queue, with a delay configured) one op in stream order. Lock held;
  * may drop and retake it. Takes ownership of op. */
 void dbl_stream_submit(struct dbl_stream *s, struct dbl_op *op);

@@ -26,6 +26,7 @@ struct ev_handle {
         uint32_t reserved;
         uint64_t nonce;
         uint64_t id;
+        uint64_t pidns;         /* the exporter's pid namespace */
 };
 _Static_assert(sizeof(struct ev_handle) <= CU_IPC_HANDLE_SIZE, "IPC event handle too big");
 
@@ -135,7 +136,8 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
         char path[320] = "";
         void *p = MAP_FAILED;
         if (ipc) {
-                dbl_shm_path(path, sizeof(path), getpid(), dbl.nonce, 'e', next_event_id);
+                dbl_shm_path(path, sizeof(path), getpid(), dbl.pidns, dbl.nonce, 'e',
+                             next_event_id);
                 int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
                 if (fd >= 0 && ftruncate(fd, (off_t)len) == 0)
                         p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -282,6 +284,7 @@ CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
                 h.pid = (uint32_t)getpid();
                 h.nonce = dbl.nonce;
                 h.id = e->id;
+                h.pidns = dbl.pidns;
                 memset(pHandle, 0, sizeof(*pHandle));
                 memcpy(pHandle->reserved, &h, sizeof(h));
         }
@@ -301,16 +304,18 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
                 dbl_unlock();
                 return CUDA_ERROR_INVALID_VALUE;
         }
-        if (h.pid == (uint32_t)getpid() && h.nonce == dbl.nonce) {
+        /* As for memory handles: not in the exporting process, nor (not
+         * measured for events) from another pid namespace. */
+        if ((h.pid == (uint32_t)getpid() && h.nonce == dbl.nonce) || h.pidns != dbl.pidns) {
                 dbl_unlock();
-                return CUDA_ERROR_INVALID_CONTEXT;      /* as for memory handles */
+                return CUDA_ERROR_INVALID_CONTEXT;
         }
         char path[320];
-        dbl_shm_path(path, sizeof(path), (int)h.pid, h.nonce, 'e', h.id);
+        dbl_shm_path(path, sizeof(path), (int)h.pid, h.pidns, h.nonce, 'e', h.id);
         size_t len = (size_t)sysconf(_SC_PAGESIZE);
         void *p = MAP_FAILED;
         struct stat st;
-        int fd = dbl_pid_dead((int)h.pid) ? -1 : open(path, O_RDWR | O_CLOEXEC);
+        int fd = dbl_pid_dead((int)h.pid, h.pidns) ? -1 : open(path, O_RDWR | O_CLOEXEC);
         if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size >= len)
                 p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (fd >= 0)

@@ -31,6 +31,7 @@ struct mem_handle {
         uint64_t nonce;
         uint64_t bufid;
         uint64_t size;
+        uint64_t pidns;         /* the exporter's pid namespace */
 };
 _Static_assert(sizeof(struct mem_handle) <= CU_IPC_HANDLE_SIZE, "IPC mem handle too big");
 
@@ -52,6 +53,7 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
                 h.nonce = dbl.nonce;
                 h.bufid = r->bufid;
                 h.size = r->size;
+                h.pidns = dbl.pidns;
                 memset(pHandle, 0, sizeof(*pHandle));
                 memcpy(pHandle->reserved, &h, sizeof(h));
         }
@@ -76,8 +78,9 @@ static CUresult open_locked(CUdeviceptr *pdptr, const struct mem_handle *h, unsi
                 return CUDA_ERROR_INVALID_VALUE;
         if ((flags & ~(unsigned int)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0)
                 return CUDA_ERROR_INVALID_VALUE;
-        /* Measured on driver 580: the exporting process cannot open its own handle. */
-        if (h->pid == (uint32_t)getpid() && h->nonce == dbl.nonce)
+        /* Measured on driver 580: neither the exporting process nor a process
+         * of another pid namespace can open a handle. */
+        if ((h->pid == (uint32_t)getpid() && h->nonce == dbl.nonce) || h->pidns != dbl.pidns)
                 return CUDA_ERROR_INVALID_CONTEXT;
 
         struct dbl_region *r = find_opened(h);
@@ -102,8 +105,9 @@ static CUresult open_locked(CUdeviceptr *pdptr, const struct mem_handle *h, unsi
         }
 
         char path[320];
-        dbl_shm_path(path, sizeof(path), (int)h->pid, h->nonce, 'm', (unsigned long long)h->bufid);
-        if (dbl_pid_dead((int)h->pid)) {
+        dbl_shm_path(path, sizeof(path), (int)h->pid, h->pidns, h->nonce, 'm',
+                     (unsigned long long)h->bufid);
+        if (dbl_pid_dead((int)h->pid, h->pidns)) {
                 unlink(path);                           /* SIGKILLed exporter */
                 return CUDA_ERROR_INVALID_VALUE;
         }
@@ -171,12 +175,22 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 }
 
 /*
- * Names are gpuipc-double-<pid>-...; a process killed by SIGKILL leaves its
- * names behind.  cuInit removes those whose pid no longer exists (in this
- * pid namespace: give containers their own GPUIPC_CUDA_DOUBLE_SHM_DIR).
+ * Names are gpuipc-double-<pid>-n<pidns>-...; a process killed by SIGKILL
+ * leaves its names behind.  cuInit removes those whose pid no longer
+ * exists.  A pid means something only in its own pid namespace, so names
+ * of another namespace (and names without one) are left alone: a process
+ * there may be alive, whatever kill() says here.
  */
-bool dbl_pid_dead(int pid)
+uint64_t dbl_read_pidns(void)
 {
+        struct stat st;
+        return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+bool dbl_pid_dead(int pid, uint64_t pidns)
+{
+        if (pidns != dbl.pidns)
+                return false;
         return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
 }
 
@@ -190,12 +204,17 @@ void dbl_sweep_stale(void)
         while ((de = readdir(d)) != NULL) {
                 if (strncmp(de->d_name, prefix, sizeof(prefix) - 1) != 0)
                         continue;
-                char *end;
-                long pid = strtol(de->d_name + sizeof(prefix) - 1, &end, 10);
-                if (end == de->d_name + sizeof(prefix) - 1 || *end != '-' || pid <= 0 ||
-                    pid == (long)getpid())
+                const char *s = de->d_name + sizeof(prefix) - 1;
+                char *end, *end2;
+                long pid = strtol(s, &end, 10);
+                if (end == s || end[0] != '-' || end[1] != 'n' || pid <= 0)
                         continue;
-                if (dbl_pid_dead((int)pid))
+                unsigned long long ns = strtoull(end + 2, &end2, 10);
+                if (end2 == end + 2 || *end2 != '-')
+                        continue;
+                if (ns == dbl.pidns && pid == (long)getpid())
+                        continue;
+                if (dbl_pid_dead((int)pid, ns))
                         unlinkat(dirfd(d), de->d_name, 0);
         }
         closedir(d);

@@ -88,7 +88,8 @@ void dbl_free_ctx_resources(struct dbl_ctx *c)
         struct dbl_region *r = dbl_regions;
         while (r != NULL) {
                 struct dbl_region *next = r->next;
-                if (r->ctx == c && r->kind != DBL_R_VMM)
+                /* VMM and pool memory outlive the context (see README.md). */
+                if (r->ctx == c && (r->kind == DBL_R_ALLOC || r->kind == DBL_R_IPC))
                         dbl_region_release(r);
                 r = next;
         }
@@ -127,7 +128,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
         r->phys = c->phys;
         r->ctx = c;
         r->prot = PROT_READ | PROT_WRITE;
-        dbl_shm_path(r->path, sizeof(r->path), getpid(), dbl.nonce, 'm', r->bufid);
+        dbl_shm_path(r->path, sizeof(r->path), getpid(), dbl.pidns, dbl.nonce, 'm', r->bufid);
 
         void *p = MAP_FAILED;
         int fd = open(r->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -157,7 +158,9 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
         if (rc != CUDA_SUCCESS)
                 return rc;
         struct dbl_region *r = dbl_region_find((uintptr_t)dptr);
-        if (r == NULL || r->kind != DBL_R_ALLOC || r->base != (uintptr_t)dptr) {
+        if (r != NULL && r->kind == DBL_R_POOL) {
+                rc = dbl_pool_free_at((uintptr_t)dptr);
+        } else if (r == NULL || r->kind != DBL_R_ALLOC || r->base != (uintptr_t)dptr) {
                 rc = CUDA_ERROR_INVALID_VALUE;
         } else {
                 dbl_streams_drain_all();        /* cuMemFree synchronizes */
@@ -239,8 +242,11 @@ static CUresult attr_get(struct dbl_region *r, CUpointer_attribute a, void *data
         uintptr_t rbase = r->base;
         size_t rsize = r->size;
         unsigned long long types = 0, block = r->bufid;
+        CUmemoryPool pool = NULL;
         if (r->kind == DBL_R_VMM)
                 dbl_vmm_region_info(r, &rbase, &rsize, &types, &block);
+        else if (r->kind == DBL_R_POOL)
+                dbl_pool_region_info(r, &types, &pool);
         int ival;
         switch (a) {
         case CU_POINTER_ATTRIBUTE_CONTEXT:
@@ -274,7 +280,7 @@ static CUresult attr_get(struct dbl_region *r, CUpointer_attribute a, void *data
                 *(unsigned long long *)data = types;
                 return CUDA_SUCCESS;
         case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-                *(CUmemoryPool *)data = NULL;
+                *(CUmemoryPool *)data = pool;
                 return CUDA_SUCCESS;
         case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
                 ival = dbl_phys_to_ordinal(r->phys);

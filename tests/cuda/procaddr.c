@@ -102,6 +102,23 @@ static const struct entry entries[] = {
         E(cuMemMap, cuMemMap, 10020),
         E(cuMemUnmap, cuMemUnmap, 10020),
         E(cuMemSetAccess, cuMemSetAccess, 10020),
+        E(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, 11020),
+        E(cuDeviceGetMemPool, cuDeviceGetMemPool, 11020),
+        E(cuDeviceSetMemPool, cuDeviceSetMemPool, 11020),
+        E(cuMemPoolCreate, cuMemPoolCreate, 11020),
+        E(cuMemPoolDestroy, cuMemPoolDestroy, 11020),
+        E(cuMemPoolTrimTo, cuMemPoolTrimTo, 11020),
+        E(cuMemPoolSetAttribute, cuMemPoolSetAttribute, 11020),
+        E(cuMemPoolGetAttribute, cuMemPoolGetAttribute, 11020),
+        E(cuMemPoolSetAccess, cuMemPoolSetAccess, 11020),
+        E(cuMemPoolGetAccess, cuMemPoolGetAccess, 11020),
+        E(cuMemAllocAsync, cuMemAllocAsync, 11020),
+        E(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020),
+        E(cuMemFreeAsync, cuMemFreeAsync, 11020),
+        E(cuMemPoolExportToShareableHandle, cuMemPoolExportToShareableHandle, 11020),
+        E(cuMemPoolImportFromShareableHandle, cuMemPoolImportFromShareableHandle, 11020),
+        E(cuMemPoolExportPointer, cuMemPoolExportPointer, 11020),
+        E(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020),
 };
 
 #define NENTRIES (sizeof(entries) / sizeof(entries[0]))

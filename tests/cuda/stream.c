@@ -327,3 +327,8 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
         dbl_unlock();
         return CUDA_SUCCESS;
 }
+
+struct dbl_ctx *dbl_stream_ctx(struct dbl_stream *s)
+{
+        return s->ctx;
+}

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -52,7 +53,13 @@
         X(cuMemRelease) X(cuMemExportToShareableHandle)                               \
         X(cuMemImportFromShareableHandle) X(cuMemGetAllocationPropertiesFromHandle)   \
         X(cuMemRetainAllocationHandle) X(cuMemAddressReserve) X(cuMemAddressFree)     \
-        X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
+        X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuDeviceGetDefaultMemPool)       \
+        X(cuDeviceGetMemPool) X(cuDeviceSetMemPool) X(cuMemPoolCreate)                \
+        X(cuMemPoolDestroy) X(cuMemPoolTrimTo) X(cuMemPoolSetAttribute)               \
+        X(cuMemPoolGetAttribute) X(cuMemPoolSetAccess) X(cuMemPoolGetAccess)          \
+        X(cuMemAllocAsync) X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync)               \
+        X(cuMemPoolExportToShareableHandle) X(cuMemPoolImportFromShareableHandle)     \
+        X(cuMemPoolExportPointer) X(cuMemPoolImportPointer)
 
 #define DECL(name) static __typeof__(name) *p_##name;
 CU_FUNCS(DECL)
@@ -839,6 +846,147 @@ static void role_vmm_two_importer(int sock)
         teardown(0);
 }
 
+/* ---- 4c. VMM: one reservation, many chunks (PyTorch expandable segments) ---- */
+
+#define CHUNKS 3
+static const size_t chunk_size[CHUNKS] = { 2 * MiB, 20 * MiB, 2 * MiB };
+
+static unsigned char chunk_byte(int i, size_t off)
+{
+        return (unsigned char)(0x30 + 16 * i + (off >> 20));
+}
+
+static void role_chunks_exporter(int sock)
+{
+        setup(0);
+        CUmemAllocationProp prop = vmm_prop(0);
+        CUmemAccessDesc acc = rw_access(0);
+        CUmemGenericAllocationHandle h[CHUNKS], hr = 0;
+        CUdeviceptr va = 0, at[CHUNKS];
+        OK(p_cuMemAddressReserve(&va, 64 * MiB, 0, 0, 0));
+        size_t off = 0;
+        for (int i = 0; i < CHUNKS; i++) {
+                OK(p_cuMemCreate(&h[i], chunk_size[i], &prop, 0));
+                at[i] = va + off;
+                OK(p_cuMemMap(at[i], chunk_size[i], 0, h[i], 0));
+                off += chunk_size[i];
+        }
+        /* One chunk alone, then the other two in one call; not half of one,
+         * and not past the last mapping. */
+        OK(p_cuMemSetAccess(at[0], chunk_size[0], &acc, 1));
+        CHECK_RC(p_cuMemSetAccess(at[1], 2 * MiB, &acc, 1), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemSetAccess(at[1], off, &acc, 1), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemSetAccess(at[1], chunk_size[1] + chunk_size[2], &acc, 1));
+        for (int i = 0; i < CHUNKS; i++)
+                for (size_t o = 0; o < chunk_size[i]; o += MiB)
+                        ((unsigned char *)(uintptr_t)at[i])[o] = chunk_byte(i, o);
+
+        /* cuMemGetAddressRange: the chunk; RANGE_*: the reservation; MAPPING_*: the chunk. */
+        CUdeviceptr rb = 0, start = 0;
+        size_t rs = 0, rsize = 0, msize = 0;
+        void *mbase = NULL;
+        unsigned long long types = 0, id[CHUNKS];
+        CUmemoryPool mp = (CUmemoryPool)1;
+        OK(p_cuMemGetAddressRange(&rb, &rs, at[1] + 5 * MiB + 17));
+        CHECK(rb == at[1] && rs == chunk_size[1]);
+        OK(p_cuMemGetAddressRange(&rb, &rs, at[2]));
+        CHECK(rb == at[2] && rs == chunk_size[2]);
+        CHECK_RC(p_cuMemGetAddressRange(&rb, &rs, va + off), CUDA_ERROR_NOT_FOUND);
+        OK(p_cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at[1] + 99));
+        OK(p_cuPointerGetAttribute(&rsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at[1] + 99));
+        CHECK(start == va && rsize == 64 * MiB);
+        OK(p_cuPointerGetAttribute(&mbase, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, at[1] + 99));
+        OK(p_cuPointerGetAttribute(&msize, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, at[1] + 99));
+        CHECK(mbase == (void *)(uintptr_t)at[1] && msize == chunk_size[1]);
+        OK(p_cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, at[2]));
+        CHECK(types == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, at[0]));
+        CHECK(mp == NULL);
+        for (int i = 0; i < CHUNKS; i++)
+                OK(p_cuPointerGetAttribute(&id[i], CU_POINTER_ATTRIBUTE_BUFFER_ID, at[i] + 4096));
+        CHECK(id[0] != id[1] && id[1] != id[2] && id[0] != id[2]);
+        CUipcMemHandle ih;
+        CHECK_RC(p_cuIpcGetMemHandle(&ih, at[1]), CUDA_ERROR_INVALID_VALUE);
+
+        /* Any address of a chunk retains that chunk's handle, which exports. */
+        for (int i = 0; i < CHUNKS; i++) {
+                OK(p_cuMemRetainAllocationHandle(&hr, (void *)(uintptr_t)(at[i] + chunk_size[i] - 1)));
+                CHECK(hr == h[i]);
+                int fd = -1;
+                OK(p_cuMemExportToShareableHandle(&fd, hr, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                                  0));
+                CHECK(fd >= 0);
+                send_fd(sock, fd);
+                close(fd);
+                OK(p_cuMemRelease(hr));
+        }
+        CHECK(recv_word(sock) == 1);                    /* importer has mapped them */
+        CHECK(((unsigned char *)(uintptr_t)at[1])[3 * MiB + 5] == 0xc1);
+
+        /* Unmap one by one, the middle first; the reservation goes last. */
+        CHECK_RC(p_cuMemUnmap(at[1], MiB), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemUnmap(at[1], chunk_size[1]));
+        CHECK_RC(p_cuMemGetAddressRange(&rb, &rs, at[1]), CUDA_ERROR_NOT_FOUND);
+        CHECK(((unsigned char *)(uintptr_t)at[2])[0] == chunk_byte(2, 0));
+        CHECK_RC(p_cuMemAddressFree(va, 64 * MiB), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemUnmap(at[0], chunk_size[0]));
+        OK(p_cuMemUnmap(at[2], chunk_size[2]));
+        OK(p_cuMemAddressFree(va, 64 * MiB));
+        for (int i = 0; i < CHUNKS; i++)
+                OK(p_cuMemRelease(h[i]));
+        send_word(sock, 2);
+        teardown(0);
+}
+
+static void role_chunks_importer(int sock)
+{
+        setup(0);
+        CUmemGenericAllocationHandle h[CHUNKS];
+        size_t total = 0;
+        for (int i = 0; i < CHUNKS; i++) {
+                int fd = recv_fd(sock);
+                CHECK(fd >= 0);
+                OK(p_cuMemImportFromShareableHandle(&h[i], (void *)(intptr_t)fd,
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+                close(fd);
+                total += chunk_size[i];
+        }
+        /* Back to back in one reservation, opened by one call. */
+        CUdeviceptr va = 0, at[CHUNKS];
+        CUmemAccessDesc acc = rw_access(0);
+        OK(p_cuMemAddressReserve(&va, total, 0, 0, 0));
+        size_t off = 0;
+        for (int i = 0; i < CHUNKS; i++) {
+                at[i] = va + off;
+                OK(p_cuMemMap(at[i], chunk_size[i], 0, h[i], 0));
+                off += chunk_size[i];
+        }
+        OK(p_cuMemSetAccess(va, total, &acc, 1));
+        bool same = true;
+        for (int i = 0; i < CHUNKS; i++)
+                for (size_t o = 0; o < chunk_size[i]; o += MiB)
+                        same &= ((unsigned char *)(uintptr_t)at[i])[o] == chunk_byte(i, o);
+        CHECK(same);
+        /* A copy across the chunk boundaries. */
+        static unsigned char back[24 * MiB];
+        OK(p_cuMemcpyDtoH(back, va, total));
+        CHECK(back[2 * MiB] == chunk_byte(1, 0) && back[22 * MiB] == chunk_byte(2, 0));
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        OK(p_cuMemGetAddressRange(&rb, &rs, va + 23 * MiB));
+        CHECK(rb == at[2] && rs == 2 * MiB);
+        ((unsigned char *)(uintptr_t)at[1])[3 * MiB + 5] = 0xc1;
+        send_word(sock, 1);
+        CHECK(recv_word(sock) == 2);                    /* the exporter let go of it all */
+        CHECK(((unsigned char *)(uintptr_t)at[1])[0] == chunk_byte(1, 0));
+        for (int i = CHUNKS - 1; i >= 0; i--)
+                OK(p_cuMemUnmap(at[i], chunk_size[i]));
+        OK(p_cuMemAddressFree(va, total));
+        for (int i = 0; i < CHUNKS; i++)
+                OK(p_cuMemRelease(h[i]));
+        teardown(0);
+}
+
 /* ---- 5. IPC events: the consumer must wait for the producer's record ---- */
 
 static void role_event_producer(int sock)
@@ -1157,6 +1305,535 @@ static void role_sweeper(int sock)
         OK(p_cuInit(0));
 }
 
+/* ---- 9. stream-ordered memory pools ---- */
+
+static CUmemPoolProps pool_props(int dev, CUmemAllocationHandleType types)
+{
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof(props));
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = types;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = dev;
+        return props;
+}
+
+static void role_pool_basics(int sock)
+{
+        (void)sock;
+        CUmemoryPool def = NULL, cur = NULL, mp = NULL, pool = NULL;
+        CUdeviceptr p = 0, q = 0, a = 0;
+        CHECK_RC(p_cuDeviceGetDefaultMemPool(&def, 0), CUDA_ERROR_NOT_INITIALIZED);
+        setup(0);
+        OK(p_cuDeviceGetDefaultMemPool(&def, 0));
+        CHECK(def != NULL);
+        CHECK_RC(p_cuDeviceGetDefaultMemPool(&cur, 1), CUDA_ERROR_INVALID_DEVICE);
+        OK(p_cuDeviceGetMemPool(&cur, 0));
+        CHECK(cur == def);
+
+        /* The default pool: exactly the allocation, unique ids, not shareable. */
+        OK(p_cuMemAllocAsync(&p, 3 * MiB + 5, NULL));
+        OK(p_cuMemAllocAsync(&q, 4096, NULL));
+        CHECK_RC(p_cuMemAllocAsync(&a, 0, NULL), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemAllocAsync(&a, 64, (CUstream)&a), CUDA_ERROR_INVALID_HANDLE);
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        OK(p_cuMemGetAddressRange(&rb, &rs, p + 3 * MiB));
+        CHECK(rb == p && rs == 3 * MiB + 5);
+        unsigned long long id1 = 0, id2 = 0, types = 99;
+        int legacy = -1;
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p + 1));
+        CHECK(mp == def);
+        OK(p_cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p));
+        CHECK(types == 0);
+        OK(p_cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, p));
+        OK(p_cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, q));
+        CHECK(id1 != id2);
+        OK(p_cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p));
+        CHECK(legacy == 0);
+        CUipcMemHandle ih;
+        CUmemGenericAllocationHandle gh;
+        CUmemPoolPtrExportData pd;
+        int fd = -1;
+        CHECK_RC(p_cuIpcGetMemHandle(&ih, p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemRetainAllocationHandle(&gh, (void *)(uintptr_t)p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolExportToShareableHandle(&fd, def, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                                    0), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolExportPointer(&pd, p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolDestroy(def), CUDA_ERROR_INVALID_VALUE);
+
+        /* Host code reads and writes it; copies check it as device memory. */
+        unsigned char host[4096], back[4096];
+        for (size_t i = 0; i < sizeof(host); i++)
+                host[i] = pattern(i);
+        OK(p_cuMemcpyHtoD(p + 3 * MiB - 4096, host, sizeof(host)));
+        CHECK(memcmp((void *)(uintptr_t)(p + 3 * MiB - 4096), host, sizeof(host)) == 0);
+        ((unsigned char *)(uintptr_t)q)[7] = 0x3c;
+        OK(p_cuMemcpyDtoH(back, q, 16));
+        CHECK(back[7] == 0x3c);
+        CHECK_RC(p_cuMemcpyDtoH(back, q + 4090, 16), CUDA_ERROR_INVALID_VALUE);
+
+        /* Memory not from a pool: no pool, no error; cuMemFreeAsync refuses it. */
+        OK(p_cuMemAlloc(&a, MiB));
+        mp = (CUmemoryPool)1;
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, a));
+        CHECK(mp == NULL);
+        CHECK_RC(p_cuMemFreeAsync(a, NULL), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemFree(a));
+
+        /* cuMemFree and cuMemFreeAsync (on a stream) both free pool memory. */
+        CUstream s;
+        OK(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CHECK_RC(p_cuMemFreeAsync(p + 1, s), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemFree(p));
+        CHECK_RC(p_cuMemGetAddressRange(&rb, &rs, p), CUDA_ERROR_NOT_FOUND);
+        OK(p_cuMemFreeAsync(q, s));
+        CHECK_RC(p_cuMemFreeAsync(q, s), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemFree(q), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemAllocAsync(&p, MiB, s));
+        OK(p_cuMemsetD8Async(p, 0x6b, MiB, s));
+        OK(p_cuMemFreeAsync(p, s));
+        OK(p_cuMemAllocFromPoolAsync(&p, MiB, def, s));
+        OK(p_cuMemFreeAsync(p, s));
+
+        /* A pool of our own, exportable; attributes; the device's current pool. */
+        CUmemPoolProps props = pool_props(0, CU_MEM_HANDLE_TYPE_FABRIC);
+        CHECK_RC(p_cuMemPoolCreate(&pool, &props), CUDA_ERROR_NOT_SUPPORTED);
+        props = pool_props(1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        CHECK_RC(p_cuMemPoolCreate(&pool, &props), CUDA_ERROR_INVALID_DEVICE);
+        props = pool_props(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        props.location.type = CU_MEM_LOCATION_TYPE_HOST;
+        CHECK_RC(p_cuMemPoolCreate(&pool, &props), CUDA_ERROR_NOT_SUPPORTED);
+        props = pool_props(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuMemPoolCreate(&pool, &props));
+        CHECK(pool != NULL && pool != def);
+        cuuint64_t thr = UINT64_MAX, v = 1;
+        OK(p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
+        CHECK(v == UINT64_MAX);
+        OK(p_cuMemPoolSetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+        int reuse = -1, off = 0;
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse));
+        CHECK(reuse == 1);
+        OK(p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &off));
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse));
+        CHECK(reuse == 0);
+        CHECK_RC(p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v),
+                 CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuDeviceSetMemPool(0, pool));
+        OK(p_cuDeviceGetMemPool(&cur, 0));
+        CHECK(cur == pool);
+        OK(p_cuMemAllocAsync(&p, 5 * MiB, s));
+        OK(p_cuMemAllocFromPoolAsync(&q, 1000, pool, NULL));
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p));
+        CHECK(mp == pool);
+        OK(p_cuPointerGetAttribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, q));
+        CHECK(types == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v));
+        CHECK(v == 5 * MiB + 1000);
+        OK(p_cuMemGetAddressRange(&rb, &rs, q + 999));
+        CHECK(rb == q && rs == 1000);
+        OK(p_cuMemFreeAsync(q, NULL));
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v));
+        CHECK(v == 5 * MiB + 1000);
+        cuuint64_t zero = 0;
+        OK(p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+        OK(p_cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v));
+        CHECK(v == 5 * MiB);
+        OK(p_cuMemAllocFromPoolAsync(&q, 1000, pool, NULL));
+        CHECK_RC(p_cuIpcGetMemHandle(&ih, p), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemRetainAllocationHandle(&gh, (void *)(uintptr_t)p), CUDA_ERROR_INVALID_VALUE);
+
+        /* Export: the pool as an fd, a pointer only at its allocation's start. */
+        CHECK_RC(p_cuMemPoolExportPointer(&pd, p + 64), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolExportPointer(&pd, p));
+        CHECK_RC(p_cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_FABRIC, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        CHECK(fd >= 0);
+        CUmemoryPool self = NULL;
+        CHECK_RC(p_cuMemPoolImportFromShareableHandle(&self, (void *)(intptr_t)fd,
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+        close(fd);
+
+        /* Access: the owner keeps read-write; a second device does not exist here. */
+        CUmemAccessDesc acc = rw_access(0), bad = rw_access(1), ro = rw_access(0);
+        ro.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+        OK(p_cuMemPoolSetAccess(pool, &acc, 1));
+        CHECK_RC(p_cuMemPoolSetAccess(pool, &ro, 1), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolSetAccess(pool, &bad, 1), CUDA_ERROR_INVALID_DEVICE);
+        CUmemAccess_flags fl = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        CUmemLocation loc = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
+        OK(p_cuMemPoolGetAccess(&fl, pool, &loc));
+        CHECK(fl == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+        OK(p_cuMemPoolTrimTo(pool, 0));
+
+        /* Destroying the current pool: the default is current again, and
+         * memory still allocated from it stays until freed. */
+        OK(p_cuMemPoolDestroy(pool));
+        CHECK_RC(p_cuMemPoolDestroy(pool), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuDeviceGetMemPool(&cur, 0));
+        CHECK(cur == def);
+        CHECK_RC(p_cuMemAllocFromPoolAsync(&a, 64, pool, NULL), CUDA_ERROR_INVALID_VALUE);
+        ((unsigned char *)(uintptr_t)p)[5 * MiB - 1] = 0x99;
+        OK(p_cuMemFree(p));
+        OK(p_cuMemFreeAsync(q, s));
+        OK(p_cuStreamDestroy(s));
+
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult qr;
+        OK(p_cuGetProcAddress("cuMemAllocAsync", &fn, 13000, 0, &qr));
+        CHECK(fn == dlsym(lib, "cuMemAllocAsync") && fn == (void *)p_cuMemAllocAsync);
+        OK(p_cuGetProcAddress("cuMemPoolImportPointer", &fn, 12000, 0, &qr));
+        CHECK(fn == (void *)p_cuMemPoolImportPointer);
+        CHECK_RC(p_cuGetProcAddress("cuMemFreeAsync", &fn, 11010, 0, &qr), CUDA_ERROR_NOT_FOUND);
+        CHECK(p_count("cuMemAllocAsync") == 6);
+        CHECK(p_count("cuMemFreeAsync") == 8);
+        CHECK(p_count("cuMemPoolCreate") == 4);
+        teardown(0);
+}
+
+/* Two devices without peer access: a pool grants access to the other
+ * device only where the pair has it. */
+static void role_pool_peer(int sock)
+{
+        (void)sock;
+        setup(0);
+        CUmemoryPool pool = NULL;
+        CUmemPoolProps props = pool_props(0, CU_MEM_HANDLE_TYPE_NONE);
+        OK(p_cuMemPoolCreate(&pool, &props));
+        CUmemAccessDesc d1 = rw_access(1), d2 = rw_access(2), none = rw_access(1);
+        none.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        CHECK_RC(p_cuMemPoolSetAccess(pool, &d1, 1), CUDA_ERROR_INVALID_DEVICE);
+        OK(p_cuMemPoolSetAccess(pool, &none, 1));
+        OK(p_cuMemPoolSetAccess(pool, &d2, 1));
+        CUmemAccess_flags fl = CU_MEM_ACCESS_FLAGS_PROT_READ;
+        CUmemLocation loc = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1 };
+        OK(p_cuMemPoolGetAccess(&fl, pool, &loc));
+        CHECK(fl == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+        loc.id = 2;
+        OK(p_cuMemPoolGetAccess(&fl, pool, &loc));
+        CHECK(fl == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+        /* cuDeviceSetMemPool takes only a pool of that device. */
+        CHECK_RC(p_cuDeviceSetMemPool(1, pool), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolDestroy(pool));
+        teardown(0);
+}
+
+static void role_pool_exporter(int sock)
+{
+        setup(0);
+        CUmemoryPool pool = NULL;
+        CUmemPoolProps props = pool_props(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuMemPoolCreate(&pool, &props));
+        CUdeviceptr a = 0, b = 0, c = 0;
+        OK(p_cuMemAllocFromPoolAsync(&a, MiB + 3, pool, NULL));
+        OK(p_cuMemAllocFromPoolAsync(&b, 4 * MiB, pool, NULL));
+        OK(p_cuMemAllocFromPoolAsync(&c, 8192, pool, NULL));
+        for (size_t i = 0; i < MiB + 3; i++)
+                ((unsigned char *)(uintptr_t)a)[i] = pattern(i);
+        OK(p_cuMemsetD8(b, 0xb0, 4 * MiB));
+        OK(p_cuMemsetD8(c, 0xc0, 8192));
+        CUmemPoolPtrExportData da, db, dc;
+        OK(p_cuMemPoolExportPointer(&da, a));
+        OK(p_cuMemPoolExportPointer(&db, b));
+        OK(p_cuMemPoolExportPointer(&dc, c));
+        int fd = -1;
+        OK(p_cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        send_fd(sock, fd);
+        close(fd);
+        send_all(sock, &da, sizeof(da));
+        send_all(sock, &db, sizeof(db));
+        send_all(sock, &dc, sizeof(dc));
+
+        CHECK(recv_word(sock) == 1);            /* imported and written */
+        CHECK(((unsigned char *)(uintptr_t)a)[MiB + 2] == 0x5e);
+        CHECK(recv_word(sock) == 2);            /* freed a; b still imported */
+        OK(p_cuMemFree(a));
+        OK(p_cuMemFreeAsync(b, NULL));          /* before the importer: existing import stays */
+        send_word(sock, 3);
+        CHECK(recv_word(sock) == 4);
+        /* c is never freed: exiting takes the pool with it. */
+        teardown(0);
+}
+
+static void role_pool_importer(int sock)
+{
+        setup(0);
+        int fd = recv_fd(sock);
+        CHECK(fd >= 0);
+        CUmemPoolPtrExportData da, db, dc, bad;
+        recv_all(sock, &da, sizeof(da));
+        recv_all(sock, &db, sizeof(db));
+        recv_all(sock, &dc, sizeof(dc));
+        CUmemoryPool pool = NULL, def = NULL, other = NULL;
+        int devnull = open("/dev/null", O_RDONLY);
+        CHECK_RC(p_cuMemPoolImportFromShareableHandle(&other, (void *)(intptr_t)devnull,
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 CUDA_ERROR_INVALID_VALUE);
+        close(devnull);
+        OK(p_cuMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        close(fd);                              /* the imported pool keeps it */
+
+        CUdeviceptr pa = 0, pa2 = 0, pb = 0, x = 0;
+        OK(p_cuDeviceGetDefaultMemPool(&def, 0));
+        CHECK_RC(p_cuMemPoolImportPointer(&x, def, &da), CUDA_ERROR_INVALID_VALUE);
+        bad = da;
+        bad.reserved[0] ^= 1;
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &bad), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemAllocFromPoolAsync(&x, 64, pool, NULL), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuDeviceSetMemPool(0, pool), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolImportPointer(&pa, pool, &da));
+        OK(p_cuMemPoolImportPointer(&pa2, pool, &da));
+        CHECK(pa2 == pa);                       /* measured: the same address */
+        OK(p_cuMemPoolImportPointer(&pb, pool, &db));
+        CUdeviceptr rb = 0;
+        size_t rs = 0;
+        OK(p_cuMemGetAddressRange(&rb, &rs, pa + MiB));
+        CHECK(rb == pa && rs == MiB + 3);
+        OK(p_cuMemGetAddressRange(&rb, &rs, pb + 5));
+        CHECK(rb == pb && rs == 4 * MiB);
+        CUmemoryPool mp = NULL;
+        OK(p_cuPointerGetAttribute(&mp, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, pa));
+        CHECK(mp == pool);
+        bool same = true;
+        for (size_t i = 0; i < MiB + 3; i++)
+                same &= ((unsigned char *)(uintptr_t)pa)[i] == pattern(i);
+        CHECK(same);
+        CHECK(((unsigned char *)(uintptr_t)pb)[4 * MiB - 1] == 0xb0);
+        CUmemPoolPtrExportData again;
+        CHECK_RC(p_cuMemPoolExportPointer(&again, pa), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemsetD8(pa + MiB + 2, 0x5e, 1));
+        send_word(sock, 1);
+
+        /* The importer frees first, as CUDA asks; two imports, two frees. */
+        OK(p_cuMemFree(pa));
+        CHECK(((unsigned char *)(uintptr_t)pa)[0] == pattern(0));
+        OK(p_cuMemFreeAsync(pa, NULL));
+        CHECK_RC(p_cuMemFree(pa), CUDA_ERROR_INVALID_VALUE);
+        send_word(sock, 2);
+
+        /* After the exporter's free: the import still reads, new ones fail. */
+        CHECK(recv_word(sock) == 3);
+        CHECK(((unsigned char *)(uintptr_t)pb)[MiB] == 0xb0);
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &db), CUDA_ERROR_INVALID_VALUE);
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &da), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemFree(pb));
+        send_word(sock, 4);
+
+        /* The exporter exited without freeing c: it cannot be imported now. */
+        for (int i = 0; i < 200; i++) {         /* until its exit is complete */
+                if (p_cuMemPoolImportPointer(&x, pool, &dc) != CUDA_SUCCESS)
+                        break;
+                p_cuMemFree(x);
+                usleep(10000);
+        }
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &dc), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemPoolDestroy(pool));
+        CHECK_RC(p_cuMemPoolImportPointer(&x, pool, &dc), CUDA_ERROR_INVALID_VALUE);
+        teardown(0);
+}
+
+/* ---- 10. pid namespaces ---- */
+
+static void run_one(const char *what, role_fn a, const char *const *env);
+
+static void role_ns_producer(int sock)
+{
+        setup(0);
+        CUdeviceptr m = 0;
+        OK(p_cuMemAlloc(&m, 2 * MiB));
+        OK(p_cuMemsetD8(m, 0x4e, 2 * MiB));
+        CUipcMemHandle mh;
+        OK(p_cuIpcGetMemHandle(&mh, m));
+        CUevent ev;
+        CUipcEventHandle eh;
+        OK(p_cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+        OK(p_cuIpcGetEventHandle(&eh, ev));
+        send_all(sock, &mh, sizeof(mh));
+        send_all(sock, &eh, sizeof(eh));
+
+        CUmemAllocationProp prop = vmm_prop(0);
+        CUmemAccessDesc acc = rw_access(0);
+        CUmemGenericAllocationHandle vh;
+        CUdeviceptr va = 0;
+        OK(p_cuMemCreate(&vh, 2 * MiB, &prop, 0));
+        OK(p_cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+        OK(p_cuMemMap(va, 2 * MiB, 0, vh, 0));
+        OK(p_cuMemSetAccess(va, 2 * MiB, &acc, 1));
+        OK(p_cuMemsetD8(va, 0x4f, 2 * MiB));
+        int fd = -1;
+        OK(p_cuMemExportToShareableHandle(&fd, vh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        send_fd(sock, fd);
+        close(fd);
+
+        CUmemoryPool pool = NULL;
+        CUmemPoolProps props = pool_props(0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        OK(p_cuMemPoolCreate(&pool, &props));
+        CUdeviceptr pp = 0;
+        OK(p_cuMemAllocFromPoolAsync(&pp, MiB, pool, NULL));
+        OK(p_cuMemsetD8(pp, 0x50, MiB));
+        CUmemPoolPtrExportData pd;
+        OK(p_cuMemPoolExportPointer(&pd, pp));
+        OK(p_cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        send_fd(sock, fd);
+        close(fd);
+        send_all(sock, &pd, sizeof(pd));
+
+        /* The consumer's cuInit swept, and its open failed: our names stay. */
+        CHECK(recv_word(sock) == 1);
+        CHECK(names_of(getpid()) == 2);
+        CHECK(((unsigned char *)(uintptr_t)pp)[5] == 0x51);
+        send_word(sock, 2);
+        CHECK(recv_word(sock) == 3);
+        OK(p_cuMemFree(pp));
+        OK(p_cuMemPoolDestroy(pool));
+        OK(p_cuMemUnmap(va, 2 * MiB));
+        OK(p_cuMemAddressFree(va, 2 * MiB));
+        OK(p_cuMemRelease(vh));
+        OK(p_cuEventDestroy(ev));
+        OK(p_cuMemFree(m));
+        teardown(0);
+}
+
+/* Runs as pid 1 of a pid namespace of its own. */
+static void role_ns_consumer(int sock)
+{
+        CHECK(getpid() == 1);
+        setup(0);
+        CUipcMemHandle mh;
+        CUipcEventHandle eh;
+        recv_all(sock, &mh, sizeof(mh));
+        recv_all(sock, &eh, sizeof(eh));
+        CUdeviceptr p = 0;
+        CUevent ev;
+        /* Measured: legacy IPC does not cross pid namespaces. */
+        CHECK_RC(p_cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                 CUDA_ERROR_INVALID_CONTEXT);
+        CHECK_RC(p_cuIpcOpenEventHandle(&ev, eh), CUDA_ERROR_INVALID_CONTEXT);
+
+        /* VMM fds do. */
+        int fd = recv_fd(sock);
+        CUmemGenericAllocationHandle vh = 0;
+        OK(p_cuMemImportFromShareableHandle(&vh, (void *)(intptr_t)fd,
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        close(fd);
+        CUdeviceptr va = 0;
+        CUmemAccessDesc acc = rw_access(0);
+        OK(p_cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+        OK(p_cuMemMap(va, 2 * MiB, 0, vh, 0));
+        OK(p_cuMemSetAccess(va, 2 * MiB, &acc, 1));
+        CHECK(((unsigned char *)(uintptr_t)va)[MiB] == 0x4f);
+
+        /* Pools travel as fds too (not measured across namespaces). */
+        fd = recv_fd(sock);
+        CUmemPoolPtrExportData pd;
+        recv_all(sock, &pd, sizeof(pd));
+        CUmemoryPool pool = NULL;
+        OK(p_cuMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        close(fd);
+        OK(p_cuMemPoolImportPointer(&p, pool, &pd));
+        CHECK(((unsigned char *)(uintptr_t)p)[MiB - 1] == 0x50);
+        ((unsigned char *)(uintptr_t)p)[5] = 0x51;
+        send_word(sock, 1);
+        CHECK(recv_word(sock) == 2);
+        OK(p_cuMemFree(p));
+        OK(p_cuMemPoolDestroy(pool));
+        OK(p_cuMemUnmap(va, 2 * MiB));
+        OK(p_cuMemAddressFree(va, 2 * MiB));
+        OK(p_cuMemRelease(vh));
+        send_word(sock, 3);
+        teardown(0);
+}
+
+/* fn runs as pid 1 of a new pid namespace: unshare in a child, fork again. */
+static pid_t spawn_in_pidns(const char *name, role_fn fn, int sock)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+                perror("fork");
+                exit(1);
+        }
+        if (pid != 0)
+                return pid;
+        if (unshare(CLONE_NEWPID) != 0)
+                _exit(77);
+        pid_t inner = spawn(name, fn, sock, NULL);
+        int st = 0;
+        while (waitpid(inner, &st, 0) < 0 && errno == EINTR)
+                ;
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+}
+
+static void role_noop(int sock)
+{
+        (void)sock;
+}
+
+static void test_pidns(void)
+{
+        if (geteuid() != 0) {
+                printf("note: pid namespace test skipped (needs root for unshare(CLONE_NEWPID))\n");
+                return;
+        }
+        pid_t probe = spawn_in_pidns("pidns probe", role_noop, -1);
+        int st = 0;
+        waitpid(probe, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                printf("note: pid namespace test skipped (unshare(CLONE_NEWPID) failed)\n");
+                return;
+        }
+        int sv[2];
+        pair(sv);
+        pid_t pa = spawn("pidns producer", role_ns_producer, sv[0], NULL);
+        pid_t pb = spawn_in_pidns("pidns consumer", role_ns_consumer, sv[1]);
+        close(sv[0]);
+        close(sv[1]);
+        reap(pa, "pidns producer");
+        reap(pb, "pidns consumer");
+}
+
+/* The sweep leaves names of another pid namespace alone, even with a pid
+ * that is dead here; it removes those of this namespace. */
+static void role_sweep_ns(int sock)
+{
+        (void)sock;
+        OK(p_cuInit(0));
+}
+
+static void test_sweep_other_ns(void)
+{
+        pid_t dead = fork();
+        if (dead == 0)
+                _exit(0);
+        waitpid(dead, NULL, 0);
+        struct stat st;
+        unsigned long long ns = stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+        char other[512], mine[512], old[512];
+        snprintf(other, sizeof(other), "%s/gpuipc-double-%d-n%llu-0123456789abcdef-m1", shm_dir,
+                 (int)dead, ns + 1);
+        snprintf(mine, sizeof(mine), "%s/gpuipc-double-%d-n%llu-0123456789abcdef-m1", shm_dir,
+                 (int)dead, ns);
+        snprintf(old, sizeof(old), "%s/gpuipc-double-%d-0123456789abcdef-m1", shm_dir, (int)dead);
+        const char *paths[] = { other, mine, old };
+        for (int i = 0; i < 3; i++) {
+                int fd = open(paths[i], O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+                CHECK(fd >= 0);
+                if (fd >= 0)
+                        close(fd);
+        }
+        run_one("sweep other namespace", role_sweep_ns, NULL);
+        CHECK(access(other, F_OK) == 0);
+        CHECK(access(old, F_OK) == 0);          /* no namespace in the name: kept */
+        CHECK(access(mine, F_OK) != 0);
+        unlink(other);
+        unlink(old);
+}
+
 /* ---- driver ---- */
 
 static void run_pair(const char *what, role_fn a, const char *const *env_a, role_fn b,
@@ -1275,6 +1952,7 @@ int main(int argc, char **argv)
                  already);
         test_vmm();
         run_pair("vmm one file", role_vmm_two_exporter, NULL, role_vmm_two_importer, NULL);
+        run_pair("vmm chunks", role_chunks_exporter, NULL, role_chunks_importer, NULL);
         static const char *const delay[] = { "GPUIPC_CUDA_DOUBLE_EVENT_DELAY_MS=300", NULL };
         run_pair("ipc event", role_event_producer, delay, role_event_consumer, NULL);
 
@@ -1299,6 +1977,15 @@ int main(int argc, char **argv)
         run_one("visible none", role_visible_none, none);
         run_pair("ordinals differ", role_dev2_producer, d3r, role_dev2_consumer, d3c);
         run_pair("device hidden", role_dev2_producer, d3r, role_hidden_consumer, d3h);
+
+        static const char *const d3np[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3",
+                                            "GPUIPC_CUDA_DOUBLE_NO_PEER=0-1", NULL };
+        run_one("pool basics", role_pool_basics, NULL);
+        run_one("pool peer access", role_pool_peer, d3np);
+        run_pair("pool sharing", role_pool_exporter, NULL, role_pool_importer, NULL);
+
+        test_sweep_other_ns();
+        test_pidns();
 
         test_stats();
         test_cleanup();

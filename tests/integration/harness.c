@@ -326,12 +326,12 @@ int h_raw_connect(const char *sock)
 
 int h_raw_send(int fd, const void *buf, size_t n, const int *fds, unsigned nfds)
 {
-        char ctl[CMSG_SPACE(sizeof(int) * 64)];
+        char ctl[CMSG_SPACE(sizeof(int) * 128)];
         struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
         struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
         size_t done = 0;
 
-        cr_assert_leq(nfds, 64);
+        cr_assert_leq(nfds, 128);
         if (nfds) {
                 struct cmsghdr *c;
                 memset(ctl, 0, sizeof(ctl));

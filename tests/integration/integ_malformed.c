@@ -383,15 +383,16 @@ Test(malformed, register_bad_fds)
         /* size 0 and a bad name are bad requests */
         raw_register(fd, 9, "bad/zero", 0, 0, 1, &mfd, 1, "bad_request");
         raw_register(fd, 10, "bad//name", 4096, 0, 1, &mfd, 1, "bad_request");
-        /* declaring more than 8: the fd that came may wait for the next
-         * frame, but no longer */
+        /* declaring more than PROTO_MAX_FDS: the fd that came may wait
+         * for the next frame, but no longer */
         {
-                struct reg_args a = { "bad/nine", 4096, 0, 9 };
+                struct reg_args a = { "bad/nine", 4096, 0, PROTO_MAX_FDS + 1 };
                 cr_assert_eq(h_raw_request(fd, "register", 11, 5, pack_register, &a, &mfd, 1), 0);
                 h_raw_expect_reply(fd, 11, "bad_request");
                 raw_ping_ok(fd, 111);
                 now = h_daemon_fd_settle(&h_d, base, 1000);
-                cr_expect_eq(now, base, "register declaring 9 fds: daemon fds %d -> %d", base, now);
+                cr_expect_eq(now, base, "register declaring %u fds: daemon fds %d -> %d",
+                     PROTO_MAX_FDS + 1, base, now);
         }
         now = h_daemon_fd_settle(&h_d, base, 2000);
         cr_expect_eq(now, base, "daemon holds %d fds after refused registrations, %d before", now, base);
@@ -408,7 +409,7 @@ Test(malformed, register_bad_fds)
 
 static void too_many_fds(unsigned n)
 {
-        int base = h_daemon_fd_count(&h_d), fd, mfd = sealed_memfd(4096, true), fds[64], now;
+        int base = h_daemon_fd_count(&h_d), fd, mfd = sealed_memfd(4096, true), fds[128], now;
 
         fd = hello_conn();
         for (unsigned i = 0; i < n; i++)
@@ -424,27 +425,27 @@ static void too_many_fds(unsigned n)
 
 Test(malformed, thirty_two_fds_in_one_message)
 {
-        too_many_fds(32);
-        good_check("32 fds in one sendmsg");
-        too_many_fds(17);
-        good_check("17 fds in one sendmsg");
+        too_many_fds(PROTO_MAX_PENDING_FDS + 32);
+        good_check("PROTO_MAX_PENDING_FDS + 32 fds in one sendmsg");
+        too_many_fds(PROTO_MAX_PENDING_FDS + 1);
+        good_check("PROTO_MAX_PENDING_FDS + 1 fds in one sendmsg");
 }
 
 Test(malformed, too_many_unclaimed_fds)
 {
-        int base = h_daemon_fd_count(&h_d), fd, mfd = sealed_memfd(4096, true), fds[8], now;
+        int base = h_daemon_fd_count(&h_d), fd, mfd = sealed_memfd(4096, true), fds[32], now;
         bool closed = false;
 
         fd = hello_conn();
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < 32; i++)
                 fds[i] = mfd;
-        /* 3 x 8 fds attached to the bytes of one frame that declares none */
+        /* 3 x 32 fds attached to the bytes of one frame that declares none */
         send_bytes(fd, "\x00\x00\x00\x0b", 4);
-        cr_assert_eq(h_raw_send(fd, "\x82\xa2op", 4, fds, 8), 0);
-        cr_assert_eq(h_raw_send(fd, "\xa4ping", 5, fds, 8), 0);
-        if (h_raw_send(fd, "\xa3seq\x02", 5, fds, 8) < 0)
+        cr_assert_eq(h_raw_send(fd, "\x82\xa2op", 4, fds, 32), 0);
+        cr_assert_eq(h_raw_send(fd, "\xa4ping", 5, fds, 32), 0);
+        if (h_raw_send(fd, "\xa3seq\x02", 5, fds, 32) < 0)
                 closed = true;
-        /* more than 16 unclaimed: a fatal limit */
+        /* more than PROTO_MAX_PENDING_FDS (72) unclaimed: a fatal limit */
         if (!closed) {
                 h_raw_expect_event(fd, "limit", true);
                 h_raw_expect_eof(fd, 3000);

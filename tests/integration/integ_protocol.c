@@ -127,7 +127,7 @@ Test(protocol, hello_reply_fields)
         cr_assert_eq(proto_get_str(f.m.root, "server", &s, &n), 0);
         cr_expect(n > 8 && memcmp(s, "gpuipcd ", 8) == 0, "server %.*s", (int)n, s);
         cr_expect_eq(get_u64(f.m.root, "max_frame"), PROTO_MAX_FRAME);
-        cr_expect_eq(get_u64(f.m.root, "max_fds"), 8);
+        cr_expect_eq(get_u64(f.m.root, "max_fds"), PROTO_MAX_FDS);
         cr_expect_eq(get_u64(f.m.root, "pid"), (uint64_t)h_d.pid);
         h_frame_free(&f);
         /* a later version is answered with 1 */

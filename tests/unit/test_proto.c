@@ -1111,13 +1111,13 @@ Test(sock, one_and_eight_fds)
 
 Test(sock, send_limits)
 {
-        int sv[2], fds[9];
+        int sv[2], fds[PROTO_MAX_FDS + 1];
         struct iovec iov = { .iov_base = "x", .iov_len = 1 };
 
         make_pair(sv);
-        for (int i = 0; i < 9; i++)
+        for (unsigned i = 0; i < PROTO_MAX_FDS + 1; i++)
                 fds[i] = sv[0];
-        cr_expect_eq(proto_send(sv[0], &iov, 1, fds, 9), -EINVAL);
+        cr_expect_eq(proto_send(sv[0], &iov, 1, fds, PROTO_MAX_FDS + 1), -EINVAL);
         cr_expect_eq(proto_recv(sv[1], NULL, 0, fds, PROTO_MAX_PENDING_FDS + 1, NULL), -EINVAL);
         close(sv[1]);
         /* MSG_NOSIGNAL: a closed peer is EPIPE, not SIGPIPE */
@@ -1128,13 +1128,13 @@ Test(sock, send_limits)
 /* Sends n fds (n may exceed PROTO_MAX_FDS) with raw sendmsg. */
 static void raw_send_fds(int sock, int fd, unsigned n)
 {
-        char ctl[CMSG_SPACE(sizeof(int) * 64)];
+        char ctl[CMSG_SPACE(sizeof(int) * 128)];
         struct iovec iov = { .iov_base = "z", .iov_len = 1 };
         struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
                               .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
         struct cmsghdr *c;
 
-        cr_assert_leq(n, 64);
+        cr_assert_leq(n, 128);
         memset(ctl, 0, sizeof(ctl));
         c = CMSG_FIRSTHDR(&msg);
         c->cmsg_level = SOL_SOCKET;
@@ -1172,8 +1172,8 @@ static void expect_truncated(unsigned sent, unsigned max_fds)
 Test(sock, control_truncation)
 {
         expect_truncated(9, 8);
-        expect_truncated(17, PROTO_MAX_PENDING_FDS);
-        expect_truncated(32, PROTO_MAX_PENDING_FDS);
+        expect_truncated(PROTO_MAX_PENDING_FDS + 1, PROTO_MAX_PENDING_FDS);
+        expect_truncated(PROTO_MAX_PENDING_FDS + 32, PROTO_MAX_PENDING_FDS);
         expect_truncated(3, 2);
 }
 

@@ -28,12 +28,17 @@ DEFAULT_SOCKET = "/run/gpuipcd/gpuipcd.sock"
 KIND_HOST = 0
 KIND_CUDA_IPC = 1
 KIND_CUDA_VMM = 2
-KIND_NAMES = {KIND_HOST: "host", KIND_CUDA_IPC: "cuda-ipc", KIND_CUDA_VMM: "cuda-vmm"}
+KIND_CUDA_POOL = 3
+KIND_NAMES = {KIND_HOST: "host", KIND_CUDA_IPC: "cuda-ipc", KIND_CUDA_VMM: "cuda-vmm",
+              KIND_CUDA_POOL: "cuda-pool"}
 
 # flags of gpuipc_register_*()
 REGISTER_EPHEMERAL = 0x1
 REGISTER_CUDA_IPC = 0x2
 REGISTER_SHARED_WRITE = 0x4     # host only: no write seal, writable lookups work
+REGISTER_COPY = 0x8             # device: copy into cuda-vmm memory when zero-copy is impossible
+# gpuipc_path (gpuipc_explain)
+PATH_NAMES = {0: "none", 1: "cuda-ipc", 2: "cuda-vmm", 3: "cuda-pool", 4: "copy"}
 # flags of gpuipc_lookup()
 LOOKUP_WRITABLE = 0x1
 LOOKUP_NO_SYNC = 0x2
@@ -102,6 +107,8 @@ class gpuipc_info(Structure):
         ("n_access_gids", c_uint32),
         ("access_gids", POINTER(c_uint32)),
         ("access_group", c_char_p),
+        ("n_chunks", c_uint32),
+        ("copied", c_char_p),
         ("expires_ms", c_uint64),
         ("n_holders", c_uint32),
         ("holders", POINTER(gpuipc_holder)),
@@ -161,6 +168,9 @@ class gpuipc_stats(Structure):
         ("cuda_driver_version", c_uint32),
         ("bytes_cuda_ipc", c_uint64),
         ("bytes_cuda_vmm", c_uint64),
+        ("bytes_cuda_pool", c_uint64),
+        ("copies", c_uint64),
+        ("copied_bytes", c_uint64),
     ]
 
 
@@ -215,6 +225,8 @@ _PROTOTYPES = {
                                      POINTER(gpuipc_meta), c_void_p, c_uint,
                                      POINTER(c_uint64)]),
     "gpuipc_adopt": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
+    "gpuipc_explain": (c_int, [c_uint64, c_uint64, c_uint, c_char_p, c_size_t]),
+    "gpuipc_path_name": (c_char_p, [c_int]),
     "gpuipc_lookup_device": (c_int, [_client_p, c_char_p, c_int, c_uint, c_int,
                                      POINTER(_view_p)]),
     "gpuipc_view_copied": (c_int, [_view_p]),

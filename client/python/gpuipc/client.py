@@ -38,6 +38,9 @@ class Stats:
     cuda_driver_version: int
     bytes_cuda_ipc: int
     bytes_cuda_vmm: int
+    bytes_cuda_pool: int = 0
+    copies: int = 0                    # registrations copied by GPUIPC_REGISTER_COPY
+    copied_bytes: int = 0
 
 
 class _Conn:
@@ -278,7 +281,7 @@ class Client:
                  ephemeral: bool = False, event: Optional[int] = None,
                  dtype: Any = None, shape: Optional[Sequence[int]] = None,
                  strides: Optional[Sequence[int]] = None, cuda_ipc: bool = False,
-                 shared_write: bool = False,
+                 shared_write: bool = False, copy: bool = False,
                  ttl: Union[None, int, float, str] = None) -> int:
         """Registers ``obj`` under ``name`` ("ns/sub/name"); returns the
         registration id (for :meth:`wait_released`).
@@ -308,7 +311,14 @@ class Client:
         ``ephemeral`` ends the registration with this connection.  ``event``
         is a CUevent (int) created with CU_EVENT_INTERPROCESS and recorded
         after the writes; consumers wait on it.  ``cuda_ipc`` forces a legacy
-        IPC handle even for VMM memory.
+        IPC handle even for VMM memory.  ``copy=True`` lets the library copy
+        device memory that cannot be shared zero-copy (the device's default
+        stream-ordered pool, as torch's ``cudaMallocAsync`` backend and
+        CuPy's ``MemoryAsyncPool`` use; VMM memory without an exportable
+        handle type) into a durable ``cuda-vmm`` buffer; the record's
+        ``copied`` says why.  Without it such memory raises
+        :class:`Unsupported` with what would make it shareable.  See
+        :func:`gpuipc.explain`.
 
         Host buffers are sealed against new writers (``F_SEAL_FUTURE_WRITE``):
         an :meth:`alloc_host` buffer stays writable through its own mapping,
@@ -327,7 +337,7 @@ class Client:
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_ttl(c, ttl_ms), "register")
             try:
                 return self._register(name, obj, meta, ephemeral, event, dtype, shape, strides,
-                                      cuda_ipc, shared_write)
+                                      cuda_ipc, shared_write, copy)
             finally:
                 if ttl_ms:
                     self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
@@ -335,9 +345,11 @@ class Client:
     def _register(self, name: str, obj: Any, meta: Optional[Mapping[str, str]],
                   ephemeral: bool, event: Optional[int], dtype: Any,
                   shape: Optional[Sequence[int]], strides: Optional[Sequence[int]],
-                  cuda_ipc: bool, shared_write: bool) -> int:
+                  cuda_ipc: bool, shared_write: bool, copy: bool) -> int:
         flags = _lib.REGISTER_EPHEMERAL if ephemeral else 0
         hflags = flags | (_lib.REGISTER_SHARED_WRITE if shared_write else 0)
+        if copy:
+            flags |= _lib.REGISTER_COPY
         bname = _name(name)
         rid = c_uint64()
 
@@ -542,7 +554,9 @@ class Client:
                 bytes_host=int(s.bytes_host), requests=int(s.requests), errors=int(s.errors),
                 cuda_available=bool(s.cuda_available), cuda_reason=_lib.cstr(s.cuda_reason),
                 cuda_driver_version=int(s.cuda_driver_version),
-                bytes_cuda_ipc=int(s.bytes_cuda_ipc), bytes_cuda_vmm=int(s.bytes_cuda_vmm))
+                bytes_cuda_ipc=int(s.bytes_cuda_ipc), bytes_cuda_vmm=int(s.bytes_cuda_vmm),
+                bytes_cuda_pool=int(s.bytes_cuda_pool), copies=int(s.copies),
+                copied_bytes=int(s.copied_bytes))
         finally:
             _lib.lib.gpuipc_stats_free(out)
 
@@ -555,6 +569,43 @@ def connect(socket: Optional[Union[str, "os.PathLike[str]"]] = None) -> Client:
 
 
 # ---- helpers -----------------------------------------------------------------
+
+
+def explain(obj: Any, *, copy: bool = False, cuda_ipc: bool = False) -> Tuple[str, str]:
+    """How :meth:`Client.register` would share the device memory of ``obj``
+    (an object with ``__cuda_array_interface__``, a :class:`DeviceBuffer`,
+    or an ``(address, nbytes)`` pair), without registering it.
+
+    Returns ``(path, why)``: path is ``"cuda-ipc"`` (a legacy handle at an
+    offset), ``"cuda-vmm"`` (VMM chunks exported as POSIX fds),
+    ``"cuda-pool"`` (an exportable stream-ordered pool), ``"copy"`` (with
+    ``copy=True``, when zero-copy is impossible) or ``"none"``; why is a
+    sentence saying why, and what would help.  Needs no daemon.
+    """
+    if isinstance(obj, DeviceBuffer):
+        ptr, nbytes = obj.ptr, obj.nbytes
+    elif isinstance(obj, tuple) and len(obj) == 2:
+        ptr, nbytes = int(obj[0]), int(obj[1])
+    else:
+        cai = _get_cai(obj)
+        if cai is None:
+            raise TypeError("explain() takes device memory: an object with "
+                            "__cuda_array_interface__, a DeviceBuffer or (address, nbytes)")
+        sh = tuple(int(x) for x in cai["shape"])
+        st = cai.get("strides")
+        st = tuple(int(x) for x in st) if st is not None else None
+        ptr = int(cai["data"][0] or 0)
+        nbytes = extent(sh, st, int(cai["typestr"][2:]))
+    if nbytes <= 0 or not ptr:
+        raise ValueError("empty memory cannot be shared")
+    flags = (_lib.REGISTER_COPY if copy else 0) | (_lib.REGISTER_CUDA_IPC if cuda_ipc else 0)
+    buf = ctypes.create_string_buffer(1024)
+    r = _lib.lib.gpuipc_explain(ptr, nbytes, flags, buf, len(buf))
+    text = buf.value.decode("utf-8", "replace")
+    if r < 0:
+        return "none", text.split(": ", 1)[-1] if text else _lib.strerror(r)
+    path = _lib.PATH_NAMES.get(r, str(r))
+    return path, text.split(": ", 1)[1] if ": " in text else text
 
 
 def _get_cai(obj: Any) -> Optional[Dict[str, Any]]:

@@ -172,7 +172,7 @@ class Info:
 
     id: int
     name: str
-    kind: str                          # "host", "cuda-ipc" or "cuda-vmm"
+    kind: str                          # "host", "cuda-ipc", "cuda-vmm" or "cuda-pool"
     size: int                          # bytes of the buffer
     offset: int                        # where it starts in its allocation / memfd
     device: str                        # device UUID, "" for host buffers
@@ -196,6 +196,8 @@ class Info:
     # "group": str or None}; owner only when nothing is set.
     access: Dict[str, Any] = field(default_factory=lambda: {
         "public": False, "uids": [], "gids": [], "group": None})
+    n_chunks: int = 0                  # cuda-vmm: VMM allocations it spans
+    copied: Optional[str] = None       # why the producer's library copied it, or None
     # Unix ms at which the daemon unregisters it (its TTL), None without one.
     expires_ms: Optional[int] = None
     # Who holds its leases, newest first (at most 32): filled by stat() and
@@ -247,7 +249,8 @@ class Info:
             created_ms=int(i.created_ms), alloc_id=int(i.alloc_id),
             alloc_size=int(i.alloc_size), alloc_regs=int(i.alloc_regs),
             buffer_id=int(i.buffer_id), has_event=bool(i.has_event),
-            owner_exe=_lib.cstr(i.owner_exe), access=access,
+            owner_exe=_lib.cstr(i.owner_exe), access=access, n_chunks=int(i.n_chunks),
+            copied=_lib.cstr(i.copied) or None,
             expires_ms=int(i.expires_ms) or None,
             holders=tuple(Holder(lease=int(h.lease), pid=int(h.pid), uid=int(h.uid),
                                  exe=_lib.cstr(h.exe), since_ms=int(h.since_ms))

@@ -459,6 +459,8 @@ int gpuipc_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf, size
         if (!d)
                 return -ENOMEM;
         r = gpuipc__cu_describe(cu, dptr, size, NULL, flags, false, d);
+        if (r < 0 && d->brief)
+                r = 0;          /* device memory that cannot be shared: GPUIPC_PATH_NONE */
         if (len == 0)
                 goto out;
         if (r < 0 || d->path == GPUIPC_PATH_NONE)

@@ -92,13 +92,13 @@ static const char *const keys[] = {
         "version", "client", "lease", "event", "prefix", "after", "limit", "device",
         "alloc_size", "handle", "buffer_id", "alloc_key", "wait_ms", "writable", "stop",
         "dtype", "shape", "strides", "user", "shared_write", "access", "group", "group_gid",
-        "resume", "public", "uids", "gids",
+        "resume", "public", "uids", "gids", "chunks", "pool_key", "copied", "key",
 };
 
 static const char *const strs[] = {
         "f/a", "f/b", "f/a/b", "f", "g/x", "", "f/", "/f", "f//a", "..", "f/..", "a b",
         "host", "cuda-ipc", "cuda-vmm", "float32", "GPU-00000000-0000-0000-0000-000000000000",
-        "hello", "x",
+        "hello", "x", "cuda-pool",
 };
 
 static const uint64_t nums[] = {

@@ -1568,3 +1568,57 @@ Test(restart_inflight, lookup_reply_lost)
 {
         lookup_in_flight(REPLY_LOST);
 }
+
+/* ---- c4: a cuda-vmm range over three chunks (expandable segments) -------- */
+
+/* Bytes at data are h_pattern(from + j, seed). */
+static void check_from(const void *data, size_t n, uint64_t from, uint32_t seed,
+                       const char *what)
+{
+        const uint8_t *p = data;
+
+        for (size_t j = 0; j < n; j++)
+                if (p[j] != h_pattern(from + j, seed))
+                        cr_assert_fail("%s: byte %zu is 0x%02x, want 0x%02x", what, j, p[j],
+                                       h_pattern(from + j, seed));
+}
+
+Test(restart_cuda, vmm_chunks_survive)
+{
+        const char *args[] = { "chunks", "rs/es", "5", NULL };
+        const uint64_t chunk = 2ull << 20;
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v = NULL;
+        char line[64];
+
+        start_store(NULL);
+        setenv("GPUIPC_LIBCUDA", h_path("tests/cuda/libcuda.so.1"), 1);
+        h_spawn(&prod, "helper-alloc", args, true);
+        cr_assert_geq(h_read_line(&prod, line, sizeof(line), 15000), 0);
+        cr_assert_str_eq(line, "ready");
+        close(prod.in);
+        prod.in = -1;
+        cr_assert_eq(h_wait(&prod, 15000), 0);
+        /* Three chunks, shared by the two registrations: three entries. */
+        cr_assert_eq(h_sd_stored_settle(&sd, "vmm-", 3, 2000), 3, "want 3 vmm- fds: [%s]",
+                     h_sd_store_str(&sd));
+        restart(SIGKILL);
+        c = connect_client();
+        cr_assert_eq(gpuipc_lookup(c, "rs/es", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_info(v)->n_chunks, 3);
+        check_from(gpuipc_view_data(v), 2 * chunk, chunk / 2, 5, "rs/es after the restart");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(gpuipc_lookup(c, "rs/es-b", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_info(v)->n_chunks, 2);
+        check_from(gpuipc_view_data(v), 3 * chunk / 2, 3 * chunk / 2, 5,
+                   "rs/es-b after the restart");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(gpuipc_unregister(c, "rs/es"), 0);
+        /* The first chunk was rs/es's alone. */
+        cr_assert_eq(h_sd_stored_settle(&sd, "vmm-", 2, 3000), 2, "[%s]", h_sd_store_str(&sd));
+        cr_assert_eq(gpuipc_unregister(c, "rs/es-b"), 0);
+        cr_assert_eq(h_sd_stored_settle(&sd, "vmm-", 0, 3000), 0, "[%s]", h_sd_store_str(&sd));
+        gpuipc_client_free(c);
+        finish();
+}

@@ -1,0 +1,311 @@
+/* integ_alloc.c: the memory users' allocators really hand out, between
+ * real processes, through a real gpuipcd and the CUDA driver double:
+ * VMM ranges over several chunks (PyTorch's expandable segments),
+ * stream-ordered pools with and without an export handle type, register
+ * with copy, gpuipc_explain(), and legacy IPC across PID namespaces.  The
+ * producers are helper-alloc. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "gpuipc.h"
+#include "harness.h"
+
+#define CHUNK (2ull << 20)
+
+static const char *double_path(void)
+{
+        return h_path("tests/cuda/libcuda.so.1");
+}
+
+static void alloc_setup(void)
+{
+        setenv("GPUIPC_LIBCUDA", double_path(), 1);
+        unsetenv("CUDA_VISIBLE_DEVICES");
+        h_setup();
+}
+
+TestSuite(alloc, .init = alloc_setup, .fini = h_teardown, .timeout = 30);
+
+static long dcount(const char *fn)
+{
+        void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
+        long (*count)(const char *);
+        long n;
+
+        cr_assert_not_null(dl, "dlopen %s: %s", double_path(), dlerror());
+        count = (long (*)(const char *))dlsym(dl, "gpuipc_cuda_double_count");
+        cr_assert_not_null(count);
+        n = count(fn);
+        dlclose(dl);
+        return n;
+}
+
+static gpuipc_client *connect_client(void)
+{
+        gpuipc_client *c = NULL;
+        int r = gpuipc_connect(h_d.sock, &c);
+        cr_assert_eq(r, 0, "gpuipc_connect: %s", gpuipc_strerror(r));
+        return c;
+}
+
+/* Bytes at data are h_pattern(from + j, seed). */
+static void check_bytes(const void *data, size_t n, uint64_t from, uint32_t seed)
+{
+        const uint8_t *p = data;
+        for (size_t j = 0; j < n; j++)
+                if (p[j] != h_pattern(from + j, seed))
+                        cr_assert_fail("byte %zu is 0x%02x, want 0x%02x", j, p[j],
+                                       h_pattern(from + j, seed));
+}
+
+static void spawn(struct h_child *ch, const char *mode, const char *name, const char *seed)
+{
+        const char *args[] = { mode, name, seed, NULL };
+        h_spawn(ch, "helper-alloc", args, true);
+}
+
+/* The next line of ch, which must start with want. */
+static void expect_line(struct h_child *ch, const char *want, char *line, size_t len)
+{
+        int n = h_read_line(ch, line, len, 15000);
+        if (n < 0)
+                cr_assert_fail("helper-alloc: no \"%s\" line (exit %d)", want, h_wait(ch, 5000));
+        cr_assert_eq(strncmp(line, want, strlen(want)), 0, "got \"%s\", want \"%s...\"", line,
+                     want);
+}
+
+static gpuipc_view *lookup(gpuipc_client *c, const char *name)
+{
+        gpuipc_view *v = NULL;
+        int r = gpuipc_lookup(c, name, 5000, 0, &v);
+        cr_assert_eq(r, 0, "lookup %s: %s", name, gpuipc_errmsg(c));
+        return v;
+}
+
+static void end_child(struct h_child *ch)
+{
+        close(ch->in);
+        ch->in = -1;
+        cr_assert_eq(h_wait(ch, 10000), 0);
+}
+
+Test(alloc, vmm_range_over_three_chunks)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v, *vb;
+        const gpuipc_info *in;
+        char line[512];
+
+        spawn(&prod, "chunks", "es/t", "5");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "es/t");
+        in = gpuipc_view_info(v);
+        cr_assert_eq(in->kind, GPUIPC_KIND_CUDA_VMM);
+        cr_assert_eq(in->n_chunks, 3);
+        cr_assert_eq(in->alloc_size, 3 * CHUNK);
+        cr_assert_eq(in->offset, CHUNK / 2);
+        cr_assert_eq(in->size, 2 * CHUNK);
+        /* Contiguous across both chunk boundaries. */
+        check_bytes(gpuipc_view_data(v), 2 * CHUNK, CHUNK / 2, 5);
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 3);
+        /* The second range shares the imports of its two chunks. */
+        vb = lookup(c, "es/t-b");
+        in = gpuipc_view_info(vb);
+        cr_assert_eq(in->n_chunks, 2);
+        cr_assert_eq(in->offset, CHUNK / 2);
+        check_bytes(gpuipc_view_data(vb), 3 * CHUNK / 2, 3 * CHUNK / 2, 5);
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 3);
+        cr_assert_eq(dcount("cuMemMap"), 5);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuMemRelease"), 1, "the first chunk alone was only v's");
+        cr_assert_eq(gpuipc_view_release(vb), 0);
+        cr_assert_eq(dcount("cuMemRelease"), 3);
+        /* Durable: the chunks outlive the producer. */
+        end_child(&prod);
+        v = lookup(c, "es/t");
+        check_bytes(gpuipc_view_data(v), 2 * CHUNK, CHUNK / 2, 5);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        gpuipc_client_free(c);
+}
+
+Test(alloc, vmm_chunk_without_export_type_copies)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        gpuipc_stats *s;
+        const gpuipc_info *in;
+        char line[1024];
+
+        spawn(&prod, "noexport", "ne/t", "9");
+        expect_line(&prod, "refused: ", line, sizeof(line));
+        cr_assert_not_null(strstr(line, "without an exportable handle type"), "%s", line);
+        cr_assert_not_null(strstr(line, "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR"), "%s", line);
+        cr_assert_not_null(strstr(line, "GPUIPC_REGISTER_COPY"), "%s", line);
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "ne/t");
+        in = gpuipc_view_info(v);
+        cr_assert_eq(in->kind, GPUIPC_KIND_CUDA_VMM);
+        cr_assert_not_null(strstr(in->copied, "exportable handle type"), "copied: %s",
+                           in->copied);
+        check_bytes(gpuipc_view_data(v), CHUNK, 0, 9);
+        cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+        cr_assert_eq(s->copies, 1);
+        cr_assert_eq(s->copied_bytes, CHUNK);
+        gpuipc_stats_free(s);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        end_child(&prod);
+        gpuipc_client_free(c);
+}
+
+Test(alloc, exportable_pool_cross_process)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v, *vb;
+        const gpuipc_info *in;
+        char line[512];
+
+        spawn(&prod, "pool", "pl/t", "3");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "pl/t");
+        in = gpuipc_view_info(v);
+        cr_assert_eq(in->kind, GPUIPC_KIND_CUDA_POOL);
+        cr_assert_eq(in->alloc_size, 1u << 20);
+        cr_assert(in->flags & GPUIPC_INFO_EPHEMERAL, "pool memory is the producer's");
+        check_bytes(gpuipc_view_data(v), 1u << 20, 0, 3);
+        vb = lookup(c, "pl/t-b");
+        in = gpuipc_view_info(vb);
+        cr_assert_eq(in->offset, 100);
+        cr_assert_eq(in->alloc_size, 3000);
+        check_bytes(gpuipc_view_data(vb), 2900, 100, 4);
+        /* One pool import for both pointers. */
+        cr_assert_eq(dcount("cuMemPoolImportFromShareableHandle"), 1);
+        cr_assert_eq(dcount("cuMemPoolImportPointer"), 2);
+        /* A second view shares the import. */
+        {
+                gpuipc_view *v2 = lookup(c, "pl/t");
+                cr_assert_eq(gpuipc_view_data(v2), gpuipc_view_data(v));
+                cr_assert_eq(dcount("cuMemPoolImportPointer"), 2);
+                cr_assert_eq(gpuipc_view_release(v2), 0);
+        }
+        cr_assert_eq(dcount("cuMemFree_v2"), 0);
+        /* Free order: our imports are freed before the releases go out,
+         * and the producer frees only after both released events. */
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuMemFree_v2"), 1);
+        cr_assert_eq(gpuipc_view_release(vb), 0);
+        cr_assert_eq(dcount("cuMemFree_v2"), 2);
+        expect_line(&prod, "released", line, sizeof(line));
+        expect_line(&prod, "freed", line, sizeof(line));
+        end_child(&prod);
+        gpuipc_client_free(c);
+}
+
+Test(alloc, default_pool_refused_then_copied)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        const gpuipc_info *in;
+        char line[1024];
+
+        spawn(&prod, "defpool", "dp/t", "11");
+        expect_line(&prod, "refused: ", line, sizeof(line));
+        cr_assert_not_null(strstr(line, "default pool"), "%s", line);
+        cr_assert_not_null(strstr(line, "cudaMallocAsync"), "%s", line);
+        cr_assert_not_null(strstr(line, "GPUIPC_REGISTER_COPY"), "%s", line);
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "dp/t");
+        in = gpuipc_view_info(v);
+        cr_assert_eq(in->kind, GPUIPC_KIND_CUDA_VMM);
+        cr_assert_not_null(strstr(in->copied, "stream-ordered pool"), "copied: %s", in->copied);
+        cr_assert_eq(in->flags & GPUIPC_INFO_EPHEMERAL, 0, "a copy is durable");
+        /* The producer overwrote and freed its memory: the copy is intact. */
+        check_bytes(gpuipc_view_data(v), 1u << 20, 0, 11);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        end_child(&prod);
+        gpuipc_client_free(c);
+}
+
+Test(alloc, explain_names_each_path)
+{
+        static const char *const want[][2] = {
+                { "cuda-ipc", "legacy IPC handle" },
+                { "cuda-vmm", "3 chunks" },
+                { "cuda-pool", "exportable stream-ordered pool" },
+                { "none", "GPUIPC_REGISTER_COPY" },
+                { "copy", "cuda-vmm memory held by gpuipcd" },
+        };
+        const char *args[] = { "explain", NULL };
+        struct h_child ch;
+        char line[1024];
+
+        h_spawn(&ch, "helper-alloc", args, true);
+        for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+                expect_line(&ch, want[i][0], line, sizeof(line));
+                cr_assert_not_null(strstr(line, want[i][1]), "line %zu: %s", i, line);
+        }
+        cr_assert_eq(h_wait(&ch, 10000), 0);
+}
+
+/* A consumer in a PID namespace of its own, as in another container. */
+static void lookup_in_new_pidns(const char *name, char *line, size_t len)
+{
+        const char *args[] = { "--pid", "--fork", h_path("tests/helper-alloc"), "lookup", name,
+                               NULL };
+        struct h_child ch;
+
+        h_spawn_path(&ch, "/usr/bin/unshare", args, true);
+        if (h_read_line(&ch, line, len, 15000) < 0)
+                cr_assert_fail("unshare helper-alloc lookup %s: no line (exit %d)", name,
+                               h_wait(&ch, 5000));
+        h_wait(&ch, 10000);
+}
+
+static bool can_unshare_pid(void)
+{
+        return geteuid() == 0 && access("/usr/bin/unshare", X_OK) == 0 &&
+               system("/usr/bin/unshare --pid --fork true 2>/dev/null") == 0;
+}
+
+Test(alloc, pid_namespaces)
+{
+        const char *ipc[] = { "ipc", "ns/ipc", "0", "1", "1", "0", NULL };
+        const char *vmm[] = { "vmm", "ns/vmm", "0", "65536", "0", NULL };
+        struct h_child prod, vp;
+        char line[1024];
+
+        if (!can_unshare_pid()) {
+                cr_log_warn("skipped: needs root and unshare --pid (CI runs as root)");
+                cr_skip_test();
+        }
+        h_spawn(&prod, "helper-cuda-producer", ipc, true);
+        cr_assert_geq(h_read_line(&prod, line, sizeof(line), 15000), 0);
+        h_spawn(&vp, "helper-cuda-producer", vmm, true);
+        cr_assert_geq(h_read_line(&vp, line, sizeof(line), 15000), 0);
+        cr_assert_eq(h_wait(&vp, 10000), 0);
+        /* cuda-vmm travels as fds: fine across namespaces. */
+        lookup_in_new_pidns("ns/vmm", line, sizeof(line));
+        cr_assert_str_eq(line, "ok cuda-vmm");
+        /* cuda-ipc is refused by the daemon, which says why, before the
+         * driver would answer CUDA_ERROR_INVALID_CONTEXT. */
+        lookup_in_new_pidns("ns/ipc", line, sizeof(line));
+        cr_assert_eq(strncmp(line, "err -95 ", 8), 0, "%s", line);
+        cr_assert_not_null(strstr(line, "PID namespace"), "%s", line);
+        cr_assert_not_null(strstr(line, "GPUIPC_REGISTER_COPY"), "%s", line);
+        cr_assert_not_null(strstr(line, "adopt"), "%s", line);
+        end_child(&prod);
+}

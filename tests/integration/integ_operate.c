@@ -327,7 +327,7 @@ Test(operate, put_ttl_expires)
         struct out o;
         int64_t deadline;
 
-        sh(&o, "printf abcdef > $D/in && $C put op/ttl $D/in --ttl 400ms && $C put op/nottl $D/in");
+        sh(&o, "printf abcdef > $D/in && $C put op/ttl $D/in --ttl 3s && $C put op/nottl $D/in");
         cr_assert_eq(o.status, 0, "%s", o.err);
         out_free(&o);
         sh(&o, "$C show op/ttl");
@@ -341,10 +341,10 @@ Test(operate, put_ttl_expires)
         cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
         cr_assert_eq(gpuipc_stat(c, "op/ttl", &l), 0);
         cr_expect_gt(gpuipc_list_get(l, 0)->expires_ms, gpuipc_list_get(l, 0)->created_ms);
-        cr_expect_leq(gpuipc_list_get(l, 0)->expires_ms - gpuipc_list_get(l, 0)->created_ms, 400);
+        cr_expect_eq(gpuipc_list_get(l, 0)->expires_ms - gpuipc_list_get(l, 0)->created_ms, 3000);
         gpuipc_list_free(l);
         cr_assert_eq(gpuipc_lookup(c, "op/ttl", 0, 0, &v), 0);
-        deadline = h_now_ms() + 5000;
+        deadline = h_now_ms() + 10000;
         while (gpuipc_stat(c, "op/ttl", &l) == 0) {
                 gpuipc_list_free(l);
                 cr_assert_lt(h_now_ms(), deadline, "op/ttl did not expire");
@@ -396,7 +396,7 @@ Test(operate, many_ttls)
                 snprintf(name, sizeof(name), "ttl/%d", i);
                 cr_expect_eq(gpuipc_unregister(c, name), 0);
         }
-        deadline = h_now_ms() + 5000;
+        deadline = h_now_ms() + 10000;
         for (;;) {
                 cr_assert_eq(gpuipc_list_fetch(c, "ttl", &l), 0);
                 if (gpuipc_list_count(l) == 0)
@@ -512,8 +512,12 @@ Test(operate, put_progress)
                 cr_skip_test("no script(1) to give put a terminal");
         sh(&o, "script -qec 'head -c 80M /dev/zero | $C put op/p' /dev/null");
         cr_expect_eq(o.status, 0, "%s", o.err);
-        EXPECT_IN(o.out, "gpuipcctl: put: read 64.0 MiB");
-        EXPECT_IN(o.out, "\rgpuipcctl: put: read 80.0 MiB\r\n");
+        /* one line while reading (pipe reads come in any size), then the total */
+        {
+                const char *first = strstr(o.out, "\rgpuipcctl: put: read ");
+                cr_expect(first && strstr(first + 1, "\rgpuipcctl: put: read 80.0 MiB\r\n"),
+                          "no progress, then the total, in:\n%s", o.out);
+        }
         out_free(&o);
         sh(&o, "head -c 80M /dev/zero | $C put op/q");
         cr_expect_eq(o.status, 0);
@@ -645,7 +649,7 @@ Test(operate_restart, ttl_survives)
 
         h_sd_start(&sd, NULL);
         cr_assert_eq(gpuipc_connect(sd.sock, &c), 0);
-        cr_assert_eq(gpuipc_set_ttl(c, 1500), 0);
+        cr_assert_eq(gpuipc_set_ttl(c, 5000), 0);
         reg(c, "rt/ttl", 4096);
         cr_assert_eq(gpuipc_set_ttl(c, 300), 0);
         reg(c, "rt/short", 4096);
@@ -670,7 +674,7 @@ Test(operate_restart, ttl_survives)
                 cr_assert_lt(h_now_ms(), deadline, "rt/short outlived its TTL across the restart");
                 h_sleep_ms(20);
         }
-        deadline = h_now_ms() + 5000;
+        deadline = h_now_ms() + 10000;
         while (gpuipc_stat(c, "rt/ttl", &l) == 0) {
                 gpuipc_list_free(l);
                 cr_assert_lt(h_now_ms(), deadline, "rt/ttl did not expire after the restart");

@@ -85,6 +85,14 @@ typedef struct gpuipc_meta {
  * copy it into new cuda-vmm memory that the daemon holds, and register that.
  * Never silent: the record's `copied` says why (gpuipc_info.copied). */
 #define GPUIPC_REGISTER_COPY      0x8u
+/* cuda-ipc and cuda-pool: the producer promises not to free (or let its
+ * pool reuse) the allocation until gpuipc_wait_unmapped() returns for it,
+ * after its last registration is gone, so that consumers may keep the
+ * allocation mapped after their views (a later lookup of another block of
+ * it is then a warm one).  Rewriting the memory between registrations is
+ * fine; freeing it early is undefined behaviour in CUDA.  cuda-vmm memory
+ * needs no promise: consumers keep the VMM memory alive themselves. */
+#define GPUIPC_REGISTER_CACHEABLE 0x10u
 
 /* Flags of gpuipc_lookup(). */
 #define GPUIPC_LOOKUP_WRITABLE 0x1u     /* map read-write (default read-only); host
@@ -355,6 +363,29 @@ GPUIPC_EXPORT void gpuipc_cudabuf_free(gpuipc_cudabuf *b);
 GPUIPC_EXPORT int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr,
                                        uint64_t size, const gpuipc_meta *meta, void *event,
                                        unsigned flags, uint64_t *ret_id);
+
+/* After unregistering the last registration of a GPUIPC_REGISTER_CACHEABLE
+ * allocation (id is one of its registrations made by c): waits up to
+ * timeout_ms until no consumer keeps the allocation mapped, so that the
+ * memory may be freed.  Consumers let go when they are told (at their next
+ * call into the library, or gpuipc_cache_trim()).  -ETIMEDOUT, -ENOENT when
+ * id was not registered cacheable by c (or was forgotten: c remembers the
+ * last 256). */
+GPUIPC_EXPORT int gpuipc_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms);
+
+/* The mapping cache of this process (consumer side).  A device allocation
+ * whose last view is released stays mapped when it is cuda-vmm, or
+ * cuda-ipc / cuda-pool registered GPUIPC_REGISTER_CACHEABLE, so that
+ * reusing producers' blocks cost a warm lookup; the least recently used
+ * are closed beyond max_bytes (default 16 GiB, $GPUIPC_MAP_CACHE_BYTES) or
+ * max_entries (default 1024, $GPUIPC_MAP_CACHE_ENTRIES); 0 turns the cache
+ * off.  Cached cuda-vmm mappings keep their memory alive.  The daemon tells
+ * the library when an allocation's last registration goes, and its mapping
+ * is closed then. */
+GPUIPC_EXPORT int gpuipc_cache_limits(uint64_t max_bytes, unsigned max_entries);
+/* Closes every cached mapping no view uses, and (with c) tells the daemon
+ * now what c no longer holds.  Returns how many were closed. */
+GPUIPC_EXPORT int gpuipc_cache_trim(gpuipc_client *c);
 
 /* How gpuipc_register_cuda() would share [dptr, dptr + size) with these
  * flags, without registering anything: returns a gpuipc_path, or a

@@ -18,30 +18,57 @@ void ops_admin_set_group(bool set, gid_t gid)
         admin_gid = gid;
 }
 
-void access_read_groups(struct conn *c)
+uint32_t access_read_groups(int fd, gid_t *groups)
 {
-        socklen_t len = sizeof(c->groups);
+        socklen_t len = PEER_GROUPS_MAX * sizeof(gid_t);
+        gid_t *all;
+        uint32_t n;
 
-        /* ERANGE past PEER_GROUPS_MAX, or not a socket: no supplementary
-         * groups, which only ever denies. */
-        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &len) < 0)
-                len = 0;
-        c->n_groups = (uint32_t)(len / sizeof(gid_t));
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+                return (uint32_t)(len / sizeof(gid_t));
+        /* ERANGE: len is the size needed.  The kernel caps a process at
+         * NGROUPS_MAX (65536) groups, so this is at most 256 KiB, once per
+         * accepted connection of such a peer. */
+        if (errno != ERANGE || len <= PEER_GROUPS_MAX * sizeof(gid_t) ||
+            len > 65536 * sizeof(gid_t))
+                return 0;
+        all = malloc(len);
+        if (!all)
+                return 0;
+        n = 0;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, all, &len) == 0) {
+                n = (uint32_t)(len / sizeof(gid_t));
+                if (n > PEER_GROUPS_MAX)
+                        n = PEER_GROUPS_MAX;
+                memcpy(groups, all, n * sizeof(gid_t));
+        }
+        free(all);
+        return n;
 }
 
-static bool in_group(const struct conn *c, uint32_t gid)
+static bool groups_have(uint32_t gid, const gid_t *groups, uint32_t n, uint32_t want)
 {
-        if (c->party.gid == gid)
+        if (gid == want)
                 return true;
-        for (uint32_t i = 0; i < c->n_groups; i++)
-                if (c->groups[i] == gid)
+        for (uint32_t i = 0; i < n; i++)
+                if (groups[i] == want)
                         return true;
         return false;
 }
 
+static bool in_group(const struct conn *c, uint32_t gid)
+{
+        return groups_have(c->party.gid, c->groups, c->n_groups, gid);
+}
+
+bool access_peer_is_admin(uint32_t uid, uint32_t gid, const gid_t *groups, uint32_t n_groups)
+{
+        return uid == 0 || (admin_gid_set && groups_have(gid, groups, n_groups, admin_gid));
+}
+
 bool access_is_admin(const struct conn *c)
 {
-        return c->party.uid == 0 || (admin_gid_set && in_group(c, admin_gid));
+        return access_peer_is_admin(c->party.uid, c->party.gid, c->groups, c->n_groups);
 }
 
 bool access_may_lookup(const struct conn *c, const struct reg *r)

@@ -4,8 +4,9 @@
  * register request carries may add uids, gids, a group (with the gid the
  * producer resolved it to, group_gid, or else resolved by the daemon once,
  * at register time) or everyone.  A peer matches a gid by its primary
- * gid or one of the supplementary groups read from SO_PEERGROUPS at hello
- * (the groups it had when it connected, no /proc race). */
+ * gid or one of the supplementary groups read from SO_PEERGROUPS when the
+ * connection is accepted (the groups it had when it connected, no /proc
+ * race; the first PEER_GROUPS_MAX of them). */
 #ifndef GPUIPCD_ACCESS_H
 #define GPUIPCD_ACCESS_H
 
@@ -40,8 +41,13 @@ int access_parse(struct req *q, struct reg_access **ret);
 /* Packs r's rule as the record's access map. */
 void access_pack(msgpack_packer *pk, const struct reg *r);
 
-/* Reads c's supplementary groups (at its first hello). */
-void access_read_groups(struct conn *c);
+/* Reads the supplementary groups of the peer of socket fd into groups
+ * (PEER_GROUPS_MAX entries): the first PEER_GROUPS_MAX, in the kernel's
+ * (ascending) order, when it has more.  Returns how many were kept; 0 when
+ * they cannot be read, which only ever denies. */
+uint32_t access_read_groups(int fd, gid_t *groups);
+/* Whether a peer with these credentials is root or in admin-group. */
+bool access_peer_is_admin(uint32_t uid, uint32_t gid, const gid_t *groups, uint32_t n_groups);
 /* Whether c may look r up: root, the owner's uid, or r's rule. */
 bool access_may_lookup(const struct conn *c, const struct reg *r);
 /* Whether c may see r in list, stat and watch: the above, or an admin. */

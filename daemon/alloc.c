@@ -38,6 +38,7 @@ static void alloc_destroy(struct alloc_table *T, struct alloc *a)
         if (a->fd >= 0)
                 close(a->fd);
         T->n--;
+        free(a->holders);
         free(a);
         alloc_put(T, pool);
 }
@@ -50,6 +51,7 @@ void alloc_table_done(struct alloc_table *T)
                 struct alloc *a = container_of(n, struct alloc, node);
                 if (a->fd >= 0)
                         close(a->fd);
+                free(a->holders);
                 free(a);
         }
         hmap_free(&T->map);
@@ -112,6 +114,8 @@ static int get(struct alloc_table *T, const struct key *k, uint64_t size, bool c
                         return -EPERM;
                 if (a->size != size)
                         return -EINVAL;
+                if (a->regs == 0)
+                        a->owner_conn = 0;      /* an ended entry registered again */
                 a->regs++;
                 *ret_new = false;
                 *ret = a;
@@ -241,11 +245,46 @@ int alloc_get_pool(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
         return r;
 }
 
+int alloc_hold_add(struct alloc *a, void *h)
+{
+        void **p;
+
+        for (uint32_t i = 0; i < a->n_holders; i++)
+                if (a->holders[i] == h)
+                        return 0;
+        if (a->n_holders == a->cap_holders) {
+                uint32_t cap = a->cap_holders ? a->cap_holders * 2 : 4;
+                p = realloc(a->holders, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                a->holders = p;
+                a->cap_holders = cap;
+        }
+        a->holders[a->n_holders++] = h;
+        return 0;
+}
+
+bool alloc_hold_drop(struct alloc *a, void *h)
+{
+        for (uint32_t i = 0; i < a->n_holders; i++)
+                if (a->holders[i] == h) {
+                        a->holders[i] = a->holders[--a->n_holders];
+                        return a->n_holders == 0 && a->regs == 0;
+                }
+        return false;
+}
+
+void alloc_put_ended(struct alloc_table *T, struct alloc *a)
+{
+        assert(a->regs == 0 && a->n_holders == 0);
+        alloc_destroy(T, a);
+}
+
 void alloc_put(struct alloc_table *T, struct alloc *a)
 {
         if (!a)
                 return;
         assert(a->regs > 0);
-        if (--a->regs == 0)
+        if (--a->regs == 0 && a->n_holders == 0)
                 alloc_destroy(T, a);
 }

@@ -25,6 +25,7 @@
 #ifndef GPUIPCD_ALLOC_H
 #define GPUIPCD_ALLOC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -51,6 +52,15 @@ struct alloc {
         uint8_t handle[ALLOC_HANDLE_LEN];       /* cuda-ipc; cuda-pool: export data */
         uint8_t key[ALLOC_KEY_LEN];             /* cuda-vmm, pool */
         struct alloc *pool;             /* cuda-pool: its pool's entry */
+        /* cuda-ipc, cuda-pool: the producer promised not to free the
+         * allocation before the daemon says `unmapped` (register's
+         * `cacheable`), so consumers may keep it mapped after their leases.
+         * Each connection that does is a holder (holds.c); the entry stays,
+         * ended, while holders remain after its last registration. */
+        bool cacheable;
+        uint32_t n_holders, cap_holders;
+        void **holders;                 /* struct conn *, in no order */
+        uint64_t owner_conn;            /* ended: the connection to tell `unmapped` */
 };
 
 struct alloc_table {
@@ -104,8 +114,15 @@ int alloc_get_pool_entry(struct alloc_table *T, const uint8_t device[ALLOC_UUID_
 int alloc_get_pool_ptr(struct alloc_table *T, struct alloc *pool,
                        const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
                        uint64_t size, struct alloc **ret);
-/* Drops a reference; frees the entry (closing its fd) with the last.
- * NULL-safe. */
+/* Adds holder h to a (once); -ENOMEM. */
+int alloc_hold_add(struct alloc *a, void *h);
+/* Removes holder h from a; true when a has now ended: no registration and
+ * no holder left, so the caller says `unmapped` and calls alloc_put_ended. */
+bool alloc_hold_drop(struct alloc *a, void *h);
+/* Frees an ended entry (no registration, no holder). */
+void alloc_put_ended(struct alloc_table *T, struct alloc *a);
+/* Drops a reference; frees the entry (closing its fd) with the last,
+ * unless holders keep it (alloc_hold_drop then ends it).  NULL-safe. */
 void alloc_put(struct alloc_table *T, struct alloc *a);
 
 #endif

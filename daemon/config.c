@@ -39,8 +39,22 @@ static const struct key {
           T_NUM, F(max_leases), 1, UINT32_MAX },
         { { "max-waits", "N", "waiting lookups per connection (default 256)" },
           T_NUM, F(max_waits), 0, UINT32_MAX },
-        { { "max-connections-per-uid", "N", "open connections of one uid (default 1024)" },
+        { { "max-connections-per-uid", "N", "open connections of one uid (default 256)" },
           T_NUM, F(max_connections_per_uid), 1, 1u << 20 },
+        { { "reserved-connections", "N", "connections of max-connections that only root and "
+            "admin-group members may use, at most half of it (default 16)" },
+          T_NUM, F(reserved_connections), 0, 1u << 20 },
+        { { "hello-timeout-ms", "MS", "a connection that has not sent hello this long after "
+            "it was accepted is closed (default 5000)" },
+          T_NUM, F(hello_timeout_ms), 1, 3600000 },
+        { { "max-fds-per-uid", "N", "file descriptors the daemon holds for one uid's "
+            "registrations: 2 per host, 1 per cuda-vmm registration (default 16384)" },
+          T_NUM, F(max_fds_per_uid), 1, UINT32_MAX },
+        { { "max-fdstore-per-uid", "N", "entries of systemd's fd store that one uid's "
+            "registrations may take (default 4096)" },
+          T_NUM, F(max_fdstore_per_uid), 1, UINT32_MAX },
+        { { "max-watches-per-uid", "N", "watch subscriptions of one uid, of the daemon's 64 "
+            "(default 8)" }, T_NUM, F(max_watches_per_uid), 1, 64 },
         { { "max-registrations-per-uid", "N", "live registrations of one uid, counting durable "
             "ones whose connection ended (default 65536)" },
           T_NUM, F(max_registrations_per_uid), 1, UINT32_MAX },
@@ -79,7 +93,12 @@ void config_defaults(struct config *cfg)
                 .max_registrations = 16384,
                 .max_leases = 16384,
                 .max_waits = 256,
-                .max_connections_per_uid = 1024,
+                .max_connections_per_uid = 256,
+                .reserved_connections = 16,
+                .hello_timeout_ms = 5000,
+                .max_fds_per_uid = 16384,
+                .max_fdstore_per_uid = 4096,
+                .max_watches_per_uid = 8,
                 .max_registrations_per_uid = 65536,
                 .max_leases_per_uid = 65536,
                 .max_output = 16u << 20,

@@ -30,6 +30,11 @@ struct config {
         uint32_t max_leases;            /* per connection */
         uint32_t max_waits;             /* per connection */
         uint32_t max_connections_per_uid;
+        uint32_t reserved_connections;  /* of max_connections, for root and admin-group */
+        uint32_t hello_timeout_ms;      /* a connection without hello is closed then */
+        uint32_t max_fds_per_uid;       /* fds the daemon holds for one uid's registrations */
+        uint32_t max_fdstore_per_uid;   /* fd store entries of one uid's registrations */
+        uint32_t max_watches_per_uid;   /* watch subscriptions of one uid */
         uint32_t max_registrations_per_uid; /* live ones, orphaned durable ones too */
         uint32_t max_leases_per_uid;    /* by the holder's uid */
         uint64_t max_bytes_per_uid;     /* host + cuda-vmm held; 0: no limit */

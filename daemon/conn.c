@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -12,7 +13,9 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "holds.h"
 #include "persist.h"
+#include "session.h"
 #include "log.h"
 #include "ops.h"
 #include "quota.h"
@@ -24,6 +27,7 @@
 #define CHUNK_SIZE 4096         /* the usual chunk, header included */
 #define CHUNK_SPARE_MAX 64      /* usual chunks kept for reuse */
 #define SHUTDOWN_GRACE_MS 1000  /* for peers to take their last frames */
+#define TRIM_MIN (UINT64_C(8) << 20) /* queued output worth giving back */
 
 static void on_poll(uv_poll_t *h, int status, int events);
 static void on_closed(uv_handle_t *h);
@@ -70,6 +74,102 @@ static uint64_t peer_ns(uint32_t pid, const char *name)
         return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
+static void hello_timer_arm(struct daemon *d);
+
+static void on_hello_timer_closed(uv_handle_t *h)
+{
+        free(h);
+}
+
+/* Closes every connection whose hello deadline has passed. */
+static void on_hello_timer(uv_timer_t *t)
+{
+        struct daemon *d = t->data;
+        uint64_t now = uv_now(d->loop);
+        char msg[96];
+
+        snprintf(msg, sizeof(msg), "no hello within %u ms of connecting (hello-timeout-ms)",
+                 d->cfg.hello_timeout_ms);
+        while (d->prehello && d->prehello->hello_deadline <= now) {
+                struct conn *c = d->prehello;
+
+                conn_hello_done(c);     /* unlinks c, may close the timer */
+                log_info("connection %" PRIu64 " (pid %u uid %u): %s; closing it", c->id,
+                         c->party.pid, c->party.uid, msg);
+                conn_send_error_event(c, -ETIMEDOUT, msg, true);
+                conn_flush(c);          /* may close c */
+        }
+        if (d->hello_timer)
+                hello_timer_arm(d);
+}
+
+/* Points the timer at the oldest deadline, or closes it when no connection
+ * waits for its hello (so that an idle loop has no timer to run). */
+static void hello_timer_arm(struct daemon *d)
+{
+        uint64_t now = uv_now(d->loop);
+
+        if (!d->prehello) {
+                if (d->hello_timer) {
+                        uv_close((uv_handle_t *)d->hello_timer, on_hello_timer_closed);
+                        d->hello_timer = NULL;
+                }
+                return;
+        }
+        if (!d->hello_timer) {
+                uv_timer_t *t = malloc(sizeof(*t));
+
+                if (!t || uv_timer_init(d->loop, t) < 0) {
+                        free(t);        /* best effort: hello comes or the peer goes */
+                        return;
+                }
+                t->data = d;
+                d->hello_timer = t;
+        }
+        (void)uv_timer_start(d->hello_timer, on_hello_timer,
+                             d->prehello->hello_deadline > now
+                                     ? d->prehello->hello_deadline - now : 0, 0);
+}
+
+/* Deadlines are accept time plus one timeout, so the list stays in
+ * deadline order by appending. */
+static void hello_wait_add(struct conn *c)
+{
+        struct daemon *d = c->d;
+        bool first = !d->prehello;
+
+        c->hello_deadline = uv_now(d->loop) + d->cfg.hello_timeout_ms;
+        c->hprev = d->prehello_tail;
+        c->hnext = NULL;
+        if (d->prehello_tail)
+                d->prehello_tail->hnext = c;
+        else
+                d->prehello = c;
+        d->prehello_tail = c;
+        if (first)
+                hello_timer_arm(d);
+}
+
+void conn_hello_done(struct conn *c)
+{
+        struct daemon *d = c->d;
+
+        if (!c->hello_deadline)
+                return;
+        c->hello_deadline = 0;
+        if (c->hprev)
+                c->hprev->hnext = c->hnext;
+        else
+                d->prehello = c->hnext;
+        if (c->hnext)
+                c->hnext->hprev = c->hprev;
+        else
+                d->prehello_tail = c->hprev;
+        c->hprev = c->hnext = NULL;
+        if (!d->prehello)
+                hello_timer_arm(d);     /* closes it */
+}
+
 int conn_new(struct daemon *d, int fd, struct conn **ret)
 {
         struct ucred cred = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
@@ -113,12 +213,19 @@ int conn_new(struct daemon *d, int fd, struct conn **ret)
                 return r;
         }
         c->events = UV_READABLE;
+        /* Who the peer is, as of connect(2) and this accept: what a process
+         * does with the socket later (fork, exec) does not change it. */
+        c->n_groups = access_read_groups(fd, c->groups);
+        if (persist_enabled())
+                c->party.start_time = session_start_time(c->party.pid);
         c->next = d->conns;
         if (d->conns)
                 d->conns->prev = c;
         d->conns = c;
         d->n_conns++;
         quota_conn(d, c->party.uid, 1);
+        watch_conn_accepted(c);
+        hello_wait_add(c);
         log_debug("connection %" PRIu64 " opened: pid %u uid %u gid %u", c->id,
                   c->party.pid, c->party.uid, c->party.gid);
         *ret = c;
@@ -170,6 +277,24 @@ static void chunk_free(struct daemon *d, struct chunk *k)
         free(k);
 }
 
+/* Queued output that piled up (watchers or clients that do not read) is
+ * freed chunk by chunk, between the registry's allocations, so glibc keeps
+ * the pages: once most of a large pile is gone, the spare chunks and the
+ * free heap pages go back to the kernel. */
+static void maybe_trim(struct daemon *d)
+{
+        if (d->out_peak < TRIM_MIN || d->out_total > d->out_peak / 4)
+                return;
+        while (spare) {
+                struct chunk *k = spare;
+                spare = k->next;
+                free(k);
+        }
+        n_spare = 0;
+        (void)malloc_trim(0);
+        d->out_peak = d->out_total;
+}
+
 static void on_closed(uv_handle_t *h)
 {
         struct conn *c = h->data;
@@ -196,9 +321,11 @@ void conn_close(struct conn *c)
                 c->next->prev = c->prev;
         d->n_conns--;
         quota_conn(d, c->party.uid, -1);
+        conn_hello_done(c);
 
         watch_conn_closed(c);
         waits_cancel_conn(c);
+        holds_conn_closed(c);
         registry_party_gone(d->reg, &c->party);
         if (c->hello)
                 persist_session_end(d, &c->party);
@@ -210,7 +337,9 @@ void conn_close(struct conn *c)
                 chunk_free(d, k);
         }
         c->out_tail = NULL;
+        d->out_total -= c->out_bytes;
         c->out_bytes = 0;
+        maybe_trim(d);
         uv_close((uv_handle_t *)&c->poll, on_closed);
         if (d->grace && !d->conns)
                 grace_done(d);
@@ -293,6 +422,9 @@ int conn_send_fds(struct conn *c, struct proto_out *o, struct reg *pin, const in
         memcpy(k->buf + k->len, o->sb.data, o->sb.size);
         k->len += o->sb.size;
         c->out_bytes += o->sb.size;
+        c->d->out_total += o->sb.size;
+        if (c->d->out_total > c->d->out_peak)
+                c->d->out_peak = c->d->out_total;
         /* Our own read callback flushes once its batch is done; anyone
          * else's reply waits for the socket to be writable. */
         if (!c->busy)
@@ -361,6 +493,7 @@ static int write_some(struct conn *c)
                 if (w < 0)
                         return (int)w;
                 c->out_bytes -= (uint64_t)w;
+                c->d->out_total -= (uint64_t)w;
                 while (w > 0) {
                         k = c->out_head;
                         size_t left = k->len - k->off;
@@ -404,6 +537,8 @@ void conn_flush(struct conn *c)
                 conn_close(c);
                 return;
         }
+        if (!c->out_head)
+                maybe_trim(c->d);
         set_events(c, wanted_events(c));
 }
 

@@ -20,6 +20,7 @@
 #include "registry.h"
 
 struct waiter;
+struct wgroup;
 
 /* Queued output: frames copied end to end.  A frame with an fd starts a
  * chunk of its own, since the fd travels with the chunk's first byte;
@@ -38,6 +39,8 @@ struct conn {
         struct reg_party party;         /* this connection, to the registry */
         struct daemon *d;
         struct conn *prev, *next;
+        struct conn *hprev, *hnext;     /* accepted, no hello yet: by deadline */
+        uint64_t hello_deadline;        /* uv_now() by which hello must come */
         uv_poll_t poll;
         int fd;
         int events;                     /* uv_poll events requested */
@@ -47,9 +50,12 @@ struct conn {
         struct chunk *out_head, *out_tail;
         uint64_t out_bytes;             /* unsent bytes */
         struct waiter *waits;
+        struct alloc **holds;           /* allocations it keeps mapped (holds.c) */
+        uint32_t n_holds, cap_holds;
+        struct wgroup *wgroups;         /* its waiters, by name (waits.c) */
         uint32_t n_waits;
         uint32_t n_groups;
-        gid_t groups[PEER_GROUPS_MAX];  /* supplementary, from SO_PEERGROUPS at hello */
+        gid_t groups[PEER_GROUPS_MAX];  /* supplementary, from SO_PEERGROUPS at accept */
         bool hello : 1;
         bool closed : 1;                /* conn_close() ran; freed on uv_close */
         bool doomed : 1;                /* to be closed once it is safe */
@@ -63,8 +69,12 @@ static inline struct conn *conn_from_party(struct reg_party *p)
         return container_of(p, struct conn, party);
 }
 
-/* Takes ownership of fd (a non-blocking accepted socket). */
+/* Takes ownership of fd (a non-blocking accepted socket).  The peer's
+ * credentials, supplementary groups, executable and (with the fd store)
+ * start time are read now, as of the accept, not at hello. */
 int conn_new(struct daemon *d, int fd, struct conn **ret);
+/* c said hello: it no longer has a deadline for it. */
+void conn_hello_done(struct conn *c);
 /* Ends the connection now: drops its state and closes the socket once
  * libuv lets go of it.  Must not be called from inside registry callbacks;
  * use conn_doom() there. */

@@ -95,7 +95,9 @@ uint32_t reg_cuda_record_fields(const struct reg *r, bool with_handle)
 /* {id, size, regs} of entry a, and with_key its key. */
 static void pack_alloc(msgpack_packer *pk, const struct alloc *a, bool with_key)
 {
-        msgpack_pack_map(pk, 3 + with_key);
+        msgpack_pack_map(pk, 3 + with_key + a->cacheable);
+        if (a->cacheable)
+                proto_pack_kbool(pk, "cacheable", true);
         proto_pack_ku64(pk, "id", a->id);
         proto_pack_ku64(pk, "size", a->size);
         proto_pack_ku64(pk, "regs", a->regs);

@@ -8,6 +8,7 @@
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
 #include "daemon.h"
+#include "holds.h"
 #include "log.h"
 #include "persist.h"
 #include "session.h"
@@ -85,8 +86,10 @@ static void on_freed(struct reg *r, void *userdata)
         log_debug("freeing registration %" PRIu64 " (%s)", r->id, r->name);
         persist_freed(d, r);
         quota_uncharge(d, r);
+        quota_fds_uncharge(d, r);
         watch_reg_freed(r);
         if (r->cuda) {
+                holds_reg_freeing(d, r);
                 /* A cuda-vmm fd is the allocation entry's, shared. */
                 reg_cuda_free(&d->allocs, r->cuda);
                 r->cuda = NULL;
@@ -103,6 +106,7 @@ static void on_added(struct reg *r, void *userdata)
 {
         quota_reg(userdata, r->uid, 1);
         quota_charge(userdata, r);
+        quota_fds_charge(userdata, r, persist_enabled());
         watch_on_added(r, userdata);
         persist_added(userdata, r);
         ttl_add(userdata, r);

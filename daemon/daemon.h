@@ -29,6 +29,7 @@ struct daemon {
         uint64_t next_conn_id;
         struct hmap waits;              /* name -> struct waitq */
         struct hmap uids;               /* uid -> what it holds (quota.c) */
+        uint64_t reg_fds;               /* fds held for registrations, all uids */
         uint64_t requests, errors;      /* replies sent, and those that failed */
         uint64_t copies, copied_bytes;  /* registrations the library copied (`copied`) */
         uint64_t start_ms;              /* uv_now() at startup */
@@ -37,6 +38,10 @@ struct daemon {
         bool restoring;                 /* replaying the journal (restore.c) */
         bool stopping;
         uv_timer_t *grace;              /* shutdown: ends connections slow to flush */
+        struct conn *prehello, *prehello_tail; /* no hello yet, oldest first */
+        uv_timer_t *hello_timer;        /* for the oldest one's deadline */
+        uint64_t out_total;             /* unsent reply bytes of all connections */
+        uint64_t out_peak;              /* out_total's high-water mark since the last trim */
         struct ttl_heap ttl;            /* registrations with an expiry (ttl.c) */
 };
 

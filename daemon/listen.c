@@ -8,12 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "conn.h"
 #include "listen.h"
 #include "log.h"
 #include "quota.h"
 
-#define BACKLOG 128
+/* The kernel caps it at net.core.somaxconn (4096 since Linux 5.4). */
+#define BACKLOG SOMAXCONN
 #define ACCEPT_RETRY_MS 100
 
 static void listener_init(struct listener *l, struct daemon *d)
@@ -166,22 +168,46 @@ static void refuse(struct listener *l, int fd, const char *why)
 
 static void on_accept(uv_poll_t *h, int status, int events);
 
-/* Whether the peer's uid has max-connections-per-uid open already. */
-static bool over_uid_limit(struct daemon *d, int fd, char *why, size_t len)
+/* The connection slots of max-connections kept for root and admin-group:
+ * reserved-connections, at most half of max-connections. */
+static uint32_t reserved_slots(const struct config *cfg)
 {
+        uint32_t half = cfg->max_connections / 2;
+
+        return cfg->reserved_connections < half ? cfg->reserved_connections : half;
+}
+
+/* Whether the peer of fd may have one more connection: false with why
+ * when the daemon is full (all of max-connections, or all but the reserve
+ * for a peer that is not an administrator) or its uid has
+ * max-connections-per-uid open already. */
+static bool admit(struct daemon *d, int fd, char *why, size_t len)
+{
+        const struct config *cfg = &d->cfg;
         struct ucred cred;
         socklen_t clen = sizeof(cred);
+        gid_t groups[PEER_GROUPS_MAX];
         uint64_t n;
 
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0)
-                return false;   /* conn_new fails on it too */
-        n = quota_of(d, cred.uid).conns;
-        if (n < d->cfg.max_connections_per_uid)
+                return true;    /* conn_new fails on it too */
+        /* Only the reserved slots are left: the peer's groups decide. */
+        if (d->n_conns >= cfg->max_connections ||
+            (d->n_conns >= cfg->max_connections - reserved_slots(cfg) &&
+             !access_peer_is_admin(cred.uid, cred.gid, groups,
+                                   access_read_groups(fd, groups)))) {
+                snprintf(why, len, "too many connections: %u open (max-connections %u, of "
+                         "which %u are kept for root and admin-group)", d->n_conns,
+                         cfg->max_connections, reserved_slots(cfg));
                 return false;
+        }
+        n = quota_of(d, cred.uid).conns;
+        if (n < cfg->max_connections_per_uid)
+                return true;
         snprintf(why, len, "too many connections: uid %u has %llu open "
                  "(max-connections-per-uid %u)", (unsigned)cred.uid, (unsigned long long)n,
-                 d->cfg.max_connections_per_uid);
-        return true;
+                 cfg->max_connections_per_uid);
+        return false;
 }
 
 static void on_retry(uv_timer_t *t)
@@ -196,7 +222,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
 {
         struct listener *l = h->data;
         struct daemon *d = l->d;
-        char why[160];
+        char why[192];
 
         for (;;) {
                 struct conn *c;
@@ -215,12 +241,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
                         uv_timer_start(&l->retry, on_retry, ACCEPT_RETRY_MS, 0);
                         return;
                 }
-                if (d->n_conns >= d->cfg.max_connections) {
-                        log_info("refusing a connection: %u connections open", d->n_conns);
-                        refuse(l, fd, "too many connections");
-                        continue;
-                }
-                if (over_uid_limit(d, fd, why, sizeof(why))) {
+                if (!admit(d, fd, why, sizeof(why))) {
                         log_info("refusing a connection: %s", why);
                         refuse(l, fd, why);
                         continue;

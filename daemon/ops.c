@@ -9,6 +9,7 @@
 #include "access.h"
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
+#include "holds.h"
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
@@ -36,6 +37,7 @@ static const struct op {
         { "watch",      op_watch,      true },
         { "revoke",     op_revoke,     true },
         { "metrics",    op_metrics,    true },
+        { "unhold",     op_unhold,     true },
 };
 
 int req_fail(struct req *q, int err, const char *fmt, ...)
@@ -252,8 +254,7 @@ int op_hello(struct req *q)
                 } else if (session_new_token(&c->party) < 0) {
                         return req_fail(q, -EIO, "no random bytes for a session token");
                 } else {
-                        if (persist_enabled())
-                                c->party.start_time = session_start_time(c->party.pid);
+                        /* start_time was read at accept (conn_new). */
                         persist_session(c->d, &c->party);
                 }
         }
@@ -278,8 +279,7 @@ int op_hello(struct req *q)
         session_send_missed(c, missed);
         if (r == 0 && !c->hello) {
                 c->hello = true;
-                access_read_groups(c);
-                watch_conn_hello(c);
+                conn_hello_done(c);
                 log_debug("connection %" PRIu64 " (pid %u): hello, client '%.*s'", c->id,
                           c->party.pid, (int)client_len, client);
         }

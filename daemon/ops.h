@@ -58,7 +58,7 @@ void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_hand
                          uint32_t holders_max);
 /* Answers a lookup of r for c: a lease, the record and an fd (for host, the
  * read-only one unless writable, which needs the owner's uid or root). */
-void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable);
+void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable, bool cache);
 
 /* Validates a request's meta map and packs its known keys into o.  Returns 0
  * (o empty when meta has none of them), or -EINVAL with req_fail(). */

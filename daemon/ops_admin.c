@@ -35,6 +35,10 @@ int op_watch(struct req *q)
                 k = watch_add(q->c, prefix, plen);
                 if (k == -ENOBUFS)
                         return req_fail(q, k, "%u connections already watch", WATCH_MAX);
+                if (k == -EDQUOT)
+                        return req_fail(q, -ENOBUFS, "uid %u has %u watching connections "
+                                        "(max-watches-per-uid)", q->c->party.uid,
+                                        q->c->d->cfg.max_watches_per_uid);
                 if (k < 0)
                         return req_fail(q, k, "out of memory");
                 on = true;

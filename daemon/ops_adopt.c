@@ -74,6 +74,7 @@ int op_adopt(struct req *q)
         alloc_put(&d->allocs, old);
         registry_set_kind(R, r, PROTO_KIND_CUDA_VMM);
         quota_charge(d, r);     /* the daemon holds the copy now */
+        quota_fds_charge(d, r, persist_enabled());      /* and its fd */
         r->offset = 0;
         r->fd = a->fd;
         r->ephemeral = false;

@@ -5,6 +5,7 @@
 
 #include "access.h"
 #include "cuda_reg.h"
+#include "holds.h"
 #include "ops.h"
 #include "quota.h"
 #include "waits.h"
@@ -35,13 +36,14 @@ static bool peer_has(struct conn *c, const struct reg *r, uint64_t have)
 }
 
 static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable,
-                          uint64_t have)
+                          uint64_t have, bool cache)
 {
         struct registry *R = c->d->reg;
         struct proto_out o;
         bool has_fd = r->kind != PROTO_KIND_CUDA_IPC && !peer_has(c, r, have);
         int fds[PROTO_MAX_FDS];
         unsigned nfds = 1;
+        bool held;
         struct lease *l;
         char msg[PROTO_NAME_MAX + 128];
         uint64_t n;
@@ -89,12 +91,18 @@ static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writ
                 nfds = reg_cuda_fds(r->cuda, fds);
         else
                 fds[0] = writable ? r->fd : r->ro_fd;
-        reply_start(&o, seq, 2 + has_fd);
+        /* Held: the consumer may keep the allocation mapped after this
+         * lease, until `uncache` (holds.h).  Not held is not an error: the
+         * consumer then closes its mapping with the view. */
+        held = cache && holds_apply(r) && holds_take(c, r) == 0;
+        reply_start(&o, seq, 2 + has_fd + held);
         proto_pack_ku64(&o.pk, "lease", l->id);
         proto_pack_str(&o.pk, "reg");
         pack_record_ex(&o.pk, r, true);
         if (has_fd)
                 proto_pack_ku64(&o.pk, "fds", nfds);
+        if (held)
+                proto_pack_kbool(&o.pk, "held", true);
         /* The queued frame pins r, so the fds outlive a release or an
          * unregister that comes before the kernel has taken them.  A
          * cuda-ipc record carries a handle instead of an fd. */
@@ -104,9 +112,9 @@ static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writ
                 registry_lease_undo(R, l);
 }
 
-void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable)
+void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable, bool cache)
 {
-        lookup_answer(c, seq, r, writable, 0);
+        lookup_answer(c, seq, r, writable, 0, cache);
 }
 
 int op_lookup(struct req *q)
@@ -115,7 +123,7 @@ int op_lookup(struct req *q)
         struct registry *R = c->d->reg;
         struct target t;
         uint64_t wait_ms = 0, have = 0;
-        bool writable = false;
+        bool writable = false, cache = false;
         struct reg *r;
         int k;
 
@@ -133,6 +141,9 @@ int op_lookup(struct req *q)
         k = proto_get_u64(q->m, "have", &have);
         if (k == -EINVAL)
                 return req_fail(q, -EINVAL, "have must be a uint");
+        k = proto_get_bool(q->m, "cache", &cache);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "cache must be a bool");
         /* What the peer may not look up is answered as if it did not
          * exist, and a waiting lookup keeps waiting for it. */
         if (t.by_id) {
@@ -148,7 +159,7 @@ int op_lookup(struct req *q)
                         return req_fail(q, -ENOENT, "no registration named %.*s",
                                         (int)t.name_len, t.name);
                 if (!r) {
-                        k = waits_add(c, q->seq, t.name, t.name_len, wait_ms, writable);
+                        k = waits_add(c, q->seq, t.name, t.name_len, wait_ms, writable, cache);
                         if (k == -ENOBUFS)
                                 return req_fail(q, k, "this connection has %u waiting "
                                                 "lookups (--max-waits)", c->n_waits);
@@ -159,7 +170,7 @@ int op_lookup(struct req *q)
         }
         /* A lookup that waited answers another registration than any
          * lease held when it was sent, so it always carries the fd. */
-        lookup_answer(c, q->seq, r, writable, have);
+        lookup_answer(c, q->seq, r, writable, have, cache);
         return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cuda_reg.h"
@@ -11,6 +12,7 @@
 #include "host.h"
 #include "log.h"
 #include "ops.h"
+#include "persist.h"
 #include "quota.h"
 #include "waits.h"
 
@@ -209,13 +211,47 @@ static const char *size_text(uint64_t n, char *buf, size_t len)
         return buf;
 }
 
+/* Whether a uid holding `held` of a pool of which `used` are taken may take
+ * `cost` more: the pool must have them, and what the uid holds afterwards
+ * may not pass what is left free for everyone else, so that no uid can
+ * take the last of a shared pool (it can take at most half of it). */
+static bool pool_share_ok(uint64_t held, uint64_t used, uint64_t pool, uint64_t cost)
+{
+        if (used > pool || cost > pool - used)
+                return false;
+        return held + cost <= pool - used - cost;
+}
+
+/* The daemon's fds that registrations may use: RLIMIT_NOFILE less a
+ * reserve for connections (max-connections + 64, at most half the limit),
+ * so that a flood of registrations never keeps clients from connecting. */
+static uint64_t reg_fd_pool(const struct config *cfg, uint64_t *ret_limit, uint64_t *ret_reserve)
+{
+        struct rlimit rl;
+        uint64_t lim, reserve;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+                rl.rlim_cur = 1u << 20;
+        lim = (uint64_t)rl.rlim_cur;
+        reserve = (uint64_t)cfg->max_connections + 64;
+        if (reserve > lim / 2)
+                reserve = lim / 2;
+        *ret_limit = lim;
+        *ret_reserve = reserve;
+        return lim - reserve;
+}
+
 /* The per-uid limits: registrations (durable ones of ended connections
- * included, so orphans cannot fill the daemon's fd table) and bytes held. */
+ * included, so orphans cannot fill the daemon's fd table), bytes held, the
+ * fds the daemon holds for the uid and its fd store entries. */
 static int check_uid_limits(struct req *q, const struct reg_params *p)
 {
-        const struct config *cfg = &q->c->d->cfg;
+        struct daemon *d = q->c->d;
+        const struct config *cfg = &d->cfg;
         uint32_t uid = q->c->party.uid;
-        struct uid_use u = quota_of(q->c->d, uid);
+        struct uid_use u = quota_of(d, uid);
+        uint64_t fds = quota_fds_of_kind(p->kind, q->nfds), lim, reserve, pool, used;
+        uint64_t st = quota_store_of_kind(p->kind, q->nfds);
         char held[32], more[32], max[32];
 
         if (u.regs >= cfg->max_registrations_per_uid)
@@ -229,6 +265,35 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
                                 size_text(u.bytes, held, sizeof(held)),
                                 size_text(p->size, more, sizeof(more)),
                                 size_text(cfg->max_bytes_per_uid, max, sizeof(max)));
+        if (fds > 0) {
+                if (u.fds + fds > cfg->max_fds_per_uid)
+                        return req_fail(q, -ENOBUFS, "fd budget: uid %u has %" PRIu64 " fds "
+                                        "held by the daemon; %" PRIu64 " more would pass "
+                                        "--max-fds-per-uid %u", uid, u.fds, fds,
+                                        cfg->max_fds_per_uid);
+                pool = reg_fd_pool(cfg, &lim, &reserve);
+                if (!pool_share_ok(u.fds, d->reg_fds, pool, fds))
+                        return req_fail(q, -ENOBUFS, "fd budget: the daemon holds %" PRIu64
+                                        " fds for registrations, %" PRIu64 " of them uid "
+                                        "%u's, of %" PRIu64 " it may (RLIMIT_NOFILE %" PRIu64
+                                        " less %" PRIu64 " kept for connections); one uid "
+                                        "may not hold more than is left for the others",
+                                        d->reg_fds, u.fds, uid, pool, lim, reserve);
+        }
+        if (st > 0 && persist_enabled()) {
+                if (u.stored + st > cfg->max_fdstore_per_uid)
+                        return req_fail(q, -ENOBUFS, "fd store budget: uid %u has %" PRIu64
+                                        " entries in the fd store (--max-fdstore-per-uid %u)",
+                                        uid, u.stored, cfg->max_fdstore_per_uid);
+                if (persist_store_room(&used, &pool) &&
+                    !pool_share_ok(u.stored, used, pool, st))
+                        return req_fail(q, -ENOBUFS, "fd store budget: the fd store holds "
+                                        "%" PRIu64 " entries, %" PRIu64 " of them uid %u's, "
+                                        "of %" PRIu64 " registrations may take ($FDSTORE less "
+                                        "%u kept); one uid may not hold more than is left "
+                                        "for the others", used, u.stored, uid, pool,
+                                        PERSIST_STORE_RESERVE);
+        }
         return 0;
 }
 
@@ -328,10 +393,12 @@ int op_register(struct req *q)
                 goto out;
         }
 
-        reply_start(&o, q->seq, 2);
+        reply_start(&o, q->seq, 2 + (r->cuda != NULL));
         proto_pack_ku64(&o.pk, "id", r->id);
         proto_pack_str(&o.pk, "name");
         proto_pack_strn(&o.pk, r->name, r->name_len);
+        if (r->cuda)    /* what `unmapped` events name */
+                proto_pack_ku64(&o.pk, "alloc", r->cuda->alloc->id);
         (void)reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);
         log_debug("registered %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u", r->name,

@@ -135,6 +135,7 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
         uint64_t alloc_size = 0, buffer_id = 0;
         const char *s, *copied = NULL;
         size_t len, copied_len = 0;
+        bool cacheable = false;
         struct reg_cuda *rc;
         int r;
 
@@ -157,6 +158,10 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
         r = get_handle(q, "event", &event);
         if (r == -EINVAL)
                 return r;
+        r = proto_get_bool(q->m, "cacheable", &cacheable);
+        if (r == -EINVAL || (cacheable && !bound))
+                return req_fail(q, -EINVAL, "cacheable must be a bool, and applies to cuda-ipc "
+                                "and cuda-pool only (cuda-vmm memory may always stay mapped)");
         r = proto_get_str(q->m, "copied", &copied, &copied_len);
         if (r == -EINVAL || (r == 0 && (copied_len == 0 || copied_len > REG_CUDA_COPIED_MAX)))
                 return req_fail(q, -EINVAL, "copied must be a str of 1 to %u bytes (why the "
@@ -212,6 +217,9 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                                         : "alloc_key");
                 return req_fail(q, r, "cannot record the allocation: %s", strerror(-r));
         }
+        /* A promise about the allocation, which every registration shares. */
+        if (cacheable)
+                rc->alloc->cacheable = true;
         p->cuda = rc;
         p->fd = p->kind == PROTO_KIND_CUDA_VMM ? rc->alloc->fd : -1;
         p->ephemeral = bound ? true : p->ephemeral;

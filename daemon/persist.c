@@ -57,6 +57,15 @@ bool persist_enabled(void)
 
 /* ---- the store --------------------------------------------------------- */
 
+bool persist_store_room(uint64_t *ret_used, uint64_t *ret_pool)
+{
+        if (!persist_enabled() || P.max == 0)
+                return false;
+        *ret_used = P.stored;
+        *ret_pool = P.max > PERSIST_STORE_RESERVE ? P.max - PERSIST_STORE_RESERVE : 0;
+        return true;
+}
+
 static bool store_send(const char *msg, int fd)
 {
         int r = sd_notify_with_fd(msg, fd);
@@ -175,7 +184,7 @@ static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
 
         proto_pack_str(pk, "cuda");
         msgpack_pack_map(pk, 8 + rc->has_event + (rc->n_chunks > 1) + (a->pool != NULL) +
-                         (rc->copied != NULL));
+                         (rc->copied != NULL) + a->cacheable);
         pack_bin(pk, "device", rc->device, ALLOC_UUID_LEN);
         pack_alloc_fields(pk, a);
         if (rc->has_event)
@@ -196,6 +205,8 @@ static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
         }
         if (rc->copied)
                 proto_pack_kstr(pk, "copied", rc->copied);
+        if (a->cacheable)
+                proto_pack_kbool(pk, "cacheable", true);
 }
 
 static void pack_reg(msgpack_packer *pk, const struct reg *r)

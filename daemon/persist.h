@@ -36,6 +36,15 @@ int persist_start(struct daemon *d, int prev_gen, uint64_t prev_serial, uint64_t
 void persist_freeze(void);
 void persist_done(void);
 
+/* Entries of the store kept free for the journal's two states and for
+ * adopt, which cannot be refused for want of one. */
+#define PERSIST_STORE_RESERVE 16u
+
+/* While the store is in use and its maximum is known ($FDSTORE): true, with
+ * the entries it holds and how many registrations may take (the maximum
+ * less PERSIST_STORE_RESERVE, or 0). */
+bool persist_store_room(uint64_t *ret_used, uint64_t *ret_pool);
+
 /* Asks systemd to forget a stored fd name (restore: stale entries). */
 void persist_store_remove(const char *name);
 

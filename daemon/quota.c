@@ -3,6 +3,7 @@
 
 #include "daemon.h"
 #include "proto.h"
+#include "cuda_reg.h"
 #include "quota.h"
 
 struct uid_entry {
@@ -42,7 +43,8 @@ static struct uid_entry *get(struct daemon *d, uint32_t uid)
 
 static void put(struct daemon *d, struct uid_entry *e)
 {
-        if (e->use.regs || e->use.leases || e->use.bytes || e->use.conns)
+        if (e->use.regs || e->use.leases || e->use.bytes || e->use.conns || e->use.fds ||
+            e->use.stored)
                 return;
         hmap_remove(&d->uids, &e->node);
         free(e);
@@ -114,6 +116,66 @@ void quota_uncharge(struct daemon *d, struct reg *r)
                 put(d, e);
         }
         r->charged = 0;
+}
+
+unsigned quota_fds_of_kind(unsigned kind, unsigned nfds)
+{
+        if (kind == PROTO_KIND_HOST)
+                return 2;       /* the memfd and its read-only open */
+        return kind == PROTO_KIND_CUDA_IPC ? 0 : nfds ? nfds : 1;
+}
+
+unsigned quota_store_of_kind(unsigned kind, unsigned nfds)
+{
+        if (kind == PROTO_KIND_HOST)
+                return 1;
+        return kind == PROTO_KIND_CUDA_IPC ? 0 : nfds ? nfds : 1;
+}
+
+/* The fds r's request carried: one per chunk for cuda-vmm. */
+static unsigned fds_of(const struct reg *r)
+{
+        return r->cuda && r->kind == PROTO_KIND_CUDA_VMM ? r->cuda->n_chunks : 1;
+}
+
+void quota_fds_charge(struct daemon *d, struct reg *r, bool store)
+{
+        unsigned fds = quota_fds_of_kind(r->kind, fds_of(r));
+        unsigned want_st = store && !r->store_charged ? quota_store_of_kind(r->kind, fds_of(r)) : 0;
+        bool st = want_st > 0;
+        struct uid_entry *e;
+
+        if (r->fds_charged >= fds)
+                fds = 0;        /* charged already (adopt charges what it adds) */
+        else
+                fds -= r->fds_charged;
+        if (fds == 0 && !st)
+                return;
+        e = get(d, r->uid);
+        if (!e)
+                return;
+        e->use.fds += fds;
+        d->reg_fds += fds;
+        r->fds_charged = (uint8_t)(r->fds_charged + fds);
+        if (st) {
+                e->use.stored += want_st;
+                r->store_charged = (uint8_t)want_st;
+        }
+}
+
+void quota_fds_uncharge(struct daemon *d, struct reg *r)
+{
+        struct uid_entry *e = find(d, r->uid);
+
+        d->reg_fds -= d->reg_fds < r->fds_charged ? d->reg_fds : r->fds_charged;
+        if (e) {
+                ADD(e->use.fds, -(int)r->fds_charged);
+                if (r->store_charged)
+                        ADD(e->use.stored, -(int)r->store_charged);
+                put(d, e);
+        }
+        r->fds_charged = 0;
+        r->store_charged = 0;
 }
 
 void quota_done(struct daemon *d)

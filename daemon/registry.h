@@ -64,6 +64,8 @@ struct reg {
         int ro_fd;                      /* host: a read-only open of fd, or -1 */
         uint16_t name_len;
         uint8_t kind;
+        uint8_t fds_charged;            /* fds counted against the owner's uid (quota.c) */
+        uint8_t store_charged;          /* fd store entries counted likewise */
         bool ephemeral : 1;
         bool revocable : 1;             /* its leases are revoked with its owner */
         bool live : 1;

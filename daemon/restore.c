@@ -267,6 +267,7 @@ static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t 
         struct reg_cuda *rc = reg_cuda_new();
         const msgpack_object *chunks;
         const char *copied;
+        bool cacheable = false;
         size_t len;
         int r;
 
@@ -278,6 +279,8 @@ static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t 
                 return r;
         }
         rc->has_event = get_fixed_bin(m, "event", rc->event, ALLOC_HANDLE_LEN) == 0;
+        if (proto_get_bool(m, "cacheable", &cacheable) == 0 && cacheable)
+                rc->alloc->cacheable = true;
         r = proto_get_array(m, "chunks", &chunks);
         if (r == 0)
                 r = kind == PROTO_KIND_CUDA_VMM ? decode_chunks(x, chunks, rc) : -EINVAL;

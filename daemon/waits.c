@@ -8,20 +8,33 @@
 #include "ops.h"
 #include "waits.h"
 
+/* The waiters of one name, grouped by connection: whether a waiter may
+ * look a registration up depends only on its connection (uid and groups),
+ * so a register checks each waiting connection once, not each waiter, and
+ * costs O(connections waiting for that name) plus the answers it sends. */
 struct waitq {
         struct hmap_node node;
-        struct waiter *head, *tail;
+        struct wgroup *head, *tail;     /* by arrival of their first waiter */
         size_t name_len;
         char name[];
 };
 
-struct waiter {
-        struct waiter *qnext, *qprev;   /* the name's queue */
-        struct waiter *cnext, *cprev;   /* the connection's waiters */
+struct wgroup {
+        struct wgroup *qnext, *qprev;   /* the name's groups */
+        struct wgroup *cnext, *cprev;   /* the connection's groups */
         struct waitq *q;
+        struct conn *c;
+        struct waiter *head, *tail;     /* in arrival order */
+};
+
+struct waiter {
+        struct waiter *gnext, *gprev;   /* the group's waiters */
+        struct waiter *cnext, *cprev;   /* the connection's waiters */
+        struct wgroup *g;
         struct conn *c;
         uint64_t seq;
         bool writable;                  /* the lookup asked for the read-write fd */
+        bool cache;                     /* and to keep the allocation mapped (holds.h) */
         uv_timer_t timer;
 };
 
@@ -35,30 +48,81 @@ static struct waitq *waitq_find(struct daemon *d, const char *name, size_t len, 
         return NULL;
 }
 
+/* c's group in q: a connection has at most max-waits groups, and the one it
+ * used last is checked first. */
+static struct wgroup *wgroup_find(struct conn *c, const struct waitq *q)
+{
+        for (struct wgroup *g = c->wgroups; g; g = g->cnext)
+                if (g->q == q)
+                        return g;
+        return NULL;
+}
+
+static void wgroup_link(struct conn *c, struct waitq *q, struct wgroup *g)
+{
+        g->q = q;
+        g->c = c;
+        g->qprev = q->tail;
+        if (q->tail)
+                q->tail->qnext = g;
+        else
+                q->head = g;
+        q->tail = g;
+        g->cnext = c->wgroups;
+        if (c->wgroups)
+                c->wgroups->cprev = g;
+        c->wgroups = g;
+}
+
+/* Unlinks an empty group, and its name's queue with its last group. */
+static void wgroup_end(struct daemon *d, struct wgroup *g)
+{
+        struct waitq *q = g->q;
+        struct conn *c = g->c;
+
+        if (g->qprev)
+                g->qprev->qnext = g->qnext;
+        else
+                q->head = g->qnext;
+        if (g->qnext)
+                g->qnext->qprev = g->qprev;
+        else
+                q->tail = g->qprev;
+        if (!q->head) {
+                hmap_remove(&d->waits, &q->node);
+                free(q);
+        }
+        if (g->cprev)
+                g->cprev->cnext = g->cnext;
+        else
+                c->wgroups = g->cnext;
+        if (g->cnext)
+                g->cnext->cprev = g->cprev;
+        free(g);
+}
+
 static void on_timer_closed(uv_handle_t *h)
 {
         free(h->data);
 }
 
-/* Unlinks w from its queue and its connection and frees it (once the timer
- * handle has closed). */
+/* Unlinks w from its group and its connection and frees it (once the timer
+ * handle has closed); an emptied group and queue go with it. */
 static void waiter_end(struct daemon *d, struct waiter *w)
 {
-        struct waitq *q = w->q;
+        struct wgroup *g = w->g;
         struct conn *c = w->c;
 
-        if (w->qprev)
-                w->qprev->qnext = w->qnext;
+        if (w->gprev)
+                w->gprev->gnext = w->gnext;
         else
-                q->head = w->qnext;
-        if (w->qnext)
-                w->qnext->qprev = w->qprev;
+                g->head = w->gnext;
+        if (w->gnext)
+                w->gnext->gprev = w->gprev;
         else
-                q->tail = w->qprev;
-        if (!q->head) {
-                hmap_remove(&d->waits, &q->node);
-                free(q);
-        }
+                g->tail = w->gprev;
+        if (!g->head)
+                wgroup_end(d, g);
         if (w->cprev)
                 w->cprev->cnext = w->cnext;
         else
@@ -66,7 +130,7 @@ static void waiter_end(struct daemon *d, struct waiter *w)
         if (w->cnext)
                 w->cnext->cprev = w->cprev;
         c->n_waits--;
-        w->q = NULL;
+        w->g = NULL;
         w->c = NULL;
         uv_close((uv_handle_t *)&w->timer, on_timer_closed);
 }
@@ -79,17 +143,18 @@ static void on_timeout(uv_timer_t *t)
         char msg[PROTO_NAME_MAX + 64];
 
         snprintf(msg, sizeof(msg), "no registration named %.*s appeared in time",
-                 (int)w->q->name_len, w->q->name);
+                 (int)w->g->q->name_len, w->g->q->name);
         waiter_end(c->d, w);
         ops_reply_error(c, seq, -ETIMEDOUT, msg);
 }
 
 int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
-              bool writable)
+              bool writable, bool cache)
 {
         struct daemon *d = c->d;
         uint64_t h = hmap_hash_str(name, len);
         struct waitq *q;
+        struct wgroup *g = NULL;
         struct waiter *w;
         bool new_q = false;
         int r;
@@ -100,28 +165,31 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         if (!w)
                 return -ENOMEM;
         q = waitq_find(d, name, len, h);
+        if (q)
+                g = wgroup_find(c, q);
         if (!q) {
                 q = calloc(1, sizeof(*q) + len + 1);
-                if (!q) {
-                        free(w);
-                        return -ENOMEM;
-                }
+                if (!q)
+                        goto fail_w;
                 memcpy(q->name, name, len);
                 q->name_len = len;
                 r = hmap_insert(&d->waits, &q->node, h);
                 if (r < 0) {
                         free(q);
-                        free(w);
-                        return r;
+                        goto fail_w;
                 }
                 new_q = true;
         }
+        if (!g) {
+                g = calloc(1, sizeof(*g));
+                if (!g)
+                        goto fail_q;
+                wgroup_link(c, q, g);
+        }
         r = uv_timer_init(d->loop, &w->timer);
         if (r < 0) {
-                if (new_q) {
-                        hmap_remove(&d->waits, &q->node);
-                        free(q);
-                }
+                if (!g->head)
+                        wgroup_end(d, g);       /* frees a new q with it */
                 free(w);
                 return -ENOMEM;
         }
@@ -130,43 +198,63 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         (void)uv_timer_start(&w->timer, on_timeout, ms, 0);
         w->seq = seq;
         w->writable = writable;
+        w->cache = cache;
         w->c = c;
-        w->q = q;
-        w->qprev = q->tail;
-        if (q->tail)
-                q->tail->qnext = w;
+        w->g = g;
+        w->gprev = g->tail;
+        if (g->tail)
+                g->tail->gnext = w;
         else
-                q->head = w;
-        q->tail = w;
+                g->head = w;
+        g->tail = w;
         w->cnext = c->waits;
         if (c->waits)
                 c->waits->cprev = w;
         c->waits = w;
         c->n_waits++;
         return 0;
+fail_q:
+        if (new_q) {
+                hmap_remove(&d->waits, &q->node);
+                free(q);
+        }
+fail_w:
+        free(w);
+        return -ENOMEM;
 }
 
 void waits_wake(struct daemon *d, struct reg *r)
 {
         struct waitq *q = waitq_find(d, r->name, r->name_len,
                                      hmap_hash_str(r->name, r->name_len));
+        struct wgroup *g = q ? q->head : NULL;
 
-        /* Each answer may end the queue; stop once it is gone.  A waiter's
-         * lease keeps r alive, and r stays live meanwhile.  A waiter that
-         * may not look r up keeps waiting, as if r were not there. */
-        struct waiter *w = q ? q->head : NULL;
-
-        while (w) {
-                struct waiter *next = w->qnext;
-                struct conn *c = w->c;
-                uint64_t seq = w->seq;
-                bool writable = w->writable;
+        /* Each answer may end its group, and the last one the queue: the
+         * next group is read first, and the loop stops with the queue.  A
+         * waiter's lease keeps r alive, and r stays live meanwhile.  The
+         * waiters of a connection that may not look r up keep waiting, as
+         * if r were not there. */
+        while (g) {
+                struct wgroup *next = g->qnext;
+                bool last = !next;
+                struct conn *c = g->c;
 
                 if (access_may_lookup(c, r)) {
-                        waiter_end(d, w);       /* frees q with its last waiter */
-                        ops_lookup_answer(c, seq, r, writable);
+                        /* The group ends with its last waiter: stop then. */
+                        struct waiter *w = g->head;
+                        while (w) {
+                                struct waiter *wn = w->gnext;
+                                uint64_t seq = w->seq;
+                                bool writable = w->writable, cache = w->cache;
+
+                                waiter_end(d, w);
+                                ops_lookup_answer(c, seq, r, writable, cache);
+                                w = wn;
+                        }
                 }
-                w = next;
+                if (last)
+                        break;
+                g = next;
         }
 }
 

@@ -17,9 +17,9 @@
 struct conn;
 
 /* Parks a lookup of name by c for up to ms milliseconds (writable: it asked
- * for the read-write fd).  -ENOBUFS over the per-connection limit, -ENOMEM. */
+ * for the read-write fd; cache: to hold the allocation, holds.h).  -ENOBUFS over the per-connection limit, -ENOMEM. */
 int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
-              bool writable);
+              bool writable, bool cache);
 /* r was just registered: answers every lookup waiting for its name. */
 void waits_wake(struct daemon *d, struct reg *r);
 /* Drops c's waiters without answering them. */

@@ -148,8 +148,15 @@ int watch_add(struct conn *c, const char *prefix, size_t plen)
 
         assert(plen <= PROTO_NAME_MAX);
         if (!w) {
+                uint32_t of_uid = 0;
+
                 if (n_watchers >= WATCH_MAX)
                         return -ENOBUFS;
+                /* At most 64 watchers: counting them is cheap. */
+                for (w = watchers; w; w = w->next)
+                        of_uid += w->c->party.uid == c->party.uid;
+                if (of_uid >= c->d->cfg.max_watches_per_uid)
+                        return -EDQUOT;
                 w = calloc(1, sizeof(*w));
                 if (!w)
                         return -ENOMEM;
@@ -254,7 +261,7 @@ void watch_emit_revoked(struct reg *r, const struct reg_party *by)
 
 /* ---- executables ------------------------------------------------------- */
 
-void watch_conn_hello(struct conn *c)
+void watch_conn_accepted(struct conn *c)
 {
         char path[64], exe[WATCH_EXE_MAX + 1];
         struct exe *x;

@@ -4,7 +4,7 @@
  * The registry reports registrations entering and leaving the namespace and
  * leases coming and going through its optional callbacks; this module turns
  * them into `watch` events for subscribed connections.  It also remembers
- * each connection's executable (read at hello) and copies it to the
+ * each connection's executable (read at accept) and copies it to the
  * registrations that connection makes, for records' owner.exe.  The daemon
  * is a single instance, so the tables are the module's own. */
 #ifndef GPUIPCD_WATCH_H
@@ -23,7 +23,8 @@ struct daemon;
 #define WATCH_DEVICES_MAX 64u   /* (kind, device) byte counters */
 
 /* Subscribes c to events of registrations in namespace prefix (plen 0:
- * all), replacing an earlier subscription.  -ENOBUFS past WATCH_MAX, -ENOMEM. */
+ * all), replacing an earlier subscription.  -ENOBUFS past WATCH_MAX,
+ * -EDQUOT when c's uid has max-watches-per-uid subscriptions, -ENOMEM. */
 int watch_add(struct conn *c, const char *prefix, size_t plen);
 /* Ends c's subscription; false when it had none. */
 bool watch_remove(struct conn *c);
@@ -36,8 +37,10 @@ void watch_set_actor(struct reg_party *p);
 /* Sends a `revoked` watch event for r, caused by actor. */
 void watch_emit_revoked(struct reg *r, const struct reg_party *actor);
 
-/* Reads /proc/PID/exe of c's peer, best effort, and keeps it. */
-void watch_conn_hello(struct conn *c);
+/* Reads /proc/PID/exe of c's peer, best effort, and keeps it (at accept,
+ * so that a process that execs another program after connecting is
+ * recorded as the one that connected). */
+void watch_conn_accepted(struct conn *c);
 /* c is closing: drops its subscription and executable. */
 void watch_conn_closed(struct conn *c);
 /* Restore: the owner executable the next added registration records. */

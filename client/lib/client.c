@@ -24,6 +24,8 @@ int gpuipc__begin(gpuipc_client *c)
         if (c->dead)
                 return gpuipc__fail(c, -ENOTCONN, "the connection to gpuipcd is closed (%s)",
                                     gpuipc_strerror(c->dead));
+        if (c->n_unholds)
+                gpuipc__send_unholds(c);
         return 0;
 }
 
@@ -136,6 +138,9 @@ int gpuipc__client_kill(gpuipc_client *c, int err)
         if (c->fd >= 0) {
                 close(c->fd);
                 c->fd = -1;
+                /* The daemon drops this connection's holds: what the cache
+                 * kept of producer-bound memory must go now. */
+                gpuipc__cucache_conn_lost(c);
         }
         proto_fdq_clear(&c->fdq);
         return err;
@@ -365,6 +370,52 @@ static int released_sync(gpuipc_client *c, uint64_t id)
                 r = gpuipc__cuda_wait_events(c, handles, n);
         free(handles);
         return gpuipc__end(c, r);
+}
+
+static bool unmapped_seen(const gpuipc_client *c, uint64_t alloc)
+{
+        unsigned n = c->unmapped_n < GPUIPC__UNMAPPED_MAX ? c->unmapped_n : GPUIPC__UNMAPPED_MAX;
+
+        for (unsigned i = 0; i < n; i++)
+                if (c->unmapped[i] == alloc)
+                        return true;
+        return false;
+}
+
+int gpuipc_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
+{
+        unsigned n;
+        uint64_t alloc = 0;
+        int64_t deadline;
+        int r;
+
+        if (!c)
+                return -EINVAL;
+        r = gpuipc__begin(c);
+        if (r < 0)
+                return r;
+        n = c->cached_regs_n < GPUIPC__UNMAPPED_MAX ? c->cached_regs_n : GPUIPC__UNMAPPED_MAX;
+        for (unsigned i = 0; i < n && !alloc; i++)
+                if (c->cached_regs[i].id == id)
+                        alloc = c->cached_regs[i].alloc;
+        if (!alloc)
+                return gpuipc__fail(c, -ENOENT, "registration %llu was not registered "
+                                    "GPUIPC_REGISTER_CACHEABLE by this client",
+                                    (unsigned long long)id);
+        if (timeout_ms < 0)
+                timeout_ms = PROTO_WAIT_MAX_MS;
+        deadline = now_ms() + timeout_ms;
+        while (!unmapped_seen(c, alloc)) {
+                int64_t left = deadline - now_ms();
+                if (left <= 0)
+                        return gpuipc__fail(c, -ETIMEDOUT, "the allocation of registration %llu "
+                                            "is still mapped by a consumer after %d ms",
+                                            (unsigned long long)id, timeout_ms);
+                r = gpuipc__pump(c, (int)left);
+                if (r < 0)
+                        return gpuipc__end(c, r);
+        }
+        return 0;
 }
 
 int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)

@@ -27,14 +27,22 @@ struct own {
         uint64_t buffer_id;
         CUdeviceptr base;
         uint64_t size;
+        /* What register needs again for another block of it: the fast path
+         * (known()) then makes one driver call, the buffer-id check. */
+        int path, ordinal;
+        int pool_fd;                    /* cuda-pool: the pool export table's */
+        uint8_t pool_key[GPUIPC__ALLOC_KEY_LEN];
 };
 
 static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct own *owns;
 
-static int own_add(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle, uint64_t buffer_id,
-                   CUdeviceptr base, uint64_t size)
+static int own_add(const struct gpuipc__devreg *d)
 {
+        const uint8_t *handle = d->path == GPUIPC_PATH_CUDA_IPC
+                ? (const uint8_t *)d->handle.reserved : (const uint8_t *)d->export_data.reserved;
+        const uint8_t *uuid = d->uuid;
+        CUdeviceptr base = d->base;
         struct own *o;
 
         pthread_mutex_lock(&own_lock);
@@ -52,11 +60,53 @@ static int own_add(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle, uin
         }
         memcpy(o->uuid, uuid, CUDA_UUID_LEN);
         memcpy(o->handle, handle, CUDA_IPC_HANDLE_LEN);
-        o->buffer_id = buffer_id;
+        o->buffer_id = d->buffer_id;
         o->base = base;
-        o->size = size;
+        o->size = d->alloc_size;
+        o->path = d->path;
+        o->ordinal = d->ordinal;
+        o->pool_fd = d->path == GPUIPC_PATH_CUDA_POOL ? d->fds[0] : -1;
+        memcpy(o->pool_key, d->keys[0], GPUIPC__ALLOC_KEY_LEN);
         pthread_mutex_unlock(&own_lock);
         return 0;
+}
+
+/* The fast path of register: [dptr, dptr + size) lies in an allocation this
+ * process registered before, and its buffer id says it is still that one
+ * (a freed and reused address has another).  Fills d as describe would,
+ * with one driver call instead of about eight. */
+static bool known(struct cuda *cu, uint64_t dptr, uint64_t size, struct gpuipc__devreg *d)
+{
+        unsigned long long id = 0;
+        const struct own *o;
+        bool hit = false;
+
+        pthread_mutex_lock(&own_lock);
+        for (o = owns; o; o = o->next)
+                if (dptr >= o->base && dptr - o->base < o->size && size <= o->size - (dptr - o->base))
+                        break;
+        if (o && cu->cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, o->base) ==
+            CUDA_SUCCESS && id == o->buffer_id) {
+                memset(d, 0, sizeof(*d));
+                d->path = o->path;
+                d->ordinal = o->ordinal;
+                memcpy(d->uuid, o->uuid, CUDA_UUID_LEN);
+                d->base = o->base;
+                d->alloc_size = o->size;
+                d->offset = dptr - o->base;
+                d->n_chunks = 1;
+                d->buffer_id = o->buffer_id;
+                if (o->path == GPUIPC_PATH_CUDA_IPC) {
+                        memcpy(d->handle.reserved, o->handle, CUDA_IPC_HANDLE_LEN);
+                } else {
+                        memcpy(d->export_data.reserved, o->handle, CUDA_IPC_HANDLE_LEN);
+                        d->fds[0] = o->pool_fd;
+                        memcpy(d->keys[0], o->pool_key, GPUIPC__ALLOC_KEY_LEN);
+                }
+                hit = true;
+        }
+        pthread_mutex_unlock(&own_lock);
+        return hit;
 }
 
 bool gpuipc__cuown_find(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle,
@@ -85,9 +135,9 @@ static uint32_t devreg_fields(const struct gpuipc__devreg *d, const char *copied
         case GPUIPC_PATH_CUDA_VMM:      /* chunks or alloc_key, copied */
                 return 6 + (copied != NULL) + d->has_event;
         case GPUIPC_PATH_CUDA_POOL:     /* pool_key, handle, buffer_id */
-                return 8 + d->has_event;
+                return 8 + d->has_event + d->cacheable;
         default:                        /* handle, buffer_id */
-                return 7 + d->has_event;
+                return 7 + d->has_event + d->cacheable;
         }
 }
 
@@ -136,6 +186,8 @@ static void pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d, cons
                 proto_pack_str(pk, "event");
                 msgpack_pack_bin_with_body(pk, d->event.reserved, CUDA_IPC_HANDLE_LEN);
         }
+        if (d->cacheable)
+                proto_pack_kbool(pk, "cacheable", true);
 }
 
 /* Sends the register request of a described pointer. */
@@ -149,7 +201,7 @@ static int send_register(gpuipc_client *c, const char *name, uint64_t size,
         struct gpuipc__reply rp;
         struct proto_out o;
         uint32_t nmeta = gpuipc__meta_keys(meta);
-        uint64_t seq, id;
+        uint64_t seq, id, alloc;
         int r;
 
         seq = gpuipc__request(c, &o, "register", 2 + devreg_fields(d, copied) + ephemeral +
@@ -168,6 +220,12 @@ static int send_register(gpuipc_client *c, const char *name, uint64_t size,
         if (r < 0)
                 return gpuipc__end(c, r);
         r = proto_get_u64(rp.msg.root, "id", &id);
+        if (r == 0 && d->cacheable && proto_get_u64(rp.msg.root, "alloc", &alloc) == 0) {
+                /* For gpuipc_wait_unmapped(): the newest are kept. */
+                unsigned k = c->cached_regs_n++ % GPUIPC__UNMAPPED_MAX;
+                c->cached_regs[k].id = id;
+                c->cached_regs[k].alloc = alloc;
+        }
         gpuipc__reply_free(&rp);
         if (r < 0)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's register reply has no id");
@@ -249,7 +307,7 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
                 return r;
         if (dptr == 0 || size == 0 || dptr > UINT64_MAX - size ||
             (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_CUDA_IPC |
-                       GPUIPC_REGISTER_COPY)))
+                       GPUIPC_REGISTER_COPY | GPUIPC_REGISTER_CACHEABLE)))
                 return gpuipc__fail(c, -EINVAL, "invalid pointer, size or flags");
         if (gpuipc__meta_check(meta, &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid metadata: %s", why);
@@ -259,21 +317,23 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
         d = malloc(sizeof(*d));
         if (!d)
                 return gpuipc__end(c, -ENOMEM);
-        r = gpuipc__cu_describe(cu, dptr, size, event, flags, true, d);
-        if (r < 0) {
-                r = gpuipc__fail(c, r, "%s", d->why);
-                goto out;
+        /* Another block of a known allocation, no event to export: the
+         * fast path.  A legacy handle is wanted for cuda-ipc memory only. */
+        if (event || !known(cu, dptr, size, d)) {
+                r = gpuipc__cu_describe(cu, dptr, size, event, flags, true, d);
+                if (r < 0) {
+                        r = gpuipc__fail(c, r, "%s", d->why);
+                        goto out;
+                }
         }
         if (d->path == GPUIPC_PATH_COPY) {
                 r = register_copy(c, cu, name, dptr, size, meta, event, flags, d, ret_id);
                 goto out;
         }
+        d->cacheable = (flags & GPUIPC_REGISTER_CACHEABLE) && d->path != GPUIPC_PATH_CUDA_VMM;
         /* Producer-bound memory looked up in this process is our pointer. */
         if (d->path == GPUIPC_PATH_CUDA_IPC || d->path == GPUIPC_PATH_CUDA_POOL) {
-                r = own_add(d->uuid, d->path == GPUIPC_PATH_CUDA_IPC
-                            ? (const uint8_t *)d->handle.reserved
-                            : (const uint8_t *)d->export_data.reserved,
-                            d->buffer_id, d->base, d->alloc_size);
+                r = own_add(d);
                 if (r < 0) {
                         r = gpuipc__end(c, r);
                         goto out;

@@ -69,6 +69,35 @@ void gpuipc__cuview_close(gpuipc_view *v)
 {
 }
 
+bool gpuipc__cucache_enabled(void)
+{
+        return false;
+}
+
+void gpuipc__cucache_uncache(gpuipc_client *c, uint64_t alloc)
+{
+}
+
+void gpuipc__cucache_conn_lost(gpuipc_client *c)
+{
+}
+
+unsigned gpuipc__cucache_take_unholds(gpuipc_client *c, uint64_t **ret)
+{
+        *ret = NULL;
+        return 0;
+}
+
+int gpuipc_cache_limits(uint64_t max_bytes, unsigned max_entries)
+{
+        return 0;
+}
+
+int gpuipc_cache_trim(gpuipc_client *c)
+{
+        return 0;
+}
+
 int gpuipc__cuda_wait_events(gpuipc_client *c, const uint8_t *handles, unsigned n)
 {
         return gpuipc__fail(c, -ENOTSUP, NO_CUDA);

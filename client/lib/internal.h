@@ -22,6 +22,7 @@
 #define GPUIPC__EVENT_LEN    64u       /* a CUipcEventHandle on the wire */
 #define GPUIPC__SESSION_LEN  16u
 #define GPUIPC__RECONNECT_MS 10000     /* default of $GPUIPC_RECONNECT_MS */
+#define GPUIPC__UNMAPPED_MAX 256u      /* remembered `unmapped` events and cacheable regs */
 
 struct gpuipc__rec;
 
@@ -93,6 +94,16 @@ struct gpuipc_client {
         struct gpuipc__lease *leases;   /* leases held, unordered */
         size_t n_leases, cap_leases;
         uint64_t reconnects;
+        /* The mapping cache (cudamap.c): allocations this connection no
+         * longer holds, to tell the daemon at the next call (`unhold`). */
+        uint64_t *unholds;
+        unsigned n_unholds, cap_unholds;
+        /* `unmapped` events not yet claimed by gpuipc_wait_unmapped(), and
+         * the allocation of each cacheable registration made here. */
+        uint64_t unmapped[GPUIPC__UNMAPPED_MAX];
+        unsigned unmapped_n;
+        struct { uint64_t id, alloc; } cached_regs[GPUIPC__UNMAPPED_MAX];
+        unsigned cached_regs_n;
 };
 
 /* A reply to one request.  The body is a private copy, so the decoded
@@ -284,5 +295,14 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg,
 void gpuipc__cuview_close(gpuipc_view *v);
 /* Opens n IPC event handles and synchronises each. */
 int gpuipc__cuda_wait_events(gpuipc_client *c, const uint8_t *handles, unsigned n);
+/* The mapping cache (cudamap.c): whether lookups ask the daemon to hold
+ * allocations; `uncache` of alloc for c; c's connection is gone (its holds
+ * with it); the unholds queued for c (*ret to free(), n of them). */
+bool gpuipc__cucache_enabled(void);
+void gpuipc__cucache_uncache(gpuipc_client *c, uint64_t alloc);
+void gpuipc__cucache_conn_lost(gpuipc_client *c);
+unsigned gpuipc__cucache_take_unholds(gpuipc_client *c, uint64_t **ret);
+/* Sends the queued unholds without waiting for their replies (io.c). */
+void gpuipc__send_unholds(gpuipc_client *c);
 
 #endif

@@ -205,6 +205,21 @@ static int handle_event(gpuipc_client *c, const msgpack_object *root, bool in_ca
                 gpuipc__watch_push(c, root);
                 return 0;
         }
+        if (proto_obj_str_eq(ev, "uncache")) {
+                /* The allocation's last registration went: close what the
+                 * cache keeps of it, and say so now (the producer may be
+                 * waiting to free it while we wait for its next buffer). */
+                if (proto_get_u64(root, "alloc", &id) == 0) {
+                        gpuipc__cucache_uncache(c, id);
+                        gpuipc__send_unholds(c);
+                }
+                return 0;
+        }
+        if (proto_obj_str_eq(ev, "unmapped")) {
+                if (proto_get_u64(root, "alloc", &id) == 0)
+                        c->unmapped[c->unmapped_n++ % GPUIPC__UNMAPPED_MAX] = id;
+                return 0;
+        }
         if (!proto_obj_str_eq(ev, "error"))
                 return 0;       /* unknown or reserved events are ignored */
         err = error_code(root);
@@ -347,6 +362,35 @@ int gpuipc__pump(gpuipc_client *c, int timeout_ms)
 }
 
 /* ---- requests ---------------------------------------------------------- */
+
+static int client_send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
+                       unsigned nfds);
+
+void gpuipc__send_unholds(gpuipc_client *c)
+{
+        struct proto_out o;
+        uint64_t *ids;
+        unsigned n = gpuipc__cucache_take_unholds(c, &ids);
+
+        /* Not waited for: the reply, when it comes, is dropped as one to a
+         * request nobody waits for.  1024 ids a frame (9 bytes each) stay
+         * far below any max_frame. */
+        for (unsigned at = 0; at < n && gpuipc__client_usable(c); at += 1024) {
+                unsigned k = n - at < 1024 ? n - at : 1024;
+                proto_out_init(&o);
+                msgpack_pack_map(&o.pk, 3);
+                proto_pack_kstr(&o.pk, "op", "unhold");
+                proto_pack_ku64(&o.pk, "seq", ++c->seq);
+                proto_pack_str(&o.pk, "allocs");
+                msgpack_pack_array(&o.pk, k);
+                for (unsigned i = 0; i < k; i++)
+                        msgpack_pack_uint64(&o.pk, ids[at + i]);
+                if (proto_out_finish(&o, c->max_frame) == 0)
+                        (void)client_send(c, (const uint8_t *)o.sb.data, o.sb.size, NULL, 0);
+                proto_out_free(&o);
+        }
+        free(ids);
+}
 
 uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, uint32_t nfields)
 {

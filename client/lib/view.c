@@ -90,6 +90,7 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
         gpuipc_view *v;
         uint64_t seq, wait_ms, have = 0, have_id = 0;
         bool writable = flags & GPUIPC_LOOKUP_WRITABLE;
+        bool cache = gpuipc__cucache_enabled();
         int r;
 
         if (!c || !ret_view)
@@ -116,7 +117,7 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
         if (!gpuipc__hint_get(c, name, writable, &have, &have_id, &have_map))
                 have = 0;
         seq = gpuipc__request(c, &o, "lookup",
-                              1 + (wait_ms > 0) + writable + (have > 0));
+                              1 + (wait_ms > 0) + writable + (have > 0) + cache);
         proto_pack_kstr(&o.pk, "name", name);
         if (wait_ms > 0)
                 proto_pack_ku64(&o.pk, "wait_ms", wait_ms);
@@ -125,6 +126,9 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
                 proto_pack_kbool(&o.pk, "writable", true);
         if (have > 0)
                 proto_pack_ku64(&o.pk, "have", have);
+        /* Device mappings may stay open after the view (the cache). */
+        if (cache)
+                proto_pack_kbool(&o.pk, "cache", true);
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
         if (r < 0) {
                 gpuipc__map_put(have_map);

@@ -37,7 +37,7 @@ bench: bench-build
 	@echo "bench: results in $(BENCH_DIR)/results.csv"
 
 gpu-bench: all $(BENCH_DIR)/gpu_bench
-	$(Q)cp tests/gpu/kernels.ptx tests/bench/gpu_run.sh tests/bench/gpu_torch_mp.py $(BENCH_DIR)/
+	$(Q)cp tests/gpu/kernels.ptx tests/bench/gpu_run.sh tests/bench/gpu_handoff.py $(BENCH_DIR)/
 	@echo "gpu-bench: built $(BENCH_DIR)/gpu_bench; run: tests/bench/gpu_run.sh $(BUILDDIR)"
 
 .PHONY: bench bench-build gpu-bench

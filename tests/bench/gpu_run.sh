@@ -1,7 +1,9 @@
 #!/bin/sh
 # GPU handoff benchmark: starts gpuipcd on a temporary socket, runs
-# gpu_bench (and the torch.multiprocessing comparison when torch imports),
-# prints one CSV on stdout and keeps a copy in BUILDDIR/bench/gpu.csv.
+# gpu_bench (C: cuda-ipc and cuda-vmm cold and warm, the pinned copy) and
+# gpu_handoff.py (Python: gpuipc against torch.multiprocessing) when torch
+# imports; prints the CSVs on stdout and keeps copies in
+# BUILDDIR/bench/gpu.csv and BUILDDIR/bench/gpu_handoff.csv.
 # usage: tests/bench/gpu_run.sh [BUILDDIR] [ROUNDS]
 # Build first (here or on a build host, then carry BUILDDIR):
 #   make STATIC_DEPS=1 BUILDDIR=build/gpub gpu-bench
@@ -38,11 +40,18 @@ out="$B/bench/gpu.csv"
 rc=$?
 cat "$out"
 PY=${PYTHON:-python3}
-if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-        "$PY" "$here/gpu_torch_mp.py" "$ROUNDS" > "$dir/torch.csv" || rc=1
-        cat "$dir/torch.csv" | tee -a "$out"
+# Python, side by side in one run: gpuipc (torch consumers) against
+# torch.multiprocessing, reused and fresh blocks, 2 ms and 50 ms idle, and
+# 1000 small tensors (gpu_handoff.py; PYROUNDS rounds, the first a warm-up).
+# GPUIPC_BENCH_PY=0 skips it.
+if [ "${GPUIPC_BENCH_PY:-1}" = 0 ]; then
+        echo "gpu_run: Python rows skipped (GPUIPC_BENCH_PY=0)" >&2
+elif "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+        GPUIPC_LIBRARY="$B/libgpuipc.so.1" PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
+                "$PY" "$here/gpu_handoff.py" "${PYROUNDS:-16}" > "$B/bench/gpu_handoff.csv" || rc=1
+        cat "$B/bench/gpu_handoff.csv"
 else
-        echo "gpu_run: torch with CUDA not importable by $PY: torch.multiprocessing rows skipped" >&2
+        echo "gpu_run: torch with CUDA not importable by $PY: Python rows skipped" >&2
 fi
 
 kill -TERM "$dpid"

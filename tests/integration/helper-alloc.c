@@ -27,6 +27,11 @@
  *     Prints "PATH TEXT" of gpuipc_explain() for cuMemAlloc memory, VMM
  *     chunks, an exportable pool and the default pool (with and without
  *     GPUIPC_REGISTER_COPY), one line each.
+ *   helper-alloc cacheipc NAME SEED
+ *     cuMemAlloc's 8 MiB and registers NAME/a (4 MiB at 0) and NAME/b
+ *     (4 MiB at 4 MiB) with GPUIPC_REGISTER_CACHEABLE.  "ready"; on the
+ *     line "unregister" it unregisters both and waits for unmapped:
+ *     "unmapped R" (R the result), then frees the memory.
  *   helper-alloc lookup NAME
  *     A consumer: "ok KIND" when the lookup works and the first bytes are
  *     h_pattern(j, 0) at the view (the test checks the rest), else
@@ -212,6 +217,32 @@ static int run_defpool(gpuipc_client *c, const char *name, uint32_t seed)
         return 0;
 }
 
+static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
+{
+        CUdeviceptr a = 0;
+        char na[300], nb[300], line[64];
+        uint64_t ida;
+        int r;
+
+        if (drv.cuMemAlloc_v2(&a, 8u << 20) || fill(a, 8u << 20, seed) < 0)
+                return 4;
+        snprintf(na, sizeof(na), "%s/a", name);
+        snprintf(nb, sizeof(nb), "%s/b", name);
+        if (gpuipc_register_cuda(c, na, a, 4u << 20, NULL, NULL, GPUIPC_REGISTER_CACHEABLE,
+                                 &ida) < 0 ||
+            reg(c, nb, a + (4u << 20), 4u << 20, GPUIPC_REGISTER_CACHEABLE) < 0)
+                return 6;
+        ready("ready");
+        if (!fgets(line, sizeof(line), stdin) || strncmp(line, "unregister", 10) != 0)
+                return 7;
+        if (gpuipc_unregister(c, na) < 0 || gpuipc_unregister(c, nb) < 0)
+                return 8;
+        r = gpuipc_wait_unmapped(c, ida, 10000);
+        printf("unmapped %d\n", r);
+        fflush(stdout);
+        return drv.cuMemFree_v2(a) ? 9 : 0;
+}
+
 static void explain_line(CUdeviceptr p, size_t n, unsigned flags)
 {
         char text[1024];
@@ -296,6 +327,8 @@ int main(int argc, char **argv)
                 r = run_pool(c, argv[2], seed);
         else if (strcmp(argv[1], "defpool") == 0)
                 r = run_defpool(c, argv[2], seed);
+        else if (strcmp(argv[1], "cacheipc") == 0)
+                r = run_cacheipc(c, argv[2], seed);
         else
                 r = 2;
         if (r == 0)

@@ -16,6 +16,7 @@
 
 #include "gpuipc.h"
 #include "harness.h"
+#include "cuda_drv.h"
 
 #define CHUNK (2ull << 20)
 
@@ -126,8 +127,10 @@ Test(alloc, vmm_range_over_three_chunks)
         cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 3);
         cr_assert_eq(dcount("cuMemMap"), 5);
         cr_assert_eq(gpuipc_view_release(v), 0);
-        cr_assert_eq(dcount("cuMemRelease"), 1, "the first chunk alone was only v's");
         cr_assert_eq(gpuipc_view_release(vb), 0);
+        /* Both ranges stay mapped in the cache until trimmed. */
+        cr_assert_eq(dcount("cuMemRelease"), 0);
+        cr_assert_eq(gpuipc_cache_trim(c), 2);
         cr_assert_eq(dcount("cuMemRelease"), 3);
         /* Durable: the chunks outlive the producer. */
         end_child(&prod);
@@ -261,11 +264,13 @@ Test(alloc, explain_names_each_path)
         cr_assert_eq(h_wait(&ch, 10000), 0);
 }
 
-/* A consumer in a PID namespace of its own, as in another container. */
+/* A consumer in PID and IPC namespaces of its own, with its own /proc, as
+ * in another container (on an H200, cuInit fails in a new PID namespace
+ * that still sees the old /proc). */
 static void lookup_in_new_pidns(const char *name, char *line, size_t len)
 {
-        const char *args[] = { "--pid", "--fork", h_path("tests/helper-alloc"), "lookup", name,
-                               NULL };
+        const char *args[] = { "--pid", "--ipc", "--fork", "--mount-proc",
+                               h_path("tests/helper-alloc"), "lookup", name, NULL };
         struct h_child ch;
 
         h_spawn_path(&ch, "/usr/bin/unshare", args, true);
@@ -278,7 +283,7 @@ static void lookup_in_new_pidns(const char *name, char *line, size_t len)
 static bool can_unshare_pid(void)
 {
         return geteuid() == 0 && access("/usr/bin/unshare", X_OK) == 0 &&
-               system("/usr/bin/unshare --pid --fork true 2>/dev/null") == 0;
+               system("/usr/bin/unshare --pid --ipc --fork --mount-proc true 2>/dev/null") == 0;
 }
 
 Test(alloc, pid_namespaces)
@@ -308,4 +313,178 @@ Test(alloc, pid_namespaces)
         cr_assert_not_null(strstr(line, "GPUIPC_REGISTER_COPY"), "%s", line);
         cr_assert_not_null(strstr(line, "adopt"), "%s", line);
         end_child(&prod);
+}
+
+/* ---- the mapping cache --------------------------------------------------- */
+
+static void send_line(struct h_child *ch, const char *s)
+{
+        cr_assert_eq(write(ch->in, s, strlen(s)), (ssize_t)strlen(s));
+}
+
+Test(alloc, cacheable_ipc_stays_mapped_until_unmapped)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char line[128];
+
+        spawn(&prod, "cacheipc", "ca/t", "13");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "ca/t/a");
+        check_bytes(gpuipc_view_data(v), 4u << 20, 0, 13);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        /* Kept mapped: the producer promised to wait for unmapped. */
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
+        v = lookup(c, "ca/t/b");
+        check_bytes(gpuipc_view_data(v), 4u << 20, 4u << 20, 13);
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 1, "the second block was a warm lookup");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
+        /* Unregistered: the daemon says uncache; our next call closes and
+         * unholds; only then may the producer free. */
+        send_line(&prod, "unregister\n");
+        usleep(200 * 1000);
+        cr_assert_eq(gpuipc_ping(c), 0);        /* reads the uncache event */
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        cr_assert_eq(gpuipc_cache_trim(c), 0);  /* sends the unhold */
+        expect_line(&prod, "unmapped 0", line, sizeof(line));
+        end_child(&prod);
+        gpuipc_client_free(c);
+}
+
+Test(alloc, cacheable_hold_ends_with_the_consumer)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char line[128];
+
+        spawn(&prod, "cacheipc", "cb/t", "14");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "cb/t/a");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
+        send_line(&prod, "unregister\n");
+        usleep(100 * 1000);
+        /* Closing the client closes the mapping and the daemon drops the hold. */
+        gpuipc_client_free(c);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        expect_line(&prod, "unmapped 0", line, sizeof(line));
+        end_child(&prod);
+}
+
+Test(alloc, not_cacheable_closes_with_the_view)
+{
+        const char *ipc[] = { "ipc", "nc/t", "0", "1", "1", "0", NULL };
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char line[64];
+
+        h_spawn(&prod, "helper-cuda-producer", ipc, true);
+        cr_assert_geq(h_read_line(&prod, line, sizeof(line), 15000), 0);
+        c = connect_client();
+        v = lookup(c, "nc/t");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1, "a producer that made no promise");
+        gpuipc_client_free(c);
+        end_child(&prod);
+}
+
+Test(alloc, vmm_cached_then_uncached_and_budget)
+{
+        const char *vmm[] = { "vmm", "vc/t", "0", "65536", "0", "65536", "1", NULL };
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char line[64];
+
+        h_spawn(&prod, "helper-cuda-producer", vmm, true);
+        cr_assert_geq(h_read_line(&prod, line, sizeof(line), 15000), 0);
+        cr_assert_eq(h_wait(&prod, 10000), 0);
+        c = connect_client();
+        v = lookup(c, "vc/t/0");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        v = lookup(c, "vc/t/0");
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 1, "cached: a warm lookup");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuMemRelease"), 0);
+        /* A budget of one entry: the second allocation evicts the first. */
+        cr_assert_eq(gpuipc_cache_limits(1ull << 30, 1), 0);
+        v = lookup(c, "vc/t/1");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuMemRelease"), 1);
+        /* Unregistered: uncached at our next call. */
+        cr_assert_eq(gpuipc_unregister(c, "vc/t/1"), 0);
+        usleep(100 * 1000);
+        cr_assert_eq(gpuipc_ping(c), 0);
+        cr_assert_eq(dcount("cuMemRelease"), 2);
+        gpuipc_client_free(c);
+}
+
+/* ---- the producer's fast path ------------------------------------------- */
+
+Test(alloc, known_allocation_costs_one_driver_call)
+{
+        void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
+        CUresult (*init)(unsigned), (*retain)(CUcontext *, CUdevice), (*set)(CUcontext);
+        CUresult (*alloc)(CUdeviceptr *, size_t);
+        gpuipc_client *c = connect_client();
+        CUcontext ctx;
+        CUdeviceptr p;
+        long ranges, handles, attrs;
+        char name[32];
+
+        cr_assert_not_null(dl);
+        init = (CUresult (*)(unsigned))dlsym(dl, "cuInit");
+        retain = (CUresult (*)(CUcontext *, CUdevice))dlsym(dl, "cuDevicePrimaryCtxRetain");
+        set = (CUresult (*)(CUcontext))dlsym(dl, "cuCtxSetCurrent");
+        alloc = (CUresult (*)(CUdeviceptr *, size_t))dlsym(dl, "cuMemAlloc_v2");
+        cr_assert(init && retain && set && alloc);
+        cr_assert_eq(init(0), 0);
+        cr_assert_eq(retain(&ctx, 0), 0);
+        cr_assert_eq(set(ctx), 0);
+        cr_assert_eq(alloc(&p, 8u << 20), 0);
+        cr_assert_eq(gpuipc_register_cuda(c, "fp/0", p + 100, 4096, NULL, NULL, 0, NULL), 0,
+                     "%s", gpuipc_errmsg(c));
+        ranges = dcount("cuMemGetAddressRange_v2");
+        handles = dcount("cuIpcGetMemHandle");
+        attrs = dcount("cuPointerGetAttribute");
+        for (int i = 1; i <= 3; i++) {
+                snprintf(name, sizeof(name), "fp/%d", i);
+                cr_assert_eq(gpuipc_register_cuda(c, name, p + (uint64_t)i * (1u << 20), 4096,
+                                                  NULL, NULL, 0, NULL), 0, "%s",
+                             gpuipc_errmsg(c));
+        }
+        cr_assert_eq(dcount("cuMemGetAddressRange_v2"), ranges, "no range lookups again");
+        cr_assert_eq(dcount("cuIpcGetMemHandle"), handles, "no handle export again");
+        cr_assert_eq(dcount("cuPointerGetAttribute"), attrs + 3, "one buffer-id check each");
+        gpuipc_client_free(c);
+        dlclose(dl);
+}
+
+/* A consumer blocked in a waiting lookup still lets go at once: the
+ * producer's wait_unmapped must not wait for the consumer's next call. */
+Test(alloc, uncache_answered_during_a_waiting_lookup)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v = NULL;
+        char line[128];
+
+        spawn(&prod, "cacheipc", "cw/t", "15");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "cw/t/a");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        send_line(&prod, "unregister\n");
+        /* Waits 1.5 s for a name nobody registers, while uncache comes. */
+        cr_assert_eq(gpuipc_lookup(c, "cw/t/next", 1500, 0, &v), -ETIMEDOUT);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        expect_line(&prod, "unmapped 0", line, sizeof(line));
+        end_child(&prod);
+        gpuipc_client_free(c);
 }

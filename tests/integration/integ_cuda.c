@@ -36,6 +36,9 @@ static const char *double_path(void)
 
 static void cuda_setup(void)
 {
+        /* These count opens and closes view by view: the mapping cache
+         * (integ_alloc) is off, as GPUIPC_MAP_CACHE_ENTRIES=0 turns it. */
+        setenv("GPUIPC_MAP_CACHE_ENTRIES", "0", 1);
         setenv("GPUIPC_LIBCUDA", double_path(), 1);
         unsetenv("CUDA_VISIBLE_DEVICES");
         h_setup();

@@ -68,6 +68,13 @@ Test(config, defaults)
         cr_assert_eq(c.log_level, 6);
         cr_assert_str_eq(c.admin_group, "");
         cr_assert_str_eq(c.metrics_listen, "");
+        /* issue 15: one uid cannot take what the others need */
+        cr_assert_eq(c.max_connections_per_uid, 256);
+        cr_assert_eq(c.reserved_connections, 16);
+        cr_assert_eq(c.hello_timeout_ms, 5000);
+        cr_assert_eq(c.max_fds_per_uid, 16384);
+        cr_assert_eq(c.max_fdstore_per_uid, 4096);
+        cr_assert_eq(c.max_watches_per_uid, 8);
         cr_assert_eq(config_check(&c, err, sizeof(err)), 0);
 }
 
@@ -92,6 +99,16 @@ Test(config, set_values)
         cr_assert_eq(c.socket_mode, 0600);
         cr_assert_eq(config_set(&c, "max-output", "1048576", err, sizeof(err)), 0);
         cr_assert_eq(c.max_output, 1048576);
+        cr_assert_eq(config_set(&c, "hello-timeout-ms", "250", err, sizeof(err)), 0);
+        cr_assert_eq(c.hello_timeout_ms, 250);
+        cr_assert_eq(config_set(&c, "reserved-connections", "0", err, sizeof(err)), 0);
+        cr_assert_eq(c.reserved_connections, 0);
+        cr_assert_eq(config_set(&c, "max-fds-per-uid", "100", err, sizeof(err)), 0);
+        cr_assert_eq(c.max_fds_per_uid, 100);
+        cr_assert_eq(config_set(&c, "max-fdstore-per-uid", "7", err, sizeof(err)), 0);
+        cr_assert_eq(c.max_fdstore_per_uid, 7);
+        cr_assert_eq(config_set(&c, "max-watches-per-uid", "64", err, sizeof(err)), 0);
+        cr_assert_eq(c.max_watches_per_uid, 64);
         cr_assert_eq(config_set(&c, "log-level", "debug", err, sizeof(err)), 0);
         cr_assert_eq(c.log_level, 7);
         cr_assert_eq(config_set(&c, "log-level", "3", err, sizeof(err)), 0);
@@ -120,6 +137,10 @@ Test(config, bad_values)
                 { "metrics-listen", "10.1.2.3:9464" }, { "metrics-listen", "127.0.0.1:0" },
                 { "metrics-listen", "127.0.0.1:70000" }, { "metrics-listen", "127.0.0.1" },
                 { "metrics-listen", "unix:relative" }, { "metrics-listen", "example.com:80" },
+                { "hello-timeout-ms", "0" }, { "hello-timeout-ms", "3600001" },
+                { "max-fds-per-uid", "0" }, { "max-fdstore-per-uid", "0" },
+                { "max-watches-per-uid", "0" }, { "max-watches-per-uid", "65" },
+                { "reserved-connections", "-1" },
         };
         struct config c, before;
 

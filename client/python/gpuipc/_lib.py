@@ -37,6 +37,7 @@ REGISTER_EPHEMERAL = 0x1
 REGISTER_CUDA_IPC = 0x2
 REGISTER_SHARED_WRITE = 0x4     # host only: no write seal, writable lookups work
 REGISTER_COPY = 0x8             # device: copy into cuda-vmm memory when zero-copy is impossible
+REGISTER_CACHEABLE = 0x10       # cuda-ipc/pool: freed only after wait_unmapped
 # gpuipc_path (gpuipc_explain)
 PATH_NAMES = {0: "none", 1: "cuda-ipc", 2: "cuda-vmm", 3: "cuda-pool", 4: "copy"}
 # flags of gpuipc_lookup()
@@ -227,6 +228,9 @@ _PROTOTYPES = {
     "gpuipc_adopt": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
     "gpuipc_explain": (c_int, [c_uint64, c_uint64, c_uint, c_char_p, c_size_t]),
     "gpuipc_path_name": (c_char_p, [c_int]),
+    "gpuipc_wait_unmapped": (c_int, [_client_p, c_uint64, c_int]),
+    "gpuipc_cache_limits": (c_int, [c_uint64, c_uint]),
+    "gpuipc_cache_trim": (c_int, [_client_p]),
     "gpuipc_lookup_device": (c_int, [_client_p, c_char_p, c_int, c_uint, c_int,
                                      POINTER(_view_p)]),
     "gpuipc_view_copied": (c_int, [_view_p]),

@@ -282,6 +282,7 @@ class Client:
                  dtype: Any = None, shape: Optional[Sequence[int]] = None,
                  strides: Optional[Sequence[int]] = None, cuda_ipc: bool = False,
                  shared_write: bool = False, copy: bool = False,
+                 cacheable: bool = False,
                  ttl: Union[None, int, float, str] = None) -> int:
         """Registers ``obj`` under ``name`` ("ns/sub/name"); returns the
         registration id (for :meth:`wait_released`).
@@ -318,7 +319,12 @@ class Client:
         handle type) into a durable ``cuda-vmm`` buffer; the record's
         ``copied`` says why.  Without it such memory raises
         :class:`Unsupported` with what would make it shareable.  See
-        :func:`gpuipc.explain`.
+        :func:`gpuipc.explain`.  ``cacheable=True`` (``cuda-ipc`` and
+        ``cuda-pool``) promises not to free the memory before
+        :meth:`wait_unmapped` returns for it, after its last registration is
+        gone, so consumers keep it mapped and a reused block costs them a warm
+        lookup (torch's caching allocator reuses blocks; only freeing them
+        early is unsafe).
 
         Host buffers are sealed against new writers (``F_SEAL_FUTURE_WRITE``):
         an :meth:`alloc_host` buffer stays writable through its own mapping,
@@ -337,7 +343,7 @@ class Client:
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_ttl(c, ttl_ms), "register")
             try:
                 return self._register(name, obj, meta, ephemeral, event, dtype, shape, strides,
-                                      cuda_ipc, shared_write, copy)
+                                      cuda_ipc, shared_write, copy, cacheable)
             finally:
                 if ttl_ms:
                     self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
@@ -345,11 +351,13 @@ class Client:
     def _register(self, name: str, obj: Any, meta: Optional[Mapping[str, str]],
                   ephemeral: bool, event: Optional[int], dtype: Any,
                   shape: Optional[Sequence[int]], strides: Optional[Sequence[int]],
-                  cuda_ipc: bool, shared_write: bool, copy: bool) -> int:
+                  cuda_ipc: bool, shared_write: bool, copy: bool, cacheable: bool) -> int:
         flags = _lib.REGISTER_EPHEMERAL if ephemeral else 0
         hflags = flags | (_lib.REGISTER_SHARED_WRITE if shared_write else 0)
         if copy:
             flags |= _lib.REGISTER_COPY
+        if cacheable:
+            flags |= _lib.REGISTER_CACHEABLE
         bname = _name(name)
         rid = c_uint64()
 
@@ -474,6 +482,23 @@ class Client:
         ms = _timeout_ms(timeout, -1)
         self._conn.call_checked(lambda c: _lib.lib.gpuipc_wait_released(c, int(id), ms),
                                 "wait_released")
+
+    def wait_unmapped(self, id: int, timeout: Optional[float] = None) -> None:
+        """After unregistering the last registration of an allocation
+        registered ``cacheable=True`` (``id`` one of them): waits until no
+        consumer keeps it mapped, so that the memory may be freed.  Raises
+        Timeout, or NotFound when ``id`` was not registered cacheable here."""
+        ms = _timeout_ms(timeout, -1)
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_wait_unmapped(c, int(id), ms),
+                                "wait_unmapped")
+
+    def cache_trim(self) -> int:
+        """Closes the device mappings this process keeps after their views
+        (the mapping cache) and tells the daemon; returns how many."""
+        r = self._conn.call(lambda c: _lib.lib.gpuipc_cache_trim(c))
+        if r < 0:
+            raise error_for(r, _lib.strerror(r), "cache_trim")
+        return r
 
     def adopt(self, name: str) -> int:
         """Hands a ``cuda-ipc`` registration of this client to the daemon,

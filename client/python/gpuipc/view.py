@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _lib
 from . import dlpack as _dlpack
@@ -563,36 +563,45 @@ class View(_Memory):
         self._conn = conn
         self._handle = handle
         self._synced = synced
-        info = Info.from_c(lib.gpuipc_view_info(handle))
-        self._info = info
-        device = lib.gpuipc_view_device(handle) if info.is_device else -1
+        # Only what the exports need is read now; the whole Info is decoded
+        # on first use (or before the release frees the C record).
+        i = lib.gpuipc_view_info(handle).contents
+        self._kind = _lib.KIND_NAMES.get(int(i.kind), str(int(i.kind)))
+        is_device = self._kind != "host"
+        nd = int(i.ndim)
+        shape = tuple(i.shape[k] for k in range(nd)) if nd and i.shape else None
+        strides = tuple(i.strides[k] for k in range(nd)) if nd and i.strides else None
+        self._box: List[Optional[Info]] = [None]
+        device = lib.gpuipc_view_device(handle) if is_device else -1
         # Device mappings are read-write for the device whatever was asked.
-        readonly = not writable and not info.is_device
+        readonly = not writable and not is_device
         self._setup(lib.gpuipc_view_data(handle) or 0, lib.gpuipc_view_size(handle),
-                    info.dtype, info.shape, info.strides, device, readonly,
-                    _ViewRelease(conn, handle))
+                    _lib.cstr(i.dtype) or None, shape, strides, device, readonly,
+                    _ViewRelease(conn, handle, box=self._box))
 
     @property
     def info(self) -> Info:
         """The registration as it was at lookup time."""
-        return self._info
+        if self._box[0] is None:
+            self._box[0] = Info.from_c(_lib.lib.gpuipc_view_info(self._handle))
+        return self._box[0]
 
     @property
     def name(self) -> str:
-        return self._info.name
+        return self.info.name
 
     @property
     def id(self) -> int:
-        return self._info.id
+        return self.info.id
 
     @property
     def kind(self) -> str:
-        return self._info.kind
+        return self._kind
 
     @property
     def user(self) -> Dict[str, str]:
         """The registration's free-form metadata."""
-        return self._info.user
+        return self.info.user
 
     def wait_stream(self, stream: Any) -> None:
         """Makes ``stream`` (a CUstream as int, or an object with ``.ptr`` /
@@ -619,7 +628,7 @@ class View(_Memory):
         last use, as int) to wait on before it reuses the memory."""
         if self._holder.closed:
             return
-        self._holder._free = _ViewRelease(self._conn, self._handle, int(event))
+        self._holder._free = _ViewRelease(self._conn, self._handle, int(event), box=self._box)
         self._close()
 
     close = release
@@ -631,13 +640,18 @@ class View(_Memory):
 
 
 class _ViewRelease:
-    def __init__(self, conn: Any, handle: int, event: Optional[int] = None) -> None:
+    def __init__(self, conn: Any, handle: int, event: Optional[int] = None,
+                 box: Optional[List[Optional[Info]]] = None) -> None:
         self.conn = conn
         self.handle = handle
         self.event = event
+        self.box = box         # the view's lazily decoded Info, shared
 
     def __call__(self) -> None:
         lib = _lib.lib
+        if self.box is not None and self.box[0] is None:
+            # The C record goes with the view: decode it while it exists.
+            self.box[0] = Info.from_c(lib.gpuipc_view_info(self.handle))
         if self.event is None:
             self.conn.call(lambda c: lib.gpuipc_view_release(self.handle), closed_ok=True)
         else:

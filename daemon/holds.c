@@ -1,0 +1,149 @@
+/* holds.c: allocations consumers keep mapped past their leases; see holds.h. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "cuda_reg.h"
+#include "holds.h"
+#include "log.h"
+
+bool holds_apply(const struct reg *r)
+{
+        if (!r->cuda)
+                return false;
+        /* cuda-vmm always: a consumer's cached import keeps the memory
+         * alive, which the daemon then tells it to give up (uncache). */
+        return r->kind == PROTO_KIND_CUDA_VMM ||
+               ((r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL) &&
+                r->cuda->alloc->cacheable);
+}
+
+/* {event: name, alloc: id} to c. */
+static void send_alloc_event(struct conn *c, const char *name, uint64_t alloc_id)
+{
+        struct proto_out o;
+
+        if (c->closed)
+                return;
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, 2);
+        proto_pack_kstr(&o.pk, "event", name);
+        proto_pack_ku64(&o.pk, "alloc", alloc_id);
+        (void)conn_send(c, &o, NULL);
+        proto_out_free(&o);
+}
+
+static struct conn *conn_by_id(struct daemon *d, uint64_t id)
+{
+        for (struct conn *c = d->conns; c && id; c = c->next)
+                if (c->id == id)
+                        return c;
+        return NULL;
+}
+
+/* a has ended: no registration, no holder.  Tells its owner and frees it. */
+static void ended(struct daemon *d, struct alloc *a)
+{
+        struct conn *owner = conn_by_id(d, a->owner_conn);
+
+        if (owner)
+                send_alloc_event(owner, "unmapped", a->id);
+        alloc_put_ended(&d->allocs, a);
+}
+
+int holds_take(struct conn *c, struct reg *r)
+{
+        struct alloc *a;
+        int k;
+
+        if (!holds_apply(r))
+                return 0;
+        a = r->cuda->alloc;
+        for (uint32_t i = 0; i < c->n_holds; i++)
+                if (c->holds[i] == a)
+                        return 0;
+        if (c->n_holds >= c->d->cfg.max_leases)
+                return -ENOBUFS;
+        if (c->n_holds == c->cap_holds) {
+                uint32_t cap = c->cap_holds ? c->cap_holds * 2 : 8;
+                struct alloc **p = realloc(c->holds, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                c->holds = p;
+                c->cap_holds = cap;
+        }
+        k = alloc_hold_add(a, c);
+        if (k < 0)
+                return k;
+        c->holds[c->n_holds++] = a;
+        return 0;
+}
+
+void holds_reg_freeing(struct daemon *d, struct reg *r)
+{
+        struct alloc *a;
+
+        if (!holds_apply(r) || r->cuda->alloc->regs != 1)
+                return;
+        a = r->cuda->alloc;
+        a->owner_conn = r->owner && !r->owner->detached ? conn_from_party(r->owner)->id : 0;
+        if (a->n_holders == 0) {
+                struct conn *owner = conn_by_id(d, a->owner_conn);
+                if (owner)
+                        send_alloc_event(owner, "unmapped", a->id);
+                return;         /* alloc_put() frees it */
+        }
+        for (uint32_t i = 0; i < a->n_holders; i++)
+                send_alloc_event(a->holders[i], "uncache", a->id);
+}
+
+/* Drops c's hold on its i-th allocation. */
+static void drop(struct conn *c, uint32_t i)
+{
+        struct alloc *a = c->holds[i];
+
+        c->holds[i] = c->holds[--c->n_holds];
+        if (alloc_hold_drop(a, c))
+                ended(c->d, a);
+}
+
+void holds_conn_closed(struct conn *c)
+{
+        while (c->n_holds > 0)
+                drop(c, c->n_holds - 1);
+        free(c->holds);
+        c->holds = NULL;
+        c->cap_holds = 0;
+}
+
+int op_unhold(struct req *q)
+{
+        const msgpack_object *ids;
+        struct proto_out o;
+        struct conn *c = q->c;
+        uint64_t n = 0;
+        int k;
+
+        k = proto_get_array(q->m, "allocs", &ids);
+        if (k < 0)
+                return req_fail(q, -EINVAL, "allocs must be an array of uint (allocation ids)");
+        for (uint32_t j = 0; j < ids->via.array.size; j++) {
+                const msgpack_object *v = &ids->via.array.ptr[j];
+                if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+                        return req_fail(q, -EINVAL, "allocs[%u] is not a uint", j);
+        }
+        /* Unknown ids are ignored: the hold may have gone with a restart. */
+        for (uint32_t j = 0; j < ids->via.array.size; j++)
+                for (uint32_t i = 0; i < c->n_holds; i++)
+                        if (c->holds[i]->id == ids->via.array.ptr[j].via.u64) {
+                                drop(c, i);
+                                n++;
+                                break;
+                        }
+        reply_start(&o, q->seq, 1);
+        proto_pack_ku64(&o.pk, "dropped", n);
+        (void)reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        log_debug("connection %" PRIu64 ": %" PRIu64 " holds dropped", c->id, n);
+        return 0;
+}

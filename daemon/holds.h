@@ -1,0 +1,34 @@
+/* holds.h: consumers that keep a producer-bound allocation mapped after
+ * their leases (libgpuipc's mapping cache), and what the producer is told.
+ *
+ * A cuda-ipc or cuda-pool allocation whose producer registered it with
+ * `cacheable`, and any cuda-vmm allocation, may stay mapped in a consumer
+ * after the consumer's last lease: a lookup with `cache: true` makes that
+ * connection a holder of the allocation (for cuda-vmm, of its first
+ * chunk's).  When the allocation's last registration goes, every holder
+ * gets `uncache {alloc}` and answers with `unhold`; once no holder is left
+ * the producer gets `unmapped {alloc}` and may free the memory (CUDA wants
+ * importers closed first).  A holder that disconnects lets go of its holds.
+ * Holds are not kept over a daemon restart; libgpuipc closes such cached
+ * mappings when it reconnects. */
+#ifndef GPUIPCD_HOLDS_H
+#define GPUIPCD_HOLDS_H
+
+#include "conn.h"
+#include "ops.h"
+
+/* Whether lookups of r may hold its allocation: cuda-vmm, and cacheable
+ * cuda-ipc and cuda-pool. */
+bool holds_apply(const struct reg *r);
+/* A lookup by c with `cache: true` answered with r: hold r's allocation
+ * when it is cacheable.  -ENOBUFS past max-leases holds per connection. */
+int holds_take(struct conn *c, struct reg *r);
+/* r is about to be freed: when it is the last registration of a cacheable
+ * allocation, tell its holders to let go, or its owner that nobody maps it. */
+void holds_reg_freeing(struct daemon *d, struct reg *r);
+/* c is closing: drops its holds. */
+void holds_conn_closed(struct conn *c);
+/* unhold {allocs: [id...]}: c lets go of those allocations. */
+int op_unhold(struct req *q);
+
+#endif

@@ -17,7 +17,7 @@
 VERSION   := 0.1.0
 SOVERSION := 1
 # libgpuipc.so.SOVERSION.ABIMINOR.0: ABIMINOR counts compatible additions.
-ABIMINOR  := 0
+ABIMINOR  := 1
 LIBREAL   := libgpuipc.so.$(SOVERSION).$(ABIMINOR).0
 
 PREFIX     ?= /usr/local
@@ -28,6 +28,9 @@ INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 MANDIR     ?= $(PREFIX)/share/man
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+# zsh's own default is site-functions; Debian's zsh reads vendor-completions.
+ZSHCOMPDIR  ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/share/zsh/vendor-completions,$(PREFIX)/share/zsh/site-functions)
 DESTDIR    ?=
 
 ifeq ($(SANITIZE),1)
@@ -140,6 +143,8 @@ $(BUILDDIR)/tests/integ_survive: $(BUILDDIR)/obj/tests/integration/sdhost.o
 $(BUILDDIR)/tests/integ_survive: LDFLAGS += -pthread
 $(BUILDDIR)/tests/integ_harden: $(BUILDDIR)/obj/tests/integration/sdhost.o
 $(BUILDDIR)/tests/integ_harden: LDFLAGS += -pthread
+$(BUILDDIR)/tests/integ_operate: $(BUILDDIR)/obj/tests/integration/sdhost.o
+$(BUILDDIR)/tests/integ_operate: LDFLAGS += -pthread
 
 $(BUILDDIR)/tests/helper-%: $(BUILDDIR)/obj/tests/integration/helper-%.o $(LIBA)
 	@mkdir -p $(dir $@)
@@ -328,6 +333,9 @@ install: all $(BUILDDIR)/gpuipc.pc
 	install -v -m 0644 systemd/gpuipcd.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/gpuipcd.conf
 	for s in 1 3 5 8; do install -v -d $(DESTDIR)$(MANDIR)/man$$s; \
 		install -v -m 0644 docs/man/*.$$s $(DESTDIR)$(MANDIR)/man$$s/; done
+	install -v -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+	$(CTL) completion bash > $(DESTDIR)$(BASHCOMPDIR)/gpuipcctl
+	$(CTL) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_gpuipcctl
 
 clean:
 	rm -rf build

@@ -109,6 +109,15 @@ typedef struct gpuipc_meta {
 #define GPUIPC_INFO_UNREGISTERED 0x2u   /* gone from the namespace, still leased */
 #define GPUIPC_INFO_OWNER_GONE   0x4u   /* the registering connection has ended */
 
+/* One lease on a registration: who holds it (gpuipc_info.holders). */
+typedef struct gpuipc_holder {
+        uint64_t lease;                 /* the lease id */
+        uint64_t since_ms;              /* Unix time it was taken, ms (a lease kept
+                                         * over a daemon restart: the restart's) */
+        uint32_t pid, uid;              /* the holding process */
+        const char *exe;                /* its executable, or "" when unknown */
+} gpuipc_holder;
+
 /* A registration as the daemon describes it.  Owned by the object it was
  * obtained from (a view, a list or gpuipc_stat()); never free it directly.
  * Fields may be appended in later versions; the struct is never allocated
@@ -157,6 +166,14 @@ typedef struct gpuipc_info {
         /* Why the producer's library copied the buffer into cuda-vmm
          * memory at register time (GPUIPC_REGISTER_COPY), or "". */
         const char *copied;
+        /* Unix time, ms, at which the daemon unregisters it (a TTL, see
+         * gpuipc_set_ttl()); 0 when it has none. */
+        uint64_t expires_ms;
+        /* Who holds its leases, newest first: filled by gpuipc_stat() and by
+         * gpuipc_list_fetch_ex() with GPUIPC_LIST_HOLDERS, else 0 and NULL.
+         * At most 32 are listed; leases says how many there are. */
+        uint32_t n_holders;
+        const gpuipc_holder *holders;
 } gpuipc_info;
 
 /* Daemon-wide counters, from gpuipc_stats_get(). */
@@ -186,7 +203,9 @@ typedef struct gpuipc_stats {
 /* Text for a negative errno returned by this library.  Never NULL. */
 GPUIPC_EXPORT const char *gpuipc_strerror(int err);
 /* The daemon's message for the last failed call on c, or a generic text
- * when the failure was local.  Valid until the next call on c. */
+ * when the failure was local.  Valid until the next call on c.  With c
+ * NULL: why the last gpuipc_connect() of this thread failed (it names the
+ * socket), valid until that thread's next gpuipc_connect(). */
 GPUIPC_EXPORT const char *gpuipc_errmsg(const gpuipc_client *c);
 /* The library's version, e.g. "0.1.0". */
 GPUIPC_EXPORT const char *gpuipc_version(void);
@@ -292,6 +311,21 @@ GPUIPC_EXPORT int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd,
  * mapping; the memory is freed when the last lease is released.  Allowed to
  * the registering connection and to processes of the owner's uid or root. */
 GPUIPC_EXPORT int gpuipc_unregister(gpuipc_client *c, const char *name);
+
+/* Removes every live registration in namespace prefix (not empty) that
+ * this client may unregister, as gpuipc_unregister() would, in one
+ * request.  *ret_removed (may be NULL) is how many went; *ret_skipped (may
+ * be NULL) how many it could see but was not allowed to remove. */
+GPUIPC_EXPORT int gpuipc_unregister_prefix(gpuipc_client *c, const char *prefix,
+                                           uint64_t *ret_removed, uint64_t *ret_skipped);
+
+/* A lifetime for this client's later registrations (all kinds): the
+ * daemon unregisters each ttl_ms after it was registered, as
+ * gpuipc_unregister() does (leases keep their buffers until released).
+ * 0 (the default) sets none.  -EINVAL above ten years.  A registration
+ * that the library registers again after a restart without the fd store
+ * gets the whole TTL again. */
+GPUIPC_EXPORT int gpuipc_set_ttl(gpuipc_client *c, uint64_t ttl_ms);
 
 /* Waits until registration id (registered on this connection) has had a
  * lease and its last lease was released: the consumers are done with it.
@@ -456,6 +490,14 @@ GPUIPC_EXPORT int gpuipc_view_release_after(gpuipc_view *v, void *event);
  * ordered by id.  The caller frees *ret_list with gpuipc_list_free(). */
 GPUIPC_EXPORT int gpuipc_list_fetch(gpuipc_client *c, const char *prefix,
                                     gpuipc_list **ret_list);
+/* Flags of gpuipc_list_fetch_ex(). */
+#define GPUIPC_LIST_ALL     0x1u        /* also registrations unregistered while
+                                         * leases still hold them (their flags
+                                         * have GPUIPC_INFO_UNREGISTERED) */
+#define GPUIPC_LIST_HOLDERS 0x2u        /* fill gpuipc_info.holders */
+/* gpuipc_list_fetch() with GPUIPC_LIST_* flags; -EINVAL for others. */
+GPUIPC_EXPORT int gpuipc_list_fetch_ex(gpuipc_client *c, const char *prefix, unsigned flags,
+                                       gpuipc_list **ret_list);
 GPUIPC_EXPORT size_t gpuipc_list_count(const gpuipc_list *l);
 /* Entry i (< count), owned by l. */
 GPUIPC_EXPORT const gpuipc_info *gpuipc_list_get(const gpuipc_list *l, size_t i);

@@ -15,7 +15,7 @@
 #include "config.h"
 #include "proto.h"
 
-enum type { T_STR, T_NUM, T_OCTAL, T_LEVEL, T_GROUP, T_LISTEN, T_BOOL };
+enum type { T_STR, T_NUM, T_SIZE, T_OCTAL, T_LEVEL, T_GROUP, T_LISTEN, T_BOOL };
 
 static const struct key {
         struct config_key_info info;
@@ -29,8 +29,8 @@ static const struct key {
             "/run/gpuipcd/gpuipcd.sock)" }, T_STR, F(socket_path), 0, 0 },
         { { "socket-mode", "OCTAL", "permissions of the socket (default 0660)" },
           T_OCTAL, F(socket_mode), 0, 07777 },
-        { { "max-frame", "N", "largest frame body, 1024 to 16777216 (default 65536)" },
-          T_NUM, F(max_frame), CONFIG_MIN_FRAME, PROTO_MAX_FRAME_LIMIT },
+        { { "max-frame", "SIZE", "largest frame body, 1K to 16M (default 64K)" },
+          T_SIZE, F(max_frame), CONFIG_MIN_FRAME, PROTO_MAX_FRAME_LIMIT },
         { { "max-connections", "N", "open connections (default 1024)" },
           T_NUM, F(max_connections), 1, 1u << 20 },
         { { "max-registrations", "N", "live registrations per connection (default 16384)" },
@@ -60,11 +60,11 @@ static const struct key {
           T_NUM, F(max_registrations_per_uid), 1, UINT32_MAX },
         { { "max-leases-per-uid", "N", "leases held by one uid (default 65536)" },
           T_NUM, F(max_leases_per_uid), 1, UINT32_MAX },
-        { { "max-bytes-per-uid", "N", "bytes of host and cuda-vmm buffers one uid registered "
-            "and the daemon still holds; 0 for no limit (default 0)" },
-          T_NUM, F(max_bytes_per_uid), 0, UINT64_MAX >> 1 },
-        { { "max-output", "N", "unsent reply bytes per connection before it is closed "
-            "(default 16777216)" }, T_NUM, F(max_output), 1, UINT64_MAX >> 1 },
+        { { "max-bytes-per-uid", "SIZE", "bytes of host and cuda-vmm buffers one uid "
+            "registered and the daemon still holds, e.g. 64G; 0 for no limit (default 0)" },
+          T_SIZE, F(max_bytes_per_uid), 0, UINT64_MAX >> 1 },
+        { { "max-output", "SIZE", "unsent reply bytes per connection before it is closed "
+            "(default 16M)" }, T_SIZE, F(max_output), 1, UINT64_MAX >> 1 },
         { { "log-level", "LEVEL", "most verbose level logged: 0-7 or err, warning, notice, "
             "info, debug (default info)" }, T_LEVEL, F(log_level), 0, 7 },
         { { "admin-group", "GROUP", "members may run admin ops such as revoke (root always "
@@ -133,6 +133,36 @@ static int parse_u64(const char *s, int base, uint64_t *ret)
         if (errno || *end)
                 return -EINVAL;
         *ret = v;
+        return 0;
+}
+
+/* A byte count: a number (decimal, or 0x hex) with an optional IEC
+ * suffix, K, M, G or T (times 1024, 1024^2, ...), also as KiB or KB. */
+static int parse_size(const char *s, uint64_t *ret)
+{
+        static const char units[] = "KMGT";
+        unsigned long long v;
+        unsigned shift = 0;
+        const char *u;
+        char *end;
+
+        errno = 0;
+        if (!*s || *s < '0' || *s > '9')
+                return -EINVAL;
+        v = strtoull(s, &end, 0);
+        if (errno)
+                return -EINVAL;
+        if (*end && (u = strchr(units, *end))) {
+                shift = 10 * (unsigned)(u - units + 1);
+                end++;
+                if (*end == 'i')
+                        end++;
+                if (*end == 'B')
+                        end++;
+        }
+        if (*end || (shift && v > (UINT64_MAX >> shift)))
+                return -EINVAL;
+        *ret = (uint64_t)v << shift;
         return 0;
 }
 
@@ -265,10 +295,16 @@ int config_set(struct config *cfg, const char *key, const char *value, char *err
                 snprintf(field, k->size, "%s", value);
                 return 0;
         case T_NUM:
+        case T_SIZE:
         case T_OCTAL:
-                if (parse_u64(value, k->type == T_OCTAL ? 8 : 0, &v) < 0 || v < k->min ||
-                    v > k->max) {
-                        if (k->type == T_OCTAL)
+                if ((k->type == T_SIZE ? parse_size(value, &v)
+                                       : parse_u64(value, k->type == T_OCTAL ? 8 : 0, &v)) < 0 ||
+                    v < k->min || v > k->max) {
+                        if (k->type == T_SIZE)
+                                snprintf(err, len, "%s: '%s' is not a number from %" PRIu64
+                                         " to %" PRIu64 " (a size: 4096, 64K, 16M, 1G)", key,
+                                         value, k->min, k->max);
+                        else if (k->type == T_OCTAL)
                                 snprintf(err, len, "%s: '%s' is not an octal mode from 0 to 07777",
                                          key, value);
                         else

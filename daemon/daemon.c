@@ -130,11 +130,13 @@ static void on_added(struct reg *r, void *userdata)
         quota_fds_charge(userdata, r, persist_enabled());
         watch_on_added(r, userdata);
         persist_added(userdata, r);
+        ttl_add(userdata, r);
 }
 
 static void on_removed(struct reg *r, void *userdata)
 {
         quota_reg(userdata, r->uid, -1);
+        ttl_remove(userdata, r);
         watch_on_removed(r, userdata);
         persist_removed(userdata, r);
 }
@@ -182,12 +184,14 @@ int daemon_init(struct daemon *d)
 
 void daemon_close_connections(struct daemon *d)
 {
+        ttl_stop(d);
         conns_shutdown(d);
 }
 
 void daemon_done(struct daemon *d)
 {
         /* Registrations hold allocation references: free them first. */
+        ttl_done(d);
         d->reg = registry_free(d->reg);
         session_done(d);
         alloc_table_done(&d->allocs);

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "hmap.h"
 #include "registry.h"
+#include "ttl.h"
 
 struct conn;
 struct gpu;
@@ -41,6 +42,7 @@ struct daemon {
         uv_timer_t *hello_timer;        /* for the oldest one's deadline */
         uint64_t out_total;             /* unsent reply bytes of all connections */
         uint64_t out_peak;              /* out_total's high-water mark since the last trim */
+        struct ttl_heap ttl;            /* registrations with an expiry (ttl.c) */
 };
 
 /* Unix time in milliseconds. */

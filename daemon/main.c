@@ -34,6 +34,43 @@ static uv_signal_t sig_term, sig_int;
 static uv_timer_t watchdog;
 static bool watchdog_on;
 
+/* Help text column, and the width lines are wrapped to. */
+#define HELP_COL   32
+#define HELP_WIDTH 79
+
+/* "  LHS   help..." with help wrapped at word boundaries into its column;
+ * an LHS too wide for it puts the help on the next line. */
+static void print_wrapped(FILE *f, const char *lhs, const char *help)
+{
+        size_t col;
+
+        col = (size_t)fprintf(f, "  %s", lhs);
+        if (col + 1 > HELP_COL) {
+                fputc('\n', f);
+                col = 0;
+        }
+        while (*help) {
+                size_t n = strcspn(help, " ");
+                if (col > HELP_COL && col + 1 + n > HELP_WIDTH) {
+                        fputc('\n', f);
+                        col = 0;
+                }
+                if (col < HELP_COL) {
+                        fprintf(f, "%*s", (int)(HELP_COL - col), "");
+                        col = HELP_COL;
+                } else {
+                        fputc(' ', f);
+                        col++;
+                }
+                fwrite(help, 1, n, f);
+                col += n;
+                help += n;
+                while (*help == ' ')
+                        help++;
+        }
+        fputc('\n', f);
+}
+
 static void usage(FILE *f)
 {
         const struct config_key_info *k;
@@ -51,14 +88,16 @@ static void usage(FILE *f)
         for (size_t i = 0; i < n; i++) {
                 char lhs[64];
                 snprintf(lhs, sizeof(lhs), "--%s %s", k[i].name, k[i].arg);
-                fprintf(f, "  %-26s %s\n", lhs, k[i].help);
+                print_wrapped(f, lhs, k[i].help);
         }
         fprintf(f,
-                "  --config PATH              read PATH and PATH.d/*.conf instead of\n"
-                "                             " CONFIG_DEFAULT_PATH "\n"
-                "  --no-config                read no configuration file\n"
-                "  -h, --help                 show this help\n"
-                "  -V, --version              show the version\n"
+                "  --config PATH                 read PATH and PATH.d/*.conf instead of\n"
+                "                                " CONFIG_DEFAULT_PATH "\n"
+                "  --no-config                   read no configuration file\n"
+                "  -h, --help                    show this help\n"
+                "  -V, --version                 show the version\n"
+                "\n"
+                "SIZE takes a byte count with an optional IEC suffix: 4096, 64K, 16M, 1G.\n"
                 "\n"
                 "Under systemd, a passed listening socket (LISTEN_FDS) is used instead of\n"
                 "--socket, readiness is reported through NOTIFY_SOCKET, and WATCHDOG_USEC\n"

@@ -108,7 +108,33 @@ void pack_record(msgpack_packer *pk, const struct reg *r)
 
 void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle)
 {
-        msgpack_pack_map(pk, (r->meta ? 12 : 11) + reg_cuda_record_fields(r, with_handle));
+        pack_record_holders(pk, r, with_handle, 0);
+}
+
+/* One holders entry per lease, newest first, at most max. */
+static void pack_holders(msgpack_packer *pk, const struct reg *r, uint32_t max)
+{
+        uint32_t n = 0, i = 0;
+
+        for (const struct lease *l = r->held; l && n < max; l = l->rnext)
+                n++;
+        proto_pack_str(pk, "holders");
+        msgpack_pack_array(pk, n);
+        for (const struct lease *l = r->held; l && i < n; l = l->rnext, i++) {
+                msgpack_pack_map(pk, 5);
+                proto_pack_ku64(pk, "lease", l->id);
+                proto_pack_ku64(pk, "pid", l->holder->pid);
+                proto_pack_ku64(pk, "uid", l->holder->uid);
+                proto_pack_kstr(pk, "exe", watch_party_exe(l->holder));
+                proto_pack_ku64(pk, "since_ms", l->since_ms);
+        }
+}
+
+void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_handle,
+                         uint32_t holders_max)
+{
+        msgpack_pack_map(pk, (r->meta ? 12 : 11) + reg_cuda_record_fields(r, with_handle) +
+                         (r->expires_ms != 0) + (holders_max > 0));
         proto_pack_ku64(pk, "id", r->id);
         proto_pack_str(pk, "name");
         proto_pack_strn(pk, r->name, r->name_len);
@@ -131,6 +157,10 @@ void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle)
         proto_pack_ku64(pk, "leases", r->leases);
         proto_pack_kbool(pk, "ephemeral", r->ephemeral);
         proto_pack_kstr(pk, "state", r->live ? "live" : "unregistered");
+        if (r->expires_ms)
+                proto_pack_ku64(pk, "expires_ms", r->expires_ms);
+        if (holders_max > 0)
+                pack_holders(pk, r, holders_max);
         access_pack(pk, r);
         reg_cuda_pack_record(pk, r, with_handle);
 }

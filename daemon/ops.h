@@ -51,6 +51,11 @@ void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message)
  * or a cuda-vmm alloc.key (lookup replies only). */
 void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle);
 void pack_record(msgpack_packer *pk, const struct reg *r);
+/* pack_record_ex() with the lease holders, at most holders_max of them
+ * (0: no holders field), as stat and list's holders send them. */
+#define HOLDERS_MAX 32u
+void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_handle,
+                         uint32_t holders_max);
 /* Answers a lookup of r for c: a lease, the record and an fd (for host, the
  * read-only one unless writable, which needs the owner's uid or root). */
 void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable, bool cache);

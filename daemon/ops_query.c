@@ -18,7 +18,7 @@ int op_list(struct req *q)
         uint64_t after = 0, limit = LIST_MAX;
         const struct reg *r, *last = NULL;
         uint32_t count = 0;
-        bool more = false;
+        bool more = false, all = false, holders = false;
         msgpack_sbuffer sb;
         msgpack_packer pk;
         struct proto_out o;
@@ -37,11 +37,15 @@ int op_list(struct req *q)
         k = proto_get_u64(q->m, "limit", &limit);
         if (k == -EINVAL || limit < 1 || limit > LIST_MAX)
                 return req_fail(q, -EINVAL, "limit must be a uint from 1 to %u", LIST_MAX);
+        if (proto_get_bool(q->m, "all", &all) == -EINVAL)
+                return req_fail(q, -EINVAL, "all must be a bool");
+        if (proto_get_bool(q->m, "holders", &holders) == -EINVAL)
+                return req_fail(q, -EINVAL, "holders must be a bool");
 
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        for (r = registry_iter(c->d->reg, NULL, after, prefix, plen); r;
-             r = registry_iter(c->d->reg, r, 0, prefix, plen)) {
+        for (r = registry_iter_ex(c->d->reg, NULL, after, prefix, plen, all); r;
+             r = registry_iter_ex(c->d->reg, r, 0, prefix, plen, all)) {
                 size_t before = sb.size;
                 if (!access_may_see(c, r))
                         continue;
@@ -49,7 +53,12 @@ int op_list(struct req *q)
                         more = true;
                         break;
                 }
-                pack_record(&pk, r);
+                pack_record_holders(&pk, r, false, holders ? HOLDERS_MAX : 0);
+                if (sb.size > budget && holders && before == 0) {
+                        /* Alone too large with its holders: without them. */
+                        sb.size = before;
+                        pack_record(&pk, r);
+                }
                 if (sb.size > budget) {
                         sb.size = before;       /* drop the record that did not fit */
                         if (before > 0) {
@@ -105,7 +114,14 @@ int op_stat(struct req *q)
                                           (int)t.name_len, t.name);
         reply_start(&o, q->seq, 1);
         proto_pack_str(&o.pk, "reg");
-        pack_record(&o.pk, r);
+        pack_record_holders(&o.pk, r, false, HOLDERS_MAX);
+        if (o.sb.size - PROTO_HDR_LEN > q->c->d->cfg.max_frame) {
+                /* The holders made it too large: the record alone fits. */
+                proto_out_free(&o);
+                reply_start(&o, q->seq, 1);
+                proto_pack_str(&o.pk, "reg");
+                pack_record(&o.pk, r);
+        }
         (void)reply_send(q->c, q->seq, &o, NULL);
         proto_out_free(&o);
         return 0;

@@ -167,6 +167,11 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         r = proto_get_map(q->m, "meta", ret_meta);
         if (r == -EINVAL)
                 return req_fail(q, -EINVAL, "meta must be a map");
+        /* The TTL for now; op_register makes it a time. */
+        r = proto_get_u64(q->m, "ttl_ms", &p->expires_ms);
+        if (r == -EINVAL || (r == 0 && (p->expires_ms == 0 || p->expires_ms > TTL_MAX_MS)))
+                return req_fail(q, -EINVAL, "ttl_ms must be a uint from 1 to %llu",
+                                (unsigned long long)TTL_MAX_MS);
         return 0;
 }
 
@@ -194,6 +199,26 @@ static int lookup_reply_fits(const struct reg *r, uint32_t max_frame)
         fits = o.sb.size - PROTO_HDR_LEN + LOOKUP_REPLY_SLACK <= max_frame;
         proto_out_free(&o);
         return fits;
+}
+
+/* "1.5 GiB", "512 B": a byte count for people. */
+static const char *size_text(uint64_t n, char *buf, size_t len)
+{
+        static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+        double v = (double)n;
+        size_t u = 0;
+
+        if (n < 1024) {
+                snprintf(buf, len, "%" PRIu64 " B", n);
+                return buf;
+        }
+        v /= 1024;
+        while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+                v /= 1024;
+                u++;
+        }
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+        return buf;
 }
 
 /* Whether a uid holding `held` of a pool of which `used` are taken may take
@@ -240,6 +265,7 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
         /* What the fd really pins: a host memfd's size, not the request's. */
         uint64_t bytes = p->kind == PROTO_KIND_HOST && q->nfds == 1
                                  ? host_fd_bytes(q->fds[0], p->size) : p->size;
+        char held[32], more[32], max[32];
 
         if (u.regs >= cfg->max_registrations_per_uid)
                 return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
@@ -247,9 +273,11 @@ static int check_uid_limits(struct req *q, const struct reg_params *p)
                                 cfg->max_registrations_per_uid);
         if (cfg->max_bytes_per_uid > 0 && proto_kind_held(p->kind) &&
             (bytes > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - bytes))
-                return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes; %" PRIu64
-                                " more would pass --max-bytes-per-uid %" PRIu64, uid, u.bytes,
-                                bytes, cfg->max_bytes_per_uid);
+                return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes (%s); %s more "
+                                "would pass --max-bytes-per-uid %s", uid, u.bytes,
+                                size_text(u.bytes, held, sizeof(held)),
+                                size_text(bytes, more, sizeof(more)),
+                                size_text(cfg->max_bytes_per_uid, max, sizeof(max)));
         if (fds > 0) {
                 if (u.fds + fds > cfg->max_fds_per_uid)
                         return req_fail(q, -ENOBUFS, "fd budget: uid %u has %" PRIu64 " fds "
@@ -363,6 +391,8 @@ int op_register(struct req *q)
         p.meta = (const uint8_t *)sb.data;
         p.meta_len = sb.size;
         p.created_ms = now_unix_ms();
+        if (p.expires_ms)
+                p.expires_ms += p.created_ms;
         k = registry_add(d->reg, &c->party, &p, &r);
         if (k == 0)
                 p.access = NULL;        /* r's now */
@@ -412,6 +442,48 @@ out:
         return k;
 }
 
+static bool may_unregister(const struct conn *c, const struct reg *r)
+{
+        return r->owner == &c->party || c->party.uid == r->uid || c->party.uid == 0;
+}
+
+/* unregister with prefix: every live registration in the namespace prefix
+ * that the peer may see and unregister; counts those it may not. */
+static int unregister_prefix(struct req *q, const char *prefix, size_t plen)
+{
+        struct conn *c = q->c;
+        struct registry *R = c->d->reg;
+        uint64_t removed = 0, skipped = 0;
+        struct proto_out o;
+        const char *why;
+        struct reg *r, *next;
+
+        while (plen > 0 && prefix[plen - 1] == '/')
+                plen--;
+        if (plen == 0)
+                return req_fail(q, -EINVAL, "prefix must name a namespace");
+        if (proto_name_check(prefix, plen, &why) < 0)
+                return req_fail_name(q, "prefix", prefix, plen, why);
+        for (r = registry_iter(R, NULL, 0, prefix, plen); r; r = next) {
+                /* Unregistering frees at most r itself. */
+                next = registry_iter(R, r, 0, prefix, plen);
+                if (!access_may_see(c, r))
+                        continue;
+                if (!may_unregister(c, r)) {
+                        skipped++;
+                        continue;
+                }
+                registry_unregister(R, r);
+                removed++;
+        }
+        reply_start(&o, q->seq, 2);
+        proto_pack_ku64(&o.pk, "removed", removed);
+        proto_pack_ku64(&o.pk, "skipped", skipped);
+        (void)reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}
+
 int op_unregister(struct req *q)
 {
         struct conn *c = q->c;
@@ -420,8 +492,18 @@ int op_unregister(struct req *q)
         struct target t;
         struct reg *r;
         uint64_t id, leases;
+        const char *prefix;
+        size_t plen;
         int k;
 
+        k = proto_get_str(q->m, "prefix", &prefix, &plen);
+        if (k == -EINVAL)
+                return req_fail(q, -EINVAL, "prefix must be a str");
+        if (k == 0) {
+                if (proto_get(q->m, "name") || proto_get(q->m, "id"))
+                        return req_fail(q, -EINVAL, "prefix excludes name and id");
+                return unregister_prefix(q, prefix, plen);
+        }
         k = req_target(q, &t);
         if (k < 0)
                 return k;
@@ -432,7 +514,7 @@ int op_unregister(struct req *q)
                 return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
                                : req_fail(q, -ENOENT, "no registration named %.*s",
                                           (int)t.name_len, t.name);
-        if (r->owner != &c->party && c->party.uid != r->uid && c->party.uid != 0)
+        if (!may_unregister(c, r))
                 return req_fail(q, -EPERM, "%s belongs to uid %u; only its connection, that "
                                 "uid or root may unregister it", r->name, r->uid);
         id = r->id;

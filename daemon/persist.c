@@ -218,6 +218,7 @@ static void pack_reg(msgpack_packer *pk, const struct reg *r)
         n += r->meta_len > 0;
         n += r->access != NULL;
         n += r->cuda != NULL;
+        n += r->expires_ms != 0;
         msgpack_pack_map(pk, n);
         proto_pack_kstr(pk, "t", "A");
         proto_pack_ku64(pk, "id", r->id);
@@ -241,6 +242,8 @@ static void pack_reg(msgpack_packer *pk, const struct reg *r)
                 pack_access(pk, r->access);
         if (r->cuda)
                 pack_cuda(pk, r->cuda);
+        if (r->expires_ms)
+                proto_pack_ku64(pk, "expires_ms", r->expires_ms);
 }
 
 static void pack_session(msgpack_packer *pk, const struct reg_party *p)

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "proto.h"
 #include "registry.h"
@@ -24,6 +25,14 @@ struct registry {
 };
 
 #define LEASE_SPARE_MAX 256u
+
+static uint64_t unix_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 int registry_new(const struct registry_callbacks *cb, void *userdata, struct registry **ret)
 {
@@ -214,6 +223,7 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         r->size = p->size;
         r->offset = p->offset;
         r->created_ms = p->created_ms;
+        r->expires_ms = p->expires_ms;
         r->ephemeral = p->ephemeral;
         r->revocable = p->revocable;
         r->cuda = p->cuda;
@@ -345,6 +355,7 @@ int registry_lease_id(struct registry *R, struct reg *r, struct reg_party *holde
         l->id = lease_id ? lease_id : R->next_lease;
         l->reg = r;
         l->holder = holder;
+        l->since_ms = unix_ms();
         k = hmap_insert(&R->leases, &l->by_id, hmap_hash_u64(l->id));
         if (k < 0) {
                 free(l);
@@ -475,6 +486,12 @@ static struct reg *first_after(const struct registry *R, uint64_t after)
 struct reg *registry_iter(const struct registry *R, const struct reg *prev, uint64_t after,
                           const char *prefix, size_t prefix_len)
 {
+        return registry_iter_ex(R, prev, after, prefix, prefix_len, false);
+}
+
+struct reg *registry_iter_ex(const struct registry *R, const struct reg *prev, uint64_t after,
+                             const char *prefix, size_t prefix_len, bool leased_too)
+{
         struct reg *r;
 
         if (prev) {
@@ -490,7 +507,8 @@ struct reg *registry_iter(const struct registry *R, const struct reg *prev, uint
                 }
         }
         for (; r; r = r->next)
-                if (r->live && proto_name_in(r->name, r->name_len, prefix, prefix_len))
+                if ((r->live || (leased_too && r->leases > 0)) &&
+                    proto_name_in(r->name, r->name_len, prefix, prefix_len))
                         return r;
         return NULL;
 }

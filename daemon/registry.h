@@ -47,6 +47,7 @@ struct reg {
         uint64_t id;
         uint64_t size, offset;
         uint64_t created_ms;
+        uint64_t expires_ms;            /* Unix ms its TTL ends (ttl.c); 0: none */
         const uint8_t *meta;            /* one packed msgpack map, or NULL */
         struct reg_cuda *cuda;          /* CUDA kinds: the daemon's, freed in freed */
         struct reg_access *access;      /* extra readers; NULL: owner only; freed with r */
@@ -57,6 +58,7 @@ struct reg {
         uint32_t meta_len;
         uint32_t leases;
         uint32_t pins;                  /* queued sends that still need fd */
+        uint32_t ttl_slot;              /* 1 + its index in the TTL heap; 0: none */
         uint32_t pid, uid, gid;         /* the owner's credentials */
         int fd;
         int ro_fd;                      /* host: a read-only open of fd, or -1 */
@@ -77,6 +79,7 @@ struct lease {
         struct reg *reg;
         struct reg_party *holder;
         uint64_t id;
+        uint64_t since_ms;              /* Unix ms it was taken (or restored) */
 };
 
 struct reg_params {
@@ -85,6 +88,7 @@ struct reg_params {
         unsigned kind;
         uint64_t size, offset;
         uint64_t created_ms;
+        uint64_t expires_ms;            /* 0: no TTL */
         const uint8_t *meta;            /* copied */
         size_t meta_len;
         bool ephemeral;
@@ -185,5 +189,9 @@ const struct reg *registry_first(const struct registry *R);
  * (empty: all).  NULL at the end. */
 struct reg *registry_iter(const struct registry *R, const struct reg *prev, uint64_t after,
                           const char *prefix, size_t prefix_len);
+/* registry_iter(), with leased_too also the unregistered registrations
+ * that leases still hold. */
+struct reg *registry_iter_ex(const struct registry *R, const struct reg *prev, uint64_t after,
+                             const char *prefix, size_t prefix_len, bool leased_too);
 
 #endif

@@ -328,6 +328,9 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
         /* Never reuse the id, whether or not it comes back. */
         registry_raise_ids(d->reg, p.id + 1, 0);
         (void)proto_get_str(m, "exe", &exe, &exe_len);
+        /* Optional: a TTL that passed while the daemon was down ends at once. */
+        if (proto_get_u64(m, "expires_ms", &p.expires_ms) == -EINVAL)
+                return -EINVAL;
         /* An ephemeral one of a session that ended went with it; without
          * a session it had lost its owner already and lives on for its
          * leases (its U record follows them). */

@@ -287,6 +287,16 @@ void watch_conn_closed(struct conn *c)
         entry_drop(CONN_KEY(c->id));
 }
 
+const char *watch_party_exe(const struct reg_party *p)
+{
+        const struct entry *e;
+
+        if (!p || p->detached)
+                return "";
+        e = entry_find(CONN_KEY(conn_from_party((struct reg_party *)p)->id));
+        return e && e->exe ? e->exe->s : "";
+}
+
 const char *watch_reg_exe(uint64_t id)
 {
         struct entry *e = entry_find(id);

@@ -45,6 +45,9 @@ void watch_conn_accepted(struct conn *c);
 void watch_conn_closed(struct conn *c);
 /* Restore: the owner executable the next added registration records. */
 void watch_set_restored_exe(const char *exe);
+/* The executable of the connection behind party p, or "" (a detached
+ * session, or one that could not be read). */
+const char *watch_party_exe(const struct reg_party *p);
 /* The owner executable recorded for registration id, or "". */
 const char *watch_reg_exe(uint64_t id);
 

@@ -31,6 +31,7 @@ int watch_main(int argc, char **argv);
 int revoke_main(int argc, char **argv);
 int metrics_main(int argc, char **argv);
 int doctor_main(int argc, char **argv);
+int completion_main(int argc, char **argv);
 
 /* The socket chosen by --socket, or NULL for the library's default
  * ($GPUIPC_SOCKET, else the compiled-in path). */
@@ -60,6 +61,12 @@ int ctl_parse(int argc, char **argv, const char *usage, const char *shortopts,
               const struct option *longopts,
               int (*opt)(int ch, const char *arg, void *data), void *data, int *ret_index);
 
+/* Byte counts as flags take them: 4096, 64K, 512M, 1G, 2T (IEC: K is
+ * 1024; KiB, MiB, ... and a trailing B are accepted too).  -EINVAL when
+ * arg is not one, -ERANGE past 2^64. */
+int ctl_parse_size(const char *arg, uint64_t *ret);
+/* Durations: 500ms, 30s, 5m, 2h, 1d (a bare number is seconds). */
+int ctl_parse_duration(const char *arg, uint64_t *ret_ms);
 /* "4.0 KiB"-style sizes and "5m"-style ages, into buf. */
 const char *ctl_size(uint64_t bytes, char *buf, size_t len);
 const char *ctl_age(uint64_t created_ms, char *buf, size_t len);
@@ -70,5 +77,9 @@ const char *ctl_kind(gpuipc_kind k);
 void json_str(FILE *f, const char *s);
 /* One registration as a JSON object with every gpuipc_info field. */
 void json_info(FILE *f, const gpuipc_info *info, const char *indent);
+/* json_info() with "holders" (the info's lease holders) when holders. */
+void json_info_ex(FILE *f, const gpuipc_info *info, const char *indent, bool holders);
+/* ,"holders": [...] of info, for json_info_ex(). */
+void json_holders(FILE *f, const gpuipc_info *info, const char *indent);
 
 #endif

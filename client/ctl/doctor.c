@@ -1,8 +1,9 @@
 /* doctor.c: gpuipcctl doctor: why handoff may not work from this process.
  *
  * Each check ends in a verdict (ok, warn, fail) and one sentence.  The exit
- * status is 1 when any check failed.  Checks that need the daemon are
- * skipped (with a fail for the socket) when it cannot be reached. */
+ * status is 3 when the daemon cannot be reached (as for every subcommand),
+ * else 1 when any check failed.  Checks that need the daemon are skipped
+ * (with a fail for the socket) when it cannot be reached. */
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
@@ -25,7 +26,8 @@ static const char usage[] =
         "the handle types they support, the peer-access matrix of the visible GPUs\n"
         "(cuDeviceCanAccessPeer for every pair), and whether this process shares the\n"
         "daemon's PID and IPC namespaces.  Prints one verdict per check (ok, warn,\n"
-        "fail) and exits 1 if any check failed.\n";
+        "fail) and a summary line; exits 3 when the daemon is unreachable, else 1\n"
+        "if any check failed.  --json prints the checks and a \"summary\" object.\n";
 
 #define MSG_MAX 512
 
@@ -223,15 +225,35 @@ static void check_cuda_here(void)
         gpuipc_cuda_status_free(s);
 }
 
-static void print_text(void)
+static unsigned count(const char *verdict)
 {
+        unsigned n = 0;
+
         for (unsigned i = 0; i < n_checks; i++)
-                printf("[%-4s] %-10s %s\n", checks[i].verdict, checks[i].name, checks[i].msg);
+                n += strcmp(checks[i].verdict, verdict) == 0;
+        return n;
 }
 
-static void print_json(void)
+static void print_text(void)
 {
-        printf("{\n  \"ok\": %s,\n  \"checks\": [", failed ? "false" : "true");
+        size_t w = 0;
+
+        for (unsigned i = 0; i < n_checks; i++)
+                if (strlen(checks[i].name) > w)
+                        w = strlen(checks[i].name);
+        for (unsigned i = 0; i < n_checks; i++)
+                printf("[%-4s] %-*s %s\n", checks[i].verdict, (int)w, checks[i].name,
+                       checks[i].msg);
+        printf("%u checks: %u ok, %u warn, %u fail\n", n_checks, count("ok"), count("warn"),
+               count("fail"));
+}
+
+static void print_json(bool reachable)
+{
+        printf("{\n  \"ok\": %s,\n  \"summary\": {\"checks\": %u, \"ok\": %u, \"warn\": %u, "
+               "\"fail\": %u, \"reachable\": %s},\n  \"checks\": [", failed ? "false" : "true",
+               n_checks, count("ok"), count("warn"), count("fail"),
+               reachable ? "true" : "false");
         for (unsigned i = 0; i < n_checks; i++) {
                 printf("%s\n    {\"name\": \"%s\", \"verdict\": \"%s\", \"message\": ",
                        i ? "," : "", checks[i].name, checks[i].verdict);
@@ -263,7 +285,7 @@ int doctor_main(int argc, char **argv)
         const char *path;
         gpuipc_client *c = NULL;
         gpuipc_stats *s = NULL;
-        bool json = false;
+        bool json = false, reachable;
         long pid;
         int idx, r;
 
@@ -276,9 +298,9 @@ int doctor_main(int argc, char **argv)
 
         check_socket_file(path);
         r = gpuipc_connect(path, &c);
+        reachable = r == 0;
         if (r < 0)
-                add("connect", "fail", "cannot connect to %s: %s", path,
-                    r == -ENOENT ? "no such socket" : gpuipc_strerror(r));
+                add("connect", "fail", "%s", gpuipc_errmsg(NULL));
         else
                 add("connect", "ok", "connected and said hello");
         if (c && (r = gpuipc_stats_get(c, &s)) < 0)
@@ -313,9 +335,9 @@ int doctor_main(int argc, char **argv)
         gpuipc_stats_free(s);
         gpuipc_client_free(c);
         if (json)
-                print_json();
+                print_json(reachable);
         else
                 print_text();
         r = ctl_flush(argv[0]);
-        return r != EXIT_OK ? r : failed ? EXIT_ERROR : EXIT_OK;
+        return r != EXIT_OK ? r : !reachable ? EXIT_UNREACHABLE : failed ? EXIT_ERROR : EXIT_OK;
 }

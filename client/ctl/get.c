@@ -11,8 +11,10 @@
 
 static const char usage[] =
         "Usage: gpuipcctl get [--socket PATH] NAME [--wait MS] [-o FILE]\n\n"
-        "Looks NAME up and writes its bytes to stdout (or FILE).  --wait waits up\n"
-        "to MS milliseconds for NAME to be registered (negative: up to an hour).\n";
+        "Looks NAME up and writes its bytes to stdout (or FILE; '-' is stdout).\n"
+        "--wait waits up to MS milliseconds for NAME to be registered (negative:\n"
+        "up to an hour).  A reader that stops early (get NAME | head -c 10) ends\n"
+        "it quietly, with status 0.\n";
 
 struct get_opts {
         int wait_ms;
@@ -34,7 +36,7 @@ static int opt(int ch, const char *arg, void *data)
                 o->wait_ms = v < 0 ? -1 : (int)v;
                 return 0;
         case 'o':
-                o->out = arg;
+                o->out = strcmp(arg, "-") == 0 ? NULL : arg;
                 return 0;
         }
         return EXIT_USAGE;
@@ -98,6 +100,11 @@ int get_main(int argc, char **argv)
                 }
         }
         r = write_all(out, gpuipc_view_data(v), gpuipc_view_size(v));
+        if (r == -EPIPE && !o.out) {
+                /* The reader has what it wanted: like cat, no complaint. */
+                r = EXIT_OK;
+                goto out;
+        }
         if (r < 0) {
                 r = ctl_error(argv[0], "writing %s: %s", o.out ? o.out : "stdout", strerror(-r));
                 goto out;

@@ -28,6 +28,7 @@ static const struct {
         { "revoke", revoke_main, "take a name and all its leases away (admin)" },
         { "metrics", metrics_main, "print the daemon's metrics (Prometheus text format)" },
         { "doctor", doctor_main, "explain why buffer handoff may not work from here" },
+        { "completion", completion_main, "print a bash, zsh or fish completion script" },
 };
 
 static void usage(FILE *f)
@@ -36,7 +37,7 @@ static void usage(FILE *f)
                    "       gpuipcctl --help | --version\n\n"
                    "Subcommands:\n");
         for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
-                fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].description);
+                fprintf(f, "  %-10s  %s\n", subcommands[i].name, subcommands[i].description);
         fprintf(f, "\n'gpuipcctl <subcommand> --help' describes each one.\n\n"
                    "Options:\n"
                    "  --socket PATH  the daemon's socket (default: $GPUIPC_SOCKET, else %s)\n"
@@ -98,16 +99,12 @@ int ctl_connect(const char *cmd, gpuipc_client **ret_client)
 
         if (r == 0)
                 return EXIT_OK;
-        if (r == -ENOENT)
-                fprintf(stderr, "gpuipcctl: %s: cannot connect to %s: no such socket (is gpuipcd running?)\n",
-                        cmd, path);
-        else if (r == -EPERM)
+        if (r == -EPERM)
                 fprintf(stderr, "gpuipcctl: %s: refusing %s: the process listening there runs "
                         "as neither root, your uid, the owner of its directory nor "
                         "$GPUIPC_DAEMON_UID\n", cmd, path);
-        else
-                fprintf(stderr, "gpuipcctl: %s: cannot connect to %s: %s\n", cmd, path,
-                        gpuipc_strerror(r));
+        else    /* the library's message names the path and the likely cause */
+                fprintf(stderr, "gpuipcctl: %s: %s\n", cmd, gpuipc_errmsg(NULL));
         return EXIT_UNREACHABLE;
 }
 
@@ -160,7 +157,7 @@ int ctl_parse(int argc, char **argv, const char *usage_text, const char *shortop
               const struct option *longopts,
               int (*opt)(int ch, const char *arg, void *data), void *data, int *ret_index)
 {
-        struct option all[16] = {
+        struct option all[24] = {
                 { "socket", required_argument, NULL, OPT_SOCKET },
                 { "help",   no_argument,       NULL, 'h' },
         };
@@ -195,6 +192,62 @@ int ctl_parse(int argc, char **argv, const char *usage_text, const char *shortop
         }
         *ret_index = optind;
         return -1;
+}
+
+int ctl_parse_size(const char *arg, uint64_t *ret)
+{
+        static const char units[] = "KMGTPE";
+        unsigned long long v;
+        const char *u;
+        char *end;
+        unsigned shift = 0;
+
+        if (!arg || *arg < '0' || *arg > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(arg, &end, 10);
+        if (errno)
+                return -ERANGE;
+        if (*end && (u = strchr(units, *end))) {
+                shift = 10 * (unsigned)(u - units + 1);
+                end++;
+                if (*end == 'i')
+                        end++;
+                if (*end == 'B')
+                        end++;
+        }
+        if (*end)
+                return -EINVAL;
+        if (shift && v > (UINT64_MAX >> shift))
+                return -ERANGE;
+        *ret = (uint64_t)v << shift;
+        return 0;
+}
+
+int ctl_parse_duration(const char *arg, uint64_t *ret_ms)
+{
+        static const struct { const char *suffix; uint64_t ms; } units[] = {
+                { "ms", 1 }, { "s", 1000 }, { "", 1000 }, { "m", 60000 },
+                { "h", 3600000 }, { "d", 86400000 },
+        };
+        unsigned long long v;
+        char *end;
+
+        if (!arg || *arg < '0' || *arg > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(arg, &end, 10);
+        if (errno)
+                return -ERANGE;
+        for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+                if (strcmp(end, units[i].suffix) != 0)
+                        continue;
+                if (v > UINT64_MAX / units[i].ms)
+                        return -ERANGE;
+                *ret_ms = (uint64_t)v * units[i].ms;
+                return 0;
+        }
+        return -EINVAL;
 }
 
 uint64_t ctl_now_ms(void)

@@ -75,6 +75,11 @@ const char *ctl_kind(gpuipc_kind k)
 
 void json_info(FILE *f, const gpuipc_info *in, const char *ind)
 {
+        json_info_ex(f, in, ind, false);
+}
+
+void json_info_ex(FILE *f, const gpuipc_info *in, const char *ind, bool holders)
+{
         fprintf(f, "{\n%s  \"id\": %" PRIu64 ",\n%s  \"name\": ", ind, in->id, ind);
         json_str(f, in->name);
         fprintf(f, ",\n%s  \"kind\": \"%s\",\n", ind, ctl_kind(in->kind));
@@ -131,7 +136,33 @@ void json_info(FILE *f, const gpuipc_info *in, const char *ind)
         fputs("},\n", f);
         fprintf(f, "%s  \"leases\": %" PRIu32 ",\n%s  \"ephemeral\": %s,\n", ind, in->leases, ind,
                 in->flags & GPUIPC_INFO_EPHEMERAL ? "true" : "false");
-        fprintf(f, "%s  \"state\": \"%s\",\n%s  \"created_ms\": %" PRIu64 "\n%s}", ind,
+        fprintf(f, "%s  \"state\": \"%s\",\n%s  \"created_ms\": %" PRIu64, ind,
                 in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live", ind,
-                in->created_ms, ind);
+                in->created_ms);
+        if (in->expires_ms)
+                fprintf(f, ",\n%s  \"expires_ms\": %" PRIu64, ind, in->expires_ms);
+        else
+                fprintf(f, ",\n%s  \"expires_ms\": null", ind);
+        if (holders)
+                json_holders(f, in, ind);
+        fprintf(f, "\n%s}", ind);
+}
+
+void json_holders(FILE *f, const gpuipc_info *in, const char *ind)
+{
+        uint64_t now = ctl_now_ms();
+
+        fprintf(f, ",\n%s  \"holders\": [", ind);
+        for (uint32_t i = 0; i < in->n_holders; i++) {
+                const gpuipc_holder *h = &in->holders[i];
+                fprintf(f, "%s\n%s    {\"pid\": %" PRIu32 ", \"uid\": %" PRIu32 ", \"exe\": ",
+                        i ? "," : "", ind, h->pid, h->uid);
+                json_str(f, h->exe);
+                fprintf(f, ", \"lease\": %" PRIu64 ", \"age_ms\": %" PRIu64 "}", h->lease,
+                        now > h->since_ms ? now - h->since_ms : 0);
+        }
+        if (in->n_holders)
+                fprintf(f, "\n%s  ]", ind);
+        else
+                fputc(']', f);
 }

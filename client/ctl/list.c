@@ -6,18 +6,31 @@
 #include "ctl.h"
 
 static const char usage[] =
-        "Usage: gpuipcctl list [--socket PATH] [PREFIX] [--json]\n\n"
+        "Usage: gpuipcctl list [--socket PATH] [PREFIX] [--all] [--json]\n\n"
         "Lists the live registrations, all of them or those in namespace PREFIX,\n"
         "ordered by id.  OWNER is pid/uid, marked '-' when the registering\n"
         "connection has ended; EXE is its executable ('-' when the daemon could\n"
         "not read it); ACCESS who else may read it ('owner': only its uid and\n"
         "root; 'public'; or '+N uids', '+N gids', '+group').  CUDA records get a\n"
-        "second line with their device UUID and allocation.  A summary of bytes per device ('host' for host memory)\n"
-        "follows.  --json prints an array of objects instead.\n";
+        "second line with their device UUID and allocation.  A summary of bytes\n"
+        "per device ('host' for host memory) follows.\n\n"
+        "  --all   also the buffers that were unregistered while readers still\n"
+        "          hold them (STATE 'unregistered', gone from the namespace but\n"
+        "          still holding memory), each with a line per holder\n"
+        "  --json  an array of objects instead (with --all, each has \"holders\")\n";
+
+struct list_opts {
+        bool json, all;
+};
 
 static int opt(int ch, const char *arg, void *data)
 {
-        *(bool *)data = true;   /* --json is the only option */
+        struct list_opts *o = data;
+
+        if (ch == 'a')
+                o->all = true;
+        else
+                o->json = true;
         return 0;
 }
 
@@ -73,6 +86,21 @@ static const char *access_brief(const gpuipc_info *in, char *buf, size_t n)
         return buf[0] ? buf : "owner";
 }
 
+/* Who keeps an unregistered buffer alive. */
+static void print_holders(const gpuipc_info *in)
+{
+        char age[32];
+
+        for (uint32_t i = 0; i < in->n_holders; i++) {
+                const gpuipc_holder *h = &in->holders[i];
+                printf("       held by pid %" PRIu32 " (uid %" PRIu32 ", lease %" PRIu64
+                       ", for %s) %s\n", h->pid, h->uid, h->lease,
+                       ctl_age(h->since_ms, age, sizeof(age)), h->exe[0] ? h->exe : "-");
+        }
+        if (in->n_holders < in->leases)
+                printf("       and %" PRIu32 " more leases\n", in->leases - in->n_holders);
+}
+
 static void print_table(const gpuipc_list *l)
 {
         char size[32], age[32], owner[48], access[48];
@@ -98,10 +126,12 @@ static void print_table(const gpuipc_list *l)
                                PRIu64 "\n", in->device, in->alloc_id,
                                ctl_size(in->alloc_size, size, sizeof(size)), in->alloc_regs,
                                in->offset);
+                if (in->flags & GPUIPC_INFO_UNREGISTERED)
+                        print_holders(in);
         }
 }
 
-static void print_json(const gpuipc_list *l)
+static void print_json(const gpuipc_list *l, bool holders)
 {
         size_t n = gpuipc_list_count(l);
 
@@ -109,7 +139,7 @@ static void print_json(const gpuipc_list *l)
         for (size_t i = 0; i < n; i++) {
                 if (i)
                         fputs(",\n  ", stdout);
-                json_info(stdout, gpuipc_list_get(l, i), "  ");
+                json_info_ex(stdout, gpuipc_list_get(l, i), "  ", holders);
         }
         fputs(n ? "\n]\n" : "]\n", stdout);
 }
@@ -118,15 +148,16 @@ int list_main(int argc, char **argv)
 {
         static const struct option opts[] = {
                 { "json", no_argument, NULL, 'j' },
+                { "all",  no_argument, NULL, 'a' },
                 {},
         };
+        struct list_opts o = {};
         gpuipc_list *l;
         gpuipc_client *c;
         const char *prefix = NULL;
-        bool json = false;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &o, &idx);
         if (r >= 0)
                 return r;
         if (argc - idx > 1)
@@ -136,11 +167,12 @@ int list_main(int argc, char **argv)
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 return r;
-        r = gpuipc_list_fetch(c, prefix, &l);
+        r = gpuipc_list_fetch_ex(c, prefix, o.all ? GPUIPC_LIST_ALL | GPUIPC_LIST_HOLDERS : 0,
+                                 &l);
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);
-        if (json)
-                print_json(l);
+        if (o.json)
+                print_json(l, o.all);
         else {
                 print_table(l);
                 print_summary(l);

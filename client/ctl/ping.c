@@ -1,22 +1,36 @@
 /* ping.c: gpuipcctl ping: is the daemon there, and how fast does it answer. */
+#include <getopt.h>
 #include <time.h>
 
 #include "ctl.h"
 
 static const char usage[] =
-        "Usage: gpuipcctl ping [--socket PATH]\n\n"
+        "Usage: gpuipcctl ping [--socket PATH] [--json]\n\n"
         "Connects, then times one request round trip.  Prints e.g.\n"
-        "  gpuipcd 0.1.0 (pid 123, protocol 1): 85 us\n";
+        "  gpuipcd 0.1.0 (pid 123, protocol 1): 85 us\n"
+        "or with --json\n"
+        "  {\"server\": \"gpuipcd 0.1.0\", \"pid\": 123, \"protocol\": 1, \"latency_us\": 85}\n";
+
+static int opt(int ch, const char *arg, void *data)
+{
+        *(bool *)data = true;   /* --json is the only option */
+        return 0;
+}
 
 int ping_main(int argc, char **argv)
 {
         struct timespec t0, t1;
         gpuipc_client *c = NULL;
+        static const struct option opts[] = {
+                { "json", no_argument, NULL, 'j' },
+                {},
+        };
         gpuipc_stats *s = NULL;
+        bool json = false;
         long long us;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, NULL, NULL, NULL, &idx);
+        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
         if (r >= 0)
                 return r;
         if (idx < argc)
@@ -34,8 +48,15 @@ int ping_main(int argc, char **argv)
         if (r < 0)
                 goto fail;
         us = (long long)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
-        printf("%s (pid %u, protocol %u): %lld us\n", s->server[0] ? s->server : "gpuipcd",
-               s->pid, s->protocol, us);
+        if (json) {
+                printf("{\"server\": ");
+                json_str(stdout, s->server[0] ? s->server : "gpuipcd");
+                printf(", \"pid\": %u, \"protocol\": %u, \"latency_us\": %lld}\n", s->pid,
+                       s->protocol, us);
+        } else {
+                printf("%s (pid %u, protocol %u): %lld us\n", s->server[0] ? s->server : "gpuipcd",
+                       s->pid, s->protocol, us);
+        }
         gpuipc_stats_free(s);
         gpuipc_client_free(c);
         return ctl_flush(argv[0]);

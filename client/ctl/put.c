@@ -5,7 +5,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ctl.h"
@@ -14,16 +16,35 @@
 
 static const char usage[] =
         "Usage: gpuipcctl put [--socket PATH] NAME [FILE] [--dtype T] [--shape 2,3]\n"
-        "                     [--meta KEY=VALUE]... [--ephemeral]\n"
+        "                     [--meta KEY=VALUE]... [--ephemeral | --hold] [--ttl D]\n"
         "                     [--allow-uid UID]... [--allow-gid GID]... [--allow-group G]\n"
-        "                     [--public] [--shared-write]\n\n"
+        "                     [--public] [--shared-write] [--max-size N] [--json]\n\n"
         "Copies FILE (default: stdin) into a new shared-memory buffer and registers\n"
-        "it as NAME.  The daemon keeps the buffer after gpuipcctl exits (unless\n"
-        "--ephemeral, which ends the registration with this connection).  Prints\n"
-        "the registration id.  By default only its uid (and root) may look it up;\n"
-        "--allow-* (at most 32 uids and 32 gids) and --public widen that.  The\n"
-        "buffer is sealed read-only for everyone unless --shared-write, which lets\n"
-        "writable lookups (by its uid or root) map it read-write.\n";
+        "it as NAME, then prints the registration id.  The daemon keeps the buffer\n"
+        "after gpuipcctl exits, until 'gpuipcctl rm' (or the TTL) removes it.\n"
+        "By default only its uid (and root) may look it up.  The buffer is sealed\n"
+        "read-only for everyone unless --shared-write.\n\n"
+        "  --dtype T          element type: float16/32/64, bfloat16, int8/16/32/64,\n"
+        "                     uint8/16/32/64, bool, complex64/128, or a typestr (<f4)\n"
+        "  --shape 2,3        dimensions; with --dtype, shape x itemsize must fit\n"
+        "  --meta KEY=VALUE   free-form metadata (at most 32)\n"
+        "  --ephemeral        end the registration with this connection (that is,\n"
+        "                     at once: useful only with --hold)\n"
+        "  --hold             keep the (ephemeral) registration until interrupted\n"
+        "                     (Ctrl-C, SIGTERM); implies --ephemeral\n"
+        "  --ttl D            the daemon unregisters it after D (500ms, 30s, 5m, 2h)\n"
+        "  --allow-uid UID    also readable by UID (repeatable, at most 32)\n"
+        "  --allow-gid GID    also readable by group GID (repeatable, at most 32)\n"
+        "  --allow-group G    also readable by the members of group G\n"
+        "  --public           readable by everyone who can reach the socket\n"
+        "  --shared-write     let writable lookups (its uid or root) write it\n"
+        "  --max-size N       refuse input larger than N bytes (64K, 512M, 1G; default\n"
+        "                     1G for pipes and devices, none for regular files)\n"
+        "  --json             print {\"id\": ..., \"name\": ...} instead of the id\n";
+
+#define MAX_SIZE_DEFAULT (1ull << 30)
+/* Input larger than this gets a progress line when stderr is a terminal. */
+#define PROGRESS_MIN (64ull << 20)
 
 struct put_opts {
         gpuipc_meta meta;
@@ -32,8 +53,63 @@ struct put_opts {
         unsigned flags;
         gpuipc_access access;
         uint32_t uids[GPUIPC_ACCESS_IDS_MAX], gids[GPUIPC_ACCESS_IDS_MAX];
-        bool has_access;
+        bool has_access, hold, json, has_max;
+        uint64_t ttl_ms, max_size;
 };
+
+/* The element size of a dtype, or 0 when it is not one this knows: the
+ * names libgpuipc's bindings use, and numpy typestrs of them (<f4, |u1). */
+static unsigned dtype_itemsize(const char *t)
+{
+        static const struct { const char *name; unsigned size; } names[] = {
+                { "float16", 2 }, { "float32", 4 }, { "float64", 8 }, { "bfloat16", 2 },
+                { "int8", 1 }, { "int16", 2 }, { "int32", 4 }, { "int64", 8 },
+                { "uint8", 1 }, { "uint16", 2 }, { "uint32", 4 }, { "uint64", 8 },
+                { "bool", 1 }, { "complex64", 8 }, { "complex128", 16 },
+        };
+        char *end;
+        unsigned long n;
+
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+                if (strcmp(t, names[i].name) == 0)
+                        return names[i].size;
+        if (!strchr("<>|=", t[0]) || !t[1] || !strchr("fiubc", t[1]))
+                return 0;
+        errno = 0;
+        n = strtoul(t + 2, &end, 10);
+        if (errno || end == t + 2 || *end)
+                return 0;
+        switch (t[1]) {
+        case 'f': return n == 2 || n == 4 || n == 8 ? (unsigned)n : 0;
+        case 'i': case 'u': return n == 1 || n == 2 || n == 4 || n == 8 ? (unsigned)n : 0;
+        case 'b': return n == 1 ? 1 : 0;
+        case 'c': return n == 8 || n == 16 ? (unsigned)n : 0;
+        }
+        return 0;
+}
+
+/* shape x itemsize (or the product of shape alone) must fit size. */
+static int check_meta(const struct put_opts *o, uint64_t size)
+{
+        uint64_t bytes = o->meta.dtype ? dtype_itemsize(o->meta.dtype) : 1;
+
+        if (o->meta.ndim == 0)
+                return 0;
+        for (uint32_t i = 0; i < o->meta.ndim; i++) {
+                uint64_t d = (uint64_t)o->shape[i];
+                if (d && bytes > UINT64_MAX / d)
+                        return ctl_usage("put", "--shape is too large");
+                bytes *= d;
+        }
+        if (bytes > size) {
+                char a[32], b[32];
+                return ctl_error("put", "--shape with --dtype %s needs %" PRIu64 " bytes (%s); "
+                                 "the input has %" PRIu64 " (%s)",
+                                 o->meta.dtype ? o->meta.dtype : "(none: 1 byte)", bytes,
+                                 ctl_size(bytes, a, sizeof(a)), size, ctl_size(size, b, sizeof(b)));
+        }
+        return 0;
+}
 
 static int parse_id(const char *arg, const char *what, uint32_t *ids, uint32_t *n)
 {
@@ -83,7 +159,28 @@ static int opt(int ch, const char *arg, void *data)
 
         switch (ch) {
         case 'd':
+                if (!dtype_itemsize(arg))
+                        return ctl_usage("put", "unknown --dtype '%s': expected e.g. float32, "
+                                         "int64, uint8, bfloat16 or a typestr such as <f4", arg);
                 o->meta.dtype = arg;
+                return 0;
+        case 'H':
+                o->hold = true;
+                o->flags |= GPUIPC_REGISTER_EPHEMERAL;
+                return 0;
+        case 'j':
+                o->json = true;
+                return 0;
+        case 't':
+                if (ctl_parse_duration(arg, &o->ttl_ms) < 0 || o->ttl_ms == 0)
+                        return ctl_usage("put", "bad --ttl '%s': expected e.g. 500ms, 30s, 5m, 2h",
+                                         arg);
+                return 0;
+        case 'M':
+                if (ctl_parse_size(arg, &o->max_size) < 0 || o->max_size == 0)
+                        return ctl_usage("put", "bad --max-size '%s': expected e.g. 64K, 512M, 1G",
+                                         arg);
+                o->has_max = true;
                 return 0;
         case 's':
                 return parse_shape(o, arg);
@@ -121,10 +218,19 @@ static int opt(int ch, const char *arg, void *data)
         return EXIT_USAGE;
 }
 
-/* Copies in into a new memfd; returns it and the byte count. */
-static int slurp(int in, int *ret_fd, uint64_t *ret_size)
+static void progress(uint64_t total, bool done)
 {
-        uint64_t total = 0;
+        char b[32];
+
+        fprintf(stderr, "\rgpuipcctl: put: read %s%s", ctl_size(total, b, sizeof(b)),
+                done ? "\n" : "   ");
+}
+
+/* Copies in into a new memfd, at most max bytes (0: no limit); returns
+ * it and the byte count.  -EFBIG past max. */
+static int slurp(int in, uint64_t max, bool show, int *ret_fd, uint64_t *ret_size)
+{
+        uint64_t total = 0, shown = 0;
         char *buf;
         int fd, r = 0;
 
@@ -146,6 +252,10 @@ static int slurp(int in, int *ret_fd, uint64_t *ret_size)
                 }
                 if (n == 0)
                         break;
+                if (max && (uint64_t)n > max - total) {
+                        r = -EFBIG;
+                        break;
+                }
                 for (ssize_t done = 0; done < n;) {
                         ssize_t w = write(fd, buf + done, (size_t)(n - done));
                         if (w < 0 && errno == EINTR)
@@ -157,8 +267,14 @@ static int slurp(int in, int *ret_fd, uint64_t *ret_size)
                         done += w;
                 }
                 total += (uint64_t)n;
+                if (show && total >= PROGRESS_MIN && total - shown >= 16 * CHUNK) {
+                        progress(total, false);
+                        shown = total;
+                }
         }
 out:
+        if (shown)
+                progress(total, true);
         free(buf);
         /* Its size is final: fixed before anyone else sees it (the library
          * adds the write seal and F_SEAL_SEAL when it registers it). */
@@ -173,6 +289,19 @@ out:
         return 0;
 }
 
+/* --hold: waits for SIGINT, SIGTERM or SIGHUP, blocked meanwhile. */
+static void hold(void)
+{
+        sigset_t set;
+        int sig;
+
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGHUP);
+        (void)sigwait(&set, &sig);
+}
+
 int put_main(int argc, char **argv)
 {
         static const struct option opts[] = {
@@ -185,12 +314,18 @@ int put_main(int argc, char **argv)
                 { "allow-group", required_argument, NULL, 'g' },
                 { "public",    no_argument,       NULL, 'p' },
                 { "shared-write", no_argument,    NULL, 'w' },
+                { "hold",      no_argument,       NULL, 'H' },
+                { "ttl",       required_argument, NULL, 't' },
+                { "max-size",  required_argument, NULL, 'M' },
+                { "json",      no_argument,       NULL, 'j' },
                 {},
         };
         struct put_opts o = {};
         gpuipc_client *c = NULL;
         const char *name, *file = NULL;
-        uint64_t size = 0, id;
+        uint64_t size = 0, id, max;
+        struct stat st;
+        sigset_t block;
         int idx, in = STDIN_FILENO, fd = -1, r;
 
         r = ctl_parse(argc, argv, usage, NULL, opts, opt, &o, &idx);
@@ -209,11 +344,30 @@ int put_main(int argc, char **argv)
                 if (in < 0)
                         return ctl_error(argv[0], "%s: %s", file, strerror(errno));
         }
+        /* A pipe or a device may never end: cap it unless told. */
+        max = o.has_max ? o.max_size
+                        : fstat(in, &st) == 0 && S_ISREG(st.st_mode) ? 0 : MAX_SIZE_DEFAULT;
+        if (o.hold) {
+                /* Blocked before connecting, so that an early Ctrl-C still
+                 * ends in order; sigwait() takes them in hold(). */
+                sigemptyset(&block);
+                sigaddset(&block, SIGINT);
+                sigaddset(&block, SIGTERM);
+                sigaddset(&block, SIGHUP);
+                sigprocmask(SIG_BLOCK, &block, NULL);
+        }
         /* Connect first: no point reading a large input for an absent daemon. */
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 goto out;
-        r = slurp(in, &fd, &size);
+        r = slurp(in, max, isatty(STDERR_FILENO), &fd, &size);
+        if (r == -EFBIG) {
+                char b[32];
+                r = ctl_error(argv[0], "%s is larger than --max-size %s; pass a larger "
+                              "--max-size to register it", file ? file : "stdin",
+                              ctl_size(max, b, sizeof(b)));
+                goto out;
+        }
         if (r < 0) {
                 r = ctl_error(argv[0], "reading %s: %s", file ? file : "stdin", strerror(-r));
                 goto out;
@@ -222,17 +376,36 @@ int put_main(int argc, char **argv)
                 r = ctl_error(argv[0], "input is empty: nothing to register");
                 goto out;
         }
+        r = check_meta(&o, size);
+        if (r != 0)
+                goto out;
         o.access.uids = o.uids;
         o.access.gids = o.gids;
         r = o.has_access ? gpuipc_access_set(c, &o.access) : 0;
+        if (r == 0 && o.ttl_ms)
+                r = gpuipc_set_ttl(c, o.ttl_ms);
         if (r == 0)
                 r = gpuipc_register_fd(c, name, fd, 0, size, &o.meta, o.flags, &id);
         if (r < 0) {
                 r = ctl_fail(argv[0], c, r);
                 goto out;
         }
-        printf("%" PRIu64 "\n", id);
+        if (o.json) {
+                printf("{\"id\": %" PRIu64 ", \"name\": ", id);
+                json_str(stdout, name);
+                printf("}\n");
+        } else {
+                printf("%" PRIu64 "\n", id);
+        }
         r = ctl_flush(argv[0]);
+        if (r == EXIT_OK && !o.hold && (o.flags & GPUIPC_REGISTER_EPHEMERAL))
+                fprintf(stderr, "gpuipcctl: put: --ephemeral without --hold: %s ends as "
+                        "gpuipcctl exits\n", name);
+        if (r == EXIT_OK && o.hold) {
+                if (isatty(STDERR_FILENO))
+                        fprintf(stderr, "gpuipcctl: put: holding %s; Ctrl-C removes it\n", name);
+                hold();
+        }
 out:
         if (fd >= 0)
                 close(fd);

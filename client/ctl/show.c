@@ -1,14 +1,17 @@
 /* show.c: gpuipcctl show: every field of one registration. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <string.h>
 #include <time.h>
 
 #include "ctl.h"
 
 static const char usage[] =
         "Usage: gpuipcctl show [--socket PATH] NAME [--json]\n\n"
-        "Prints every field of registration NAME as 'key: value' lines, or as\n"
-        "a JSON object with --json.\n";
+        "Prints every field of registration NAME as 'key: value' lines, then who\n"
+        "holds its leases (lease id, pid, uid, how long, executable; at most 32),\n"
+        "or all of it as a JSON object with --json (\"holders\": [{\"pid\", \"uid\",\n"
+        "\"exe\", \"lease\", \"age_ms\"}]).\n";
 
 static int opt(int ch, const char *arg, void *data)
 {
@@ -47,7 +50,43 @@ static void print_access(const gpuipc_info *in)
                 return;
         print_ids("  uids:", in->access_uids, in->n_access_uids);
         print_ids("  gids:", in->access_gids, in->n_access_gids);
-        printf("  group:    %s\n", in->access_group && in->access_group[0] ? in->access_group : "-");
+        printf("%-10s %s\n", "  group:", in->access_group && in->access_group[0] ? in->access_group : "-");
+}
+
+static void print_time(const char *key, uint64_t ms)
+{
+        char when[64], age[32];
+        time_t t = (time_t)(ms / 1000);
+        struct tm tm;
+        uint64_t now = ctl_now_ms();
+
+        if (gmtime_r(&t, &tm))
+                strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+        else
+                when[0] = '\0';
+        if (ms >= now)
+                /* ctl_age() counts from a time in the past: mirror it. */
+                printf("%-10s %s.%03" PRIu64 "Z (in %s)\n", key, when, ms % 1000,
+                       ctl_age(now - (ms - now), age, sizeof(age)));
+        else
+                printf("%-10s %s.%03" PRIu64 "Z (%s ago)\n", key, when, ms % 1000,
+                       ctl_age(ms, age, sizeof(age)));
+}
+
+static void print_holders(const gpuipc_info *in)
+{
+        char age[32];
+
+        printf("holders:   %" PRIu32 "%s\n", in->leases,
+               in->n_holders < in->leases ? " (the newest listed)" : "");
+        if (in->n_holders == 0)
+                return;
+        printf("  %-8s %-8s %-6s %5s  %s\n", "LEASE", "PID", "UID", "AGE", "EXE");
+        for (uint32_t i = 0; i < in->n_holders; i++) {
+                const gpuipc_holder *h = &in->holders[i];
+                printf("  %-8" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %5s  %s\n", h->lease, h->pid,
+                       h->uid, ctl_age(h->since_ms, age, sizeof(age)), h->exe[0] ? h->exe : "-");
+        }
 }
 
 static void print_text(const gpuipc_info *in)
@@ -88,11 +127,21 @@ static void print_text(const gpuipc_info *in)
         print_access(in);
         printf("created:   %s.%03" PRIu64 "Z (%s ago)\n", when, in->created_ms % 1000,
                ctl_age(in->created_ms, age, sizeof(age)));
+        if (in->expires_ms)
+                print_time("expires:", in->expires_ms);
+        else
+                printf("expires:   never (no TTL)\n");
         printf("dtype:     %s\n", in->dtype[0] ? in->dtype : "-");
         print_dims("shape:", in->ndim ? in->shape : NULL, in->ndim);
         print_dims("strides:", in->strides, in->ndim);
-        for (uint32_t i = 0; i < in->n_user; i++)
-                printf("user.%s: %s\n", in->user_keys[i], in->user_values[i]);
+        for (uint32_t i = 0; i < in->n_user; i++) {
+                /* Keys up to 4 bytes line up with the rest; longer ones
+                 * push their value right. */
+                printf("user.%s:%*s %s\n", in->user_keys[i],
+                       strlen(in->user_keys[i]) < 4 ? (int)(4 - strlen(in->user_keys[i])) : 0, "",
+                       in->user_values[i]);
+        }
+        print_holders(in);
 }
 
 int show_main(int argc, char **argv)
@@ -118,7 +167,7 @@ int show_main(int argc, char **argv)
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);
         if (json) {
-                json_info(stdout, gpuipc_list_get(l, 0), "");
+                json_info_ex(stdout, gpuipc_list_get(l, 0), "", true);
                 fputc('\n', stdout);
         } else {
                 print_text(gpuipc_list_get(l, 0));

@@ -41,15 +41,15 @@ static void print_text(const gpuipc_stats *s)
         uint64_t up = s->uptime_ms / 1000;
         char size[32];
 
-        printf("server:        %s\n", s->server);
-        printf("pid:           %" PRIu32 "\n", s->pid);
-        printf("protocol:      %" PRIu32 "\n", s->protocol);
-        printf("uptime:        %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 "\n",
+        printf("server:         %s\n", s->server);
+        printf("pid:            %" PRIu32 "\n", s->pid);
+        printf("protocol:       %" PRIu32 "\n", s->protocol);
+        printf("uptime:         %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 "\n",
                up / 86400, up / 3600 % 24, up / 60 % 60, up % 60);
-        printf("connections:   %" PRIu64 "\n", s->connections);
-        printf("registrations: %" PRIu64 "\n", s->registrations);
-        printf("leases:        %" PRIu64 "\n", s->leases);
-        printf("host bytes:    %" PRIu64 " (%s)\n", s->bytes_host,
+        printf("connections:    %" PRIu64 "\n", s->connections);
+        printf("registrations:  %" PRIu64 "\n", s->registrations);
+        printf("leases:         %" PRIu64 "\n", s->leases);
+        printf("host bytes:     %" PRIu64 " (%s)\n", s->bytes_host,
                ctl_size(s->bytes_host, size, sizeof(size)));
         printf("cuda-ipc bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_ipc,
                ctl_size(s->bytes_cuda_ipc, size, sizeof(size)));
@@ -60,12 +60,12 @@ static void print_text(const gpuipc_stats *s)
         printf("copies:        %" PRIu64 " (%s copied at register time)\n", s->copies,
                ctl_size(s->copied_bytes, size, sizeof(size)));
         if (s->cuda_available)
-                printf("cuda:          driver %" PRIu32 "\n", s->cuda_driver_version);
+                printf("cuda:           driver %" PRIu32 "\n", s->cuda_driver_version);
         else
-                printf("cuda:          unavailable (%s)\n",
+                printf("cuda:           unavailable (%s)\n",
                        s->cuda_reason && s->cuda_reason[0] ? s->cuda_reason : "not reported");
-        printf("requests:      %" PRIu64 "\n", s->requests);
-        printf("errors:        %" PRIu64 "\n", s->errors);
+        printf("requests:       %" PRIu64 "\n", s->requests);
+        printf("errors:         %" PRIu64 "\n", s->errors);
 }
 
 int stats_main(int argc, char **argv)

@@ -83,15 +83,27 @@ GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a)
         return 0;
 }
 
+/* The TTL rides with the access rule: both are per-client settings that
+ * every register request carries, whatever its kind. */
+int gpuipc_set_ttl(gpuipc_client *c, uint64_t ttl_ms)
+{
+        if (!c || ttl_ms > GPUIPC__TTL_MAX_MS)
+                return -EINVAL;
+        c->ttl_ms = ttl_ms;
+        return 0;
+}
+
 uint32_t gpuipc__access_keys(const gpuipc_client *c)
 {
-        return c->access.set;
+        return c->access.set + (c->ttl_ms > 0);
 }
 
 void gpuipc__access_pack(msgpack_packer *pk, const gpuipc_client *c)
 {
         const struct gpuipc__access *a = &c->access;
 
+        if (c->ttl_ms > 0)
+                proto_pack_ku64(pk, "ttl_ms", c->ttl_ms);
         if (!a->set)
                 return;
         proto_pack_str(pk, "access");

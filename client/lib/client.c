@@ -1,6 +1,7 @@
 /* client.c: the connection to gpuipcd: connect, hello, errors, lifetime.
  * The request and frame machinery is in io.c. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,10 +61,70 @@ int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         return err;
 }
 
+/* Why this thread's last gpuipc_connect() failed (gpuipc_errmsg(NULL)), in
+ * a buffer per thread.  A pthread key rather than __thread: the library is
+ * a shared object even when built without -fPIC on a PIE toolchain, whose
+ * TLS model cannot link into one. */
+#define CONNECT_MSG_MAX 1024
+
+static pthread_key_t connect_key;
+static pthread_once_t connect_once = PTHREAD_ONCE_INIT;
+static bool connect_key_ok;
+
+static void connect_key_init(void)
+{
+        connect_key_ok = pthread_key_create(&connect_key, free) == 0;
+}
+
+/* This thread's buffer, or NULL when out of memory. */
+static char *connect_buf(bool create)
+{
+        char *b;
+
+        (void)pthread_once(&connect_once, connect_key_init);
+        if (!connect_key_ok)
+                return NULL;
+        b = pthread_getspecific(connect_key);
+        if (!b && create) {
+                b = calloc(1, CONNECT_MSG_MAX);
+                if (b && pthread_setspecific(connect_key, b) != 0) {
+                        free(b);
+                        b = NULL;
+                }
+        }
+        return b;
+}
+
+static int connect_fail(const char *path, int err, const gpuipc_client *c)
+{
+        char *connect_msg = connect_buf(true);
+
+        if (!connect_msg)
+                return err;
+        if (err == -ENOENT || err == -ECONNREFUSED)
+                snprintf(connect_msg, CONNECT_MSG_MAX, "cannot connect to %s: %s; is "
+                         "gpuipcd running?", path, err == -ENOENT ? "no such socket"
+                                                                  : "nothing listens there");
+        else if (err == -EINVAL && !path[0])
+                snprintf(connect_msg, CONNECT_MSG_MAX, "the socket path is empty");
+        else if (err == -ENAMETOOLONG)
+                snprintf(connect_msg, CONNECT_MSG_MAX, "socket path longer than %zu bytes: "
+                         "%.64s...", sizeof(((struct sockaddr_un *)0)->sun_path) - 1, path);
+        else if (err == -EACCES || err == -EPERM)
+                snprintf(connect_msg, CONNECT_MSG_MAX, "cannot connect to %s: permission "
+                         "denied (is this user in the socket's group?)", path);
+        else
+                snprintf(connect_msg, CONNECT_MSG_MAX, "cannot connect to %s: %s", path,
+                         c && c->errmsg[0] ? c->errmsg : gpuipc_strerror(err));
+        return err;
+}
+
 const char *gpuipc_errmsg(const gpuipc_client *c)
 {
-        if (!c)
-                return gpuipc_strerror(-EINVAL);
+        if (!c) {
+                const char *m = connect_buf(false);
+                return m && m[0] ? m : gpuipc_strerror(-EINVAL);
+        }
         if (c->errmsg[0])
                 return c->errmsg;
         if (c->last_err)
@@ -281,6 +342,7 @@ int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms)
 int gpuipc_connect(const char *path, gpuipc_client **ret_client)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char *msg;
         gpuipc_client *c;
         size_t len;
         int r;
@@ -289,16 +351,19 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
                 return -EINVAL;
         if (!path)
                 path = gpuipc_default_socket();
+        msg = connect_buf(false);
+        if (msg)
+                msg[0] = '\0';
         len = strlen(path);
         if (len == 0)
-                return -EINVAL;
+                return connect_fail(path, -EINVAL, NULL);
         if (len >= sizeof(sa.sun_path))
-                return -ENAMETOOLONG;
+                return connect_fail(path, -ENAMETOOLONG, NULL);
         memcpy(sa.sun_path, path, len + 1);
 
         c = calloc(1, sizeof(*c));
         if (!c)
-                return -ENOMEM;
+                return connect_fail(path, -ENOMEM, NULL);
         c->refs = 1;
         c->fd = -1;
         c->lookup_owner = -1;
@@ -332,6 +397,7 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
         return 0;
 
 fail:
+        connect_fail(path, r, c);
         gpuipc__client_unref(c);
         return r;
 }

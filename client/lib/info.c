@@ -88,6 +88,7 @@ struct rec {
         const msgpack_object *name, *device, *dtype, *shape, *strides, *user, *exe;
         const msgpack_object *uids, *gids, *group;      /* of access */
         const msgpack_object *copied;
+        const msgpack_object *holders;  /* array of maps, or NULL */
         size_t bytes;                   /* size of the block to allocate */
 };
 
@@ -275,6 +276,34 @@ static int parse_access(const msgpack_object *acc, struct rec *r)
         return 0;
 }
 
+/* Most holders a record may list (the daemon sends at most 32). */
+#define HOLDERS_MAX 1024u
+
+/* holders [{lease, pid, uid, exe, since_ms}]: each checked here, copied
+ * out in gpuipc__info_decode. */
+static int parse_holders(const msgpack_object *reg, struct rec *r)
+{
+        const msgpack_object *a = proto_get(reg, "holders");
+
+        if (!a || a->type == MSGPACK_OBJECT_NIL)
+                return 0;
+        if (a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size > HOLDERS_MAX)
+                return -EBADMSG;
+        for (uint32_t i = 0; i < a->via.array.size; i++) {
+                const msgpack_object *h = &a->via.array.ptr[i], *exe;
+                uint64_t u64;
+                uint32_t u32;
+                if (h->type != MSGPACK_OBJECT_MAP || opt_u64(h, "lease", &u64) < 0 ||
+                    opt_u64(h, "since_ms", &u64) < 0 || opt_u32(h, "pid", &u32) < 0 ||
+                    opt_u32(h, "uid", &u32) < 0 || opt_str(h, "exe", &exe) < 0)
+                        return -EBADMSG;
+                r->bytes += sizeof(gpuipc_holder) + str_bytes(exe);
+        }
+        r->holders = a;
+        r->info.n_holders = a->via.array.size;
+        return 0;
+}
+
 static int parse_rec(const msgpack_object *reg, struct rec *r)
 {
         const msgpack_object *kind, *meta, *owner, *acc;
@@ -299,6 +328,7 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
         if (opt_u64(reg, "offset", &r->info.offset) < 0 ||
             opt_u64(reg, "created_ms", &r->info.created_ms) < 0 ||
             opt_u32(reg, "leases", &r->info.leases) < 0 ||
+            opt_u64(reg, "expires_ms", &r->info.expires_ms) < 0 ||
             opt_str(reg, "device", &r->device) < 0 ||
             proto_get_bool(reg, "ephemeral", &ephemeral) == -EINVAL)
                 return -EBADMSG;
@@ -313,6 +343,8 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
         if (r->info.kind != GPUIPC_KIND_HOST && parse_cuda(reg, r) < 0)
                 return -EBADMSG;
         if (proto_get_map(reg, "access", &acc) == 0 && parse_access(acc, r) < 0)
+                return -EBADMSG;
+        if (parse_holders(reg, r) < 0)
                 return -EBADMSG;
         r->bytes += str_bytes(r->name) + str_bytes(r->device) + str_bytes(r->dtype) +
                     str_bytes(r->exe) + str_bytes(r->group) + str_bytes(r->copied);
@@ -337,6 +369,7 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
 {
         struct rec r;
         gpuipc_info *info;
+        gpuipc_holder *holders;
         int64_t *shape, *strides;
         const char **keys, **values;
         uint32_t *uids, *gids;
@@ -348,11 +381,13 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
                 return ret;
         _Static_assert(alignof(gpuipc_info) >= alignof(int64_t), "layout");
         _Static_assert(sizeof(gpuipc_info) % alignof(int64_t) == 0, "layout");
+        _Static_assert(sizeof(gpuipc_holder) % alignof(int64_t) == 0, "layout");
         info = malloc(r.bytes);
         if (!info)
                 return -ENOMEM;
         *info = r.info;
-        shape = (int64_t *)(info + 1);
+        holders = (gpuipc_holder *)(info + 1);
+        shape = (int64_t *)(holders + r.info.n_holders);
         strides = shape + r.info.ndim;
         keys = (const char **)(strides + r.info.ndim);
         values = keys + r.info.n_user;
@@ -385,6 +420,24 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         info->access_gids = r.info.n_access_gids ? gids : NULL;
         info->access_group = put_str(&pos, r.group);
         info->copied = put_str(&pos, r.copied);
+        for (uint32_t i = 0; i < r.info.n_holders; i++) {
+                const msgpack_object *h = &r.holders->via.array.ptr[i], *exe = NULL;
+                uint64_t u64 = 0;
+                uint32_t u32 = 0;
+                (void)opt_u64(h, "lease", &u64);
+                holders[i].lease = u64;
+                u64 = 0;
+                (void)opt_u64(h, "since_ms", &u64);
+                holders[i].since_ms = u64;
+                (void)opt_u32(h, "pid", &u32);
+                holders[i].pid = u32;
+                u32 = 0;
+                (void)opt_u32(h, "uid", &u32);
+                holders[i].uid = u32;
+                (void)opt_str(h, "exe", &exe);
+                holders[i].exe = put_str(&pos, exe);
+        }
+        info->holders = r.info.n_holders ? holders : NULL;
         *ret_info = info;
         return 0;
 }

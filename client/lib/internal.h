@@ -88,6 +88,7 @@ struct gpuipc_client {
         unsigned wev_n;
         uint64_t wev_dropped;
         struct gpuipc__access access;   /* for register (access.c) */
+        uint64_t ttl_ms;                /* for register, with access; 0: none */
         /* Reconnecting (resume.c). */
         char path[108];                 /* the socket connected to */
         int reconnect_ms;               /* how long to keep trying; 0: never */
@@ -242,7 +243,10 @@ uint32_t gpuipc__meta_keys(const gpuipc_meta *m);
 /* Packs the value of the `meta` key (a map).  m must have passed the check
  * and have at least one key. */
 void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m);
-/* 1 when register carries c's access map (gpuipc__access_pack packs it). */
+/* The longest TTL gpuipc_set_ttl() takes: ten years (the daemon's limit). */
+#define GPUIPC__TTL_MAX_MS (10ull * 366 * 24 * 3600 * 1000)
+/* How many keys register carries for c's access map and TTL
+ * (gpuipc__access_pack packs them). */
 uint32_t gpuipc__access_keys(const gpuipc_client *c);
 void gpuipc__access_pack(msgpack_packer *pk, const gpuipc_client *c);
 /* Decodes a `reg` record into one heap block holding the gpuipc_info and

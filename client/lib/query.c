@@ -54,8 +54,8 @@ static int list_add(gpuipc_list *l, const msgpack_object *reg)
 }
 
 /* Fetches one page: records after `after` into l; *next is 0 when done. */
-static int list_page(gpuipc_client *c, const char *prefix, uint64_t after, gpuipc_list *l,
-                     uint64_t *next)
+static int list_page(gpuipc_client *c, const char *prefix, unsigned flags, uint64_t after,
+                     gpuipc_list *l, uint64_t *next)
 {
         struct gpuipc__reply rp;
         const msgpack_object *regs;
@@ -63,9 +63,14 @@ static int list_page(gpuipc_client *c, const char *prefix, uint64_t after, gpuip
         uint64_t seq;
         int r;
 
-        seq = gpuipc__request(c, &o, "list", (prefix != NULL) + (after > 0));
+        seq = gpuipc__request(c, &o, "list", (prefix != NULL) + (after > 0) +
+                              !!(flags & GPUIPC_LIST_ALL) + !!(flags & GPUIPC_LIST_HOLDERS));
         if (prefix)
                 proto_pack_kstr(&o.pk, "prefix", prefix);
+        if (flags & GPUIPC_LIST_ALL)
+                proto_pack_kbool(&o.pk, "all", true);
+        if (flags & GPUIPC_LIST_HOLDERS)
+                proto_pack_kbool(&o.pk, "holders", true);
         if (after > 0)
                 proto_pack_ku64(&o.pk, "after", after);
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
@@ -95,11 +100,17 @@ out:
 
 int gpuipc_list_fetch(gpuipc_client *c, const char *prefix, gpuipc_list **ret_list)
 {
+        return gpuipc_list_fetch_ex(c, prefix, 0, ret_list);
+}
+
+int gpuipc_list_fetch_ex(gpuipc_client *c, const char *prefix, unsigned flags,
+                         gpuipc_list **ret_list)
+{
         gpuipc_list *l;
         uint64_t after = 0, next;
         int r;
 
-        if (!c || !ret_list)
+        if (!c || !ret_list || (flags & ~(GPUIPC_LIST_ALL | GPUIPC_LIST_HOLDERS)))
                 return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
@@ -110,7 +121,7 @@ int gpuipc_list_fetch(gpuipc_client *c, const char *prefix, gpuipc_list **ret_li
         if (!l)
                 return gpuipc__end(c, -ENOMEM);
         do {
-                r = list_page(c, prefix, after, l, &next);
+                r = list_page(c, prefix, flags, after, l, &next);
                 if (r < 0) {
                         gpuipc_list_free(l);
                         return gpuipc__end(c, r);
@@ -186,6 +197,38 @@ int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t
 int gpuipc_unregister(gpuipc_client *c, const char *name)
 {
         return gpuipc__name_op(c, "unregister", name, NULL);
+}
+
+int gpuipc_unregister_prefix(gpuipc_client *c, const char *prefix, uint64_t *ret_removed,
+                             uint64_t *ret_skipped)
+{
+        struct gpuipc__reply rp;
+        struct proto_out o;
+        uint64_t seq, removed = 0, skipped = 0;
+        int r;
+
+        if (!c || !prefix || !prefix[0])
+                return -EINVAL;
+        r = gpuipc__begin(c);
+        if (r < 0)
+                return r;
+        seq = gpuipc__request(c, &o, "unregister", 1);
+        proto_pack_kstr(&o.pk, "prefix", prefix);
+        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        if (r < 0)
+                return gpuipc__end(c, r);
+        r = proto_get_u64(rp.msg.root, "removed", &removed);
+        if (r == 0 && proto_get_u64(rp.msg.root, "skipped", &skipped) == -EINVAL)
+                r = -EINVAL;
+        gpuipc__reply_free(&rp);
+        if (r < 0)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's unregister reply has no removed "
+                                    "count (a daemon without unregister by prefix?)");
+        if (ret_removed)
+                *ret_removed = removed;
+        if (ret_skipped)
+                *ret_skipped = skipped;
+        return 0;
 }
 
 /* ---- stats ------------------------------------------------------------- */

@@ -224,6 +224,33 @@ static void rec_drop_id(gpuipc_client *c, uint64_t id)
                 }
 }
 
+/* Unregister by prefix removed every registration of this connection in
+ * prefix: drop the records of those whose name lies in it. */
+static void rec_drop_prefix(gpuipc_client *c, const char *prefix, size_t plen)
+{
+        while (plen > 0 && prefix[plen - 1] == '/')
+                plen--;
+        for (struct gpuipc__rec **pp = &c->recs; *pp;) {
+                struct gpuipc__rec *r = *pp;
+                struct proto_msg m;
+                const char *name;
+                size_t nlen;
+                bool in = false;
+
+                if (!r->watch && request_decode(r->frame, r->len, &m) == 0) {
+                        in = proto_get_str(m.root, "name", &name, &nlen) == 0 &&
+                             proto_name_in(name, nlen, prefix, plen);
+                        proto_msg_free(&m);
+                }
+                if (in) {
+                        *pp = r->next;
+                        rec_free(r);
+                } else {
+                        pp = &r->next;
+                }
+        }
+}
+
 static void rec_drop_watch(gpuipc_client *c)
 {
         for (struct gpuipc__rec **pp = &c->recs; *pp; pp = &(*pp)->next)
@@ -304,8 +331,15 @@ void gpuipc__track(gpuipc_client *c, const uint8_t *buf, size_t len, const int *
                 }
         } else if (strcmp(op, "unregister") == 0 || strcmp(op, "adopt") == 0) {
                 /* adopt: the daemon owns it now, there is nothing to give back */
-                if (proto_get_u64(rp->msg.root, "id", &id) == 0)
+                if (proto_get_u64(rp->msg.root, "id", &id) == 0) {
                         rec_drop_id(c, id);
+                } else if (strcmp(op, "unregister") == 0 && request_decode(buf, len, &m) == 0) {
+                        const char *prefix;
+                        size_t plen;
+                        if (proto_get_str(m.root, "prefix", &prefix, &plen) == 0)
+                                rec_drop_prefix(c, prefix, plen);
+                        proto_msg_free(&m);
+                }
         } else if (strcmp(op, "watch") == 0) {
                 bool on = true;
                 rec_drop_watch(c);

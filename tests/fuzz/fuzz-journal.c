@@ -383,6 +383,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 end_sessions();
                 check_state();
         }
+        ttl_stop(&D);          /* as shutdown does: a TTL's timer ends too */
         uv_run(&loop, UV_RUN_DEFAULT);
         daemon_done(&D);
         watch_done();

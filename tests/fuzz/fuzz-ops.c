@@ -569,6 +569,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 conn_close(D.conns);
         for (unsigned k = 0; k < NCONN; k++)
                 peer_close(&peers[k]);
+        ttl_stop(&D);          /* as shutdown does: a TTL's timer ends too */
         uv_run(&loop, UV_RUN_DEFAULT);
         daemon_done(&D);
         watch_done();

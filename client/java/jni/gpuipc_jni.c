@@ -133,7 +133,10 @@ static void throw_gpuipc(JNIEnv *env, const gpuipc_client *c, int err, const cha
         vsnprintf(op, sizeof(op), fmt, ap);
         va_end(ap);
         jop = to_bytes(env, op);
-        jmsg = to_bytes(env, c ? gpuipc_errmsg(c) : gpuipc_strerror(err));
+        /* A failed connect has no client: the library keeps its reason. */
+        jmsg = to_bytes(env, c ? gpuipc_errmsg(c)
+                               : strncmp(op, "connect ", 8) == 0 ? gpuipc_errmsg(NULL)
+                                                                 : gpuipc_strerror(err));
         if (!jop || !jmsg)
                 return;
         e = (*env)->CallStaticObjectMethod(env, exc_class, exc_from_native, (jint)err, jop, jmsg);
@@ -434,6 +437,14 @@ JNIEXPORT void FN(unregister)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname
         if (r < 0)
                 throw_gpuipc(env, CLIENT(c), r, "unregister %s", name);
         free(name);
+}
+
+JNIEXPORT void FN(setTtl)(JNIEnv *env, jclass cls, jlong c, jlong ttl_ms)
+{
+        int r = ttl_ms < 0 ? -EINVAL : gpuipc_set_ttl(CLIENT(c), (uint64_t)ttl_ms);
+
+        if (r < 0)
+                throw_gpuipc(env, CLIENT(c), r, "set a TTL of %lld ms", (long long)ttl_ms);
 }
 
 JNIEXPORT void FN(waitReleased)(JNIEnv *env, jclass cls, jlong c, jlong id, jint timeout_ms)

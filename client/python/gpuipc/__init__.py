@@ -21,15 +21,15 @@ Device buffers work the same with CuPy/PyTorch arrays
 from __future__ import annotations
 
 from ._lib import default_socket, library_path, version
-from .client import Client, Stats, connect, explain
+from .client import Client, Stats, connect, explain, parse_duration
 from .errors import (Error, Exists, LimitReached, NotFound, PermissionDenied, Timeout,
                      Unreachable, Unsupported)
-from .view import DeviceBuffer, HostBuffer, Info, View
+from .view import DeviceBuffer, Holder, HostBuffer, Info, View
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "DeviceBuffer", "Error", "Exists", "HostBuffer", "Info", "LimitReached",
+    "Client", "DeviceBuffer", "Error", "Exists", "Holder", "HostBuffer", "Info", "LimitReached",
     "NotFound", "PermissionDenied", "Stats", "Timeout", "Unreachable", "Unsupported", "View",
-    "connect", "default_socket", "explain", "library_path", "version",
+    "connect", "default_socket", "explain", "library_path", "parse_duration", "version",
 ]

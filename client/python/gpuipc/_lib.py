@@ -48,6 +48,9 @@ LOOKUP_COPY_TO_DEVICE = 0x4     # gpuipc_lookup_device()
 INFO_EPHEMERAL = 0x1
 INFO_UNREGISTERED = 0x2
 INFO_OWNER_GONE = 0x4
+# gpuipc_list_fetch_ex()
+LIST_ALL = 0x1
+LIST_HOLDERS = 0x2
 
 
 class gpuipc_meta(Structure):
@@ -59,6 +62,16 @@ class gpuipc_meta(Structure):
         ("n_user", c_uint32),
         ("user_keys", POINTER(c_char_p)),
         ("user_values", POINTER(c_char_p)),
+    ]
+
+
+class gpuipc_holder(Structure):
+    _fields_ = [
+        ("lease", c_uint64),
+        ("since_ms", c_uint64),
+        ("pid", c_uint32),
+        ("uid", c_uint32),
+        ("exe", c_char_p),
     ]
 
 
@@ -97,6 +110,9 @@ class gpuipc_info(Structure):
         ("access_group", c_char_p),
         ("n_chunks", c_uint32),
         ("copied", c_char_p),
+        ("expires_ms", c_uint64),
+        ("n_holders", c_uint32),
+        ("holders", POINTER(gpuipc_holder)),
     ]
 
 
@@ -194,6 +210,9 @@ _PROTOTYPES = {
     "gpuipc_register_fd": (c_int, [_client_p, c_char_p, c_int, c_uint64, c_uint64,
                                    POINTER(gpuipc_meta), c_uint, POINTER(c_uint64)]),
     "gpuipc_unregister": (c_int, [_client_p, c_char_p]),
+    "gpuipc_unregister_prefix": (c_int, [_client_p, c_char_p, POINTER(c_uint64),
+                                         POINTER(c_uint64)]),
+    "gpuipc_set_ttl": (c_int, [_client_p, c_uint64]),
     "gpuipc_wait_released": (c_int, [_client_p, c_uint64, c_int]),
     # consuming
     "gpuipc_lookup": (c_int, [_client_p, c_char_p, c_int, c_uint, POINTER(_view_p)]),
@@ -223,6 +242,7 @@ _PROTOTYPES = {
     "gpuipc_view_release_after": (c_int, [_view_p, c_void_p]),
     # inspecting
     "gpuipc_list_fetch": (c_int, [_client_p, c_char_p, POINTER(_list_p)]),
+    "gpuipc_list_fetch_ex": (c_int, [_client_p, c_char_p, c_uint, POINTER(_list_p)]),
     "gpuipc_list_count": (c_size_t, [_list_p]),
     "gpuipc_list_get": (POINTER(gpuipc_info), [_list_p, c_size_t]),
     "gpuipc_list_free": (None, [_list_p]),

@@ -91,6 +91,44 @@ def _timeout_ms(timeout: Optional[float], none_means: int) -> int:
     return min(ms, 2**31 - 1)
 
 
+_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+
+
+def parse_duration(d: Union[int, float, str]) -> int:
+    """A duration in milliseconds: a number of seconds, or a str with a unit,
+    ``"500ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"`` (a bare number in a
+    str is seconds)."""
+    if isinstance(d, bool):
+        raise TypeError("a duration must be a number of seconds or a str such as '30s'")
+    if isinstance(d, (int, float)):
+        if d < 0 or math.isnan(d) or math.isinf(d):
+            raise ValueError(f"bad duration {d!r}")
+        return int(math.ceil(d * 1000))
+    if not isinstance(d, str):
+        raise TypeError("a duration must be a number of seconds or a str such as '30s'")
+    s = d.strip()
+    num = s.rstrip("smhd")
+    unit = s[len(num):] or "s"
+    if unit not in _DURATION_UNITS or not num:
+        raise ValueError(f"bad duration {d!r}: expected e.g. 500ms, 30s, 5m, 2h")
+    try:
+        v = float(num)
+    except ValueError:
+        raise ValueError(f"bad duration {d!r}: expected e.g. 500ms, 30s, 5m, 2h") from None
+    if v < 0 or math.isnan(v) or math.isinf(v):
+        raise ValueError(f"bad duration {d!r}")
+    return int(math.ceil(v * _DURATION_UNITS[unit]))
+
+
+def _ttl_ms(ttl: Union[None, int, float, str]) -> int:
+    if ttl is None:
+        return 0
+    ms = parse_duration(ttl)
+    if ms <= 0:
+        raise ValueError("ttl must be positive")
+    return ms
+
+
 def _name(name: str) -> bytes:
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, not {type(name).__name__}")
@@ -169,8 +207,10 @@ class Client:
         r = _lib.lib.gpuipc_connect(path, byref(out))
         where = os.fsdecode(path) if path is not None else _lib.default_socket()
         if r < 0:
-            raise Unreachable(r, f"cannot connect to gpuipcd at {where}: {_lib.strerror(r)}",
-                              "connect")
+            # The library's message names the socket and the likely cause.
+            msg = _lib.cstr(_lib.lib.gpuipc_errmsg(None))
+            raise Unreachable(r, msg or f"cannot connect to gpuipcd at {where}: "
+                              f"{_lib.strerror(r)}", "connect")
         self.socket = where
         self._conn = _Conn(out.value)
         self._finalizer = weakref.finalize(self, self._conn.close)
@@ -256,7 +296,8 @@ class Client:
                  dtype: Any = None, shape: Optional[Sequence[int]] = None,
                  strides: Optional[Sequence[int]] = None, cuda_ipc: bool = False,
                  shared_write: bool = False, copy: bool = False,
-                 cacheable: bool = False) -> int:
+                 cacheable: bool = False,
+                 ttl: Union[None, int, float, str] = None) -> int:
         """Registers ``obj`` under ``name`` ("ns/sub/name"); returns the
         registration id (for :meth:`wait_released`).
 
@@ -304,7 +345,27 @@ class Client:
         but consumers can only read, even with ``lookup(writable=True)``.
         ``shared_write=True`` leaves them writable for writable lookups (by
         the owner's uid or root); it does not apply to device buffers.
+
+        ``ttl`` (seconds, or a str such as ``"30s"``, ``"500ms"``, ``"5m"``,
+        ``"2h"``) has the daemon unregister it that long after registering;
+        readers that hold it keep their mapping.  Without ``ttl`` or
+        ``ephemeral`` a registration outlives this process: remove it with
+        :meth:`unregister` (or ``gpuipcctl rm``).
         """
+        ttl_ms = _ttl_ms(ttl)
+        with self._conn.lock:
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_ttl(c, ttl_ms), "register")
+            try:
+                return self._register(name, obj, meta, ephemeral, event, dtype, shape, strides,
+                                      cuda_ipc, shared_write, copy, cacheable)
+            finally:
+                if ttl_ms:
+                    self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
+
+    def _register(self, name: str, obj: Any, meta: Optional[Mapping[str, str]],
+                  ephemeral: bool, event: Optional[int], dtype: Any,
+                  shape: Optional[Sequence[int]], strides: Optional[Sequence[int]],
+                  cuda_ipc: bool, shared_write: bool, copy: bool, cacheable: bool) -> int:
         flags = _lib.REGISTER_EPHEMERAL if ephemeral else 0
         hflags = flags | (_lib.REGISTER_SHARED_WRITE if shared_write else 0)
         if copy:
@@ -385,21 +446,29 @@ class Client:
     def register_fd(self, name: str, fd: int, size: int, offset: int = 0,
                     meta: Optional[Mapping[str, str]] = None, *, ephemeral: bool = False,
                     dtype: Any = None, shape: Optional[Sequence[int]] = None,
-                    strides: Optional[Sequence[int]] = None, shared_write: bool = False) -> int:
+                    strides: Optional[Sequence[int]] = None, shared_write: bool = False,
+                    ttl: Union[None, int, float, str] = None) -> int:
         """Registers ``size`` bytes at ``offset`` of an existing memfd (which
         stays the caller's; F_SEAL_SHRINK and F_SEAL_GROW are added to it,
         unless ``shared_write`` F_SEAL_FUTURE_WRITE (map it writable first),
         then F_SEAL_SEAL: its size is fixed and it takes no further seals).
-        Returns the id."""
+        Returns the id.  ``ttl`` as for :meth:`register`."""
+        ttl_ms = _ttl_ms(ttl)
         m = _Meta(dtype_name(dtype) if dtype is not None else None,
                   tuple(shape) if shape is not None else None,
                   tuple(strides) if strides is not None else None, meta)
         rid = c_uint64()
         flags = ((_lib.REGISTER_EPHEMERAL if ephemeral else 0) |
                  (_lib.REGISTER_SHARED_WRITE if shared_write else 0))
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_fd(
-            c, _name(name), int(fd), int(offset), int(size), m.ref(), flags, byref(rid)),
-            "register")
+        with self._conn.lock:
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_ttl(c, ttl_ms), "register")
+            try:
+                self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_fd(
+                    c, _name(name), int(fd), int(offset), int(size), m.ref(), flags,
+                    byref(rid)), "register")
+            finally:
+                if ttl_ms:
+                    self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
         return rid.value
 
     def unregister(self, name: str) -> None:
@@ -407,6 +476,18 @@ class Client:
         until they release it."""
         b = _name(name)
         self._conn.call_checked(lambda c: _lib.lib.gpuipc_unregister(c, b), "unregister")
+
+    def unregister_prefix(self, prefix: str) -> Tuple[int, int]:
+        """Removes every registration in namespace ``prefix`` that this
+        client may remove; returns (removed, skipped): skipped ones are
+        visible but belong to other users."""
+        if not prefix:
+            raise ValueError("unregister_prefix needs a namespace prefix")
+        b = _name(prefix)
+        removed, skipped = c_uint64(), c_uint64()
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_unregister_prefix(
+            c, b, byref(removed), byref(skipped)), "unregister")
+        return int(removed.value), int(skipped.value)
 
     def wait_released(self, id: int, timeout: Optional[float] = None) -> None:
         """Waits until registration ``id`` (registered on this client) has
@@ -493,13 +574,18 @@ class Client:
         finally:
             _lib.lib.gpuipc_list_free(lst)
 
-    def list(self, prefix: Optional[str] = None) -> List[Info]:
-        """Registrations in namespace ``prefix`` (all when None), by id."""
+    def list(self, prefix: Optional[str] = None, *, all: bool = False) -> List[Info]:
+        """Registrations in namespace ``prefix`` (all when None), by id.
+        ``all=True`` adds those unregistered while readers still hold them
+        (``Info.unregistered``), and fills ``Info.holders``."""
         p = _name(prefix) if prefix else None
-        return self._fetch(lambda c, out: _lib.lib.gpuipc_list_fetch(c, p, out), "list")
+        flags = _lib.LIST_ALL | _lib.LIST_HOLDERS if all else 0
+        return self._fetch(lambda c, out: _lib.lib.gpuipc_list_fetch_ex(c, p, flags, out),
+                           "list")
 
     def stat(self, name: str) -> Info:
-        """One registration by name (NotFound if there is none)."""
+        """One registration by name (NotFound if there is none), with its
+        lease holders in ``Info.holders``."""
         b = _name(name)
         infos = self._fetch(lambda c, out: _lib.lib.gpuipc_stat(c, b, out), "stat")
         if not infos:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -151,6 +152,21 @@ def extent(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]], isize: in
 
 
 @dataclass(frozen=True)
+class Holder:
+    """One lease on a registration: who holds it (a copy of ``gpuipc_holder``)."""
+
+    lease: int
+    pid: int
+    uid: int
+    exe: str                           # "" when the daemon could not read it
+    since_ms: int                      # Unix time it was taken, ms
+
+    @property
+    def age_ms(self) -> int:
+        return max(0, int(time.time() * 1000) - self.since_ms)
+
+
+@dataclass(frozen=True)
 class Info:
     """A registration as the daemon describes it (a copy of ``gpuipc_info``)."""
 
@@ -182,6 +198,11 @@ class Info:
         "public": False, "uids": [], "gids": [], "group": None})
     n_chunks: int = 0                  # cuda-vmm: VMM allocations it spans
     copied: Optional[str] = None       # why the producer's library copied it, or None
+    # Unix ms at which the daemon unregisters it (its TTL), None without one.
+    expires_ms: Optional[int] = None
+    # Who holds its leases, newest first (at most 32): filled by stat() and
+    # list(all=True); empty otherwise.
+    holders: Tuple[Holder, ...] = ()
 
     @property
     def ephemeral(self) -> bool:
@@ -229,7 +250,11 @@ class Info:
             alloc_size=int(i.alloc_size), alloc_regs=int(i.alloc_regs),
             buffer_id=int(i.buffer_id), has_event=bool(i.has_event),
             owner_exe=_lib.cstr(i.owner_exe), access=access, n_chunks=int(i.n_chunks),
-            copied=_lib.cstr(i.copied) or None)
+            copied=_lib.cstr(i.copied) or None,
+            expires_ms=int(i.expires_ms) or None,
+            holders=tuple(Holder(lease=int(h.lease), pid=int(h.pid), uid=int(h.uid),
+                                 exe=_lib.cstr(h.exe), since_ms=int(h.since_ms))
+                          for h in (i.holders[k] for k in range(int(i.n_holders)))))
 
 
 # ---- lifetime ---------------------------------------------------------------

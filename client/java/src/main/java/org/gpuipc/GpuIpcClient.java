@@ -6,6 +6,8 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * A connection to gpuipcd, the GPU buffer handoff broker: the Java face of
@@ -298,6 +300,85 @@ public final class GpuIpcClient implements AutoCloseable {
     }
 
     /**
+     * A lifetime for the registrations this client makes from now on
+     * ({@code gpuipc_set_ttl}): the daemon unregisters each that long after
+     * it was registered, as {@link #unregister} does (consumers holding a
+     * lease keep their mapping). Without a TTL (or
+     * {@link RegisterFlag#EPHEMERAL}) a registration outlives this process
+     * until someone unregisters it.
+     *
+     * @param ttl the lifetime, rounded up to milliseconds; null or zero for
+     *            none (the default)
+     * @throws GpuIpcException {@link GpuIpcException#EINVAL} above ten years
+     * @throws IllegalArgumentException if ttl is negative
+     * @throws IllegalStateException if this client is closed
+     */
+    public void setTtl(Duration ttl) throws GpuIpcException {
+        long ms = 0;
+        if (ttl != null) {
+            if (ttl.isNegative())
+                throw new IllegalArgumentException("negative TTL: " + ttl);
+            try {
+                ms = ttl.toMillis();
+                if (Duration.ofMillis(ms).compareTo(ttl) < 0)
+                    ms++;
+            } catch (ArithmeticException e) {
+                ms = Long.MAX_VALUE;
+            }
+        }
+        synchronized (this) {
+            Native.setTtl(handle(), ms);
+        }
+    }
+
+    /**
+     * {@link #setTtl(Duration)} with the lifetime as text, as gpuipcctl's
+     * {@code --ttl} takes it.
+     *
+     * @param ttl e.g. {@code "500ms"}, {@code "30s"}, {@code "5m"}, {@code "2h"}
+     *            (see {@link #parseDuration})
+     * @throws GpuIpcException {@link GpuIpcException#EINVAL} above ten years
+     * @throws IllegalArgumentException if ttl is not a duration
+     */
+    public void setTtl(String ttl) throws GpuIpcException {
+        setTtl(parseDuration(ttl));
+    }
+
+    /**
+     * Parses a duration: a whole number followed by {@code ms}, {@code s},
+     * {@code m}, {@code h} or {@code d}; a bare number is seconds.
+     *
+     * @param s the text, e.g. {@code "30s"}
+     * @return the duration
+     * @throws IllegalArgumentException if s is not one
+     */
+    public static Duration parseDuration(String s) {
+        Objects.requireNonNull(s, "duration");
+        Matcher m = DURATION.matcher(s.trim());
+        if (!m.matches())
+            throw new IllegalArgumentException("bad duration '" + s
+                    + "': expected e.g. 500ms, 30s, 5m, 2h");
+        long v;
+        try {
+            v = Long.parseLong(m.group(1));
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("duration too large: " + s);
+        }
+        String unit = m.group(2) == null ? "s" : m.group(2);
+        try {
+            switch (unit) {
+            case "ms": return Duration.ofMillis(v);
+            case "s": return Duration.ofSeconds(v);
+            case "m": return Duration.ofMinutes(v);
+            case "h": return Duration.ofHours(v);
+            default: return Duration.ofDays(v);
+            }
+        } catch (ArithmeticException e) {
+            throw new IllegalArgumentException("duration too large: " + s);
+        }
+    }
+
+    /**
      * Removes {@code name} from the namespace. Consumers holding a lease keep
      * their mapping; host and VMM memory is freed with the last lease.
      *
@@ -352,6 +433,8 @@ public final class GpuIpcClient implements AutoCloseable {
             handle = 0;
         }
     }
+
+    private static final Pattern DURATION = Pattern.compile("([0-9]+)(ms|s|m|h|d)?");
 
     /** The C handle; the caller holds this object's monitor. */
     private long handle() {

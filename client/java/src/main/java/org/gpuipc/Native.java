@@ -54,6 +54,8 @@ final class Native {
 
     static native void unregister(long c, byte[] name) throws GpuIpcException;
 
+    static native void setTtl(long c, long ttlMs) throws GpuIpcException;
+
     static native void waitReleased(long c, long id, int timeoutMs) throws GpuIpcException;
 
     static native long lookup(long c, byte[] name, int timeoutMs, int flags) throws GpuIpcException;

@@ -117,6 +117,15 @@ static int cumap_open(gpuipc_client *c, struct cuda *cu, const int *fds, struct 
         if (k->kind == GPUIPC_KIND_CUDA_IPC) {
                 memcpy(h.reserved, k->handle, CUDA_IPC_HANDLE_LEN);
                 res = cu->cuIpcOpenMemHandle_v2(&k->base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+                /* Not our own handle (that was found above): the usual
+                 * cause is another PID namespace that the daemon could not
+                 * see to refuse the lookup itself. */
+                if (res == CUDA_ERROR_INVALID_CONTEXT)
+                        return gpuipc__cu_fail(c, cu, res, "cuIpcOpenMemHandle (legacy CUDA IPC "
+                                               "works only within one PID namespace: is the "
+                                               "producer in another container? share cuda-vmm "
+                                               "memory, adopt it, or register it with "
+                                               "GPUIPC_REGISTER_COPY)");
                 if (res != CUDA_SUCCESS)
                         return gpuipc__cu_fail(c, cu, res, "cuIpcOpenMemHandle");
                 return 0;

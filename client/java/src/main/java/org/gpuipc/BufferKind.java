@@ -12,8 +12,13 @@ public enum BufferKind {
      * until {@link GpuIpcClient#awaitRelease} says the consumers are done.
      */
     CUDA_IPC("cuda-ipc"),
-    /** CUDA VMM memory shared as a POSIX fd; the daemon keeps it alive. */
-    CUDA_VMM("cuda-vmm");
+    /** CUDA VMM memory shared as POSIX fds; the daemon keeps it alive. */
+    CUDA_VMM("cuda-vmm"),
+    /**
+     * A pointer of a stream-ordered memory pool created with the POSIX fd
+     * handle type. It stays the producer's, as {@link #CUDA_IPC} memory.
+     */
+    CUDA_POOL("cuda-pool");
 
     private final String wireName;
 
@@ -24,7 +29,8 @@ public enum BufferKind {
     /**
      * The name the protocol and {@code gpuipcctl} use for this kind.
      *
-     * @return {@code "host"}, {@code "cuda-ipc"} or {@code "cuda-vmm"}
+     * @return {@code "host"}, {@code "cuda-ipc"}, {@code "cuda-vmm"} or
+     *         {@code "cuda-pool"}
      */
     public String wireName() {
         return wireName;
@@ -48,6 +54,8 @@ public enum BufferKind {
             return CUDA_IPC;
         case 2:
             return CUDA_VMM;
+        case 3:
+            return CUDA_POOL;
         default:
             throw new IllegalStateException("unknown gpuipc_kind " + kind);
         }

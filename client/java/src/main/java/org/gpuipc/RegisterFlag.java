@@ -22,7 +22,15 @@ public enum RegisterFlag {
      * against new writers ({@code F_SEAL_FUTURE_WRITE}): the producer's own
      * mapping stays writable, every other mapping is read-only.
      */
-    SHARED_WRITE(0x4);
+    SHARED_WRITE(0x4),
+    /**
+     * Device buffers only: when the memory cannot be shared without a copy
+     * (the device's default stream-ordered pool, as spark-rapids' ASYNC pool
+     * uses unless it exports a handle type; VMM memory without an export
+     * handle type), copy it into VMM memory the daemon holds and register
+     * that. The record's {@code copied} says why.
+     */
+    COPY(0x8);
 
     final int bit;
 

@@ -150,4 +150,43 @@ class DeviceBufferTest {
             assertTrue(e.getMessage().startsWith("register dev/not-device"), e.getMessage());
         }
     }
+
+    @Test
+    void poolPointerFromACProducer() throws Exception {
+        /* helper-alloc pool: two allocations of an exportable stream-ordered
+         * pool (cuda-pool); it frees them only after both released events. */
+        ProcessBuilder pb = new ProcessBuilder(
+                TestSupport.buildDir().resolve("tests/helper-alloc").toString(), "pool",
+                "dev/pool", "3");
+        pb.environment().put("GPUIPC_SOCKET", daemon.socket);
+        pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+        Process p = pb.start();
+        try (java.io.BufferedReader out = new java.io.BufferedReader(
+                new java.io.InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+            assertEquals("ready", out.readLine());
+            try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket)) {
+                for (String name : List.of("dev/pool", "dev/pool-b")) {
+                    try (View v = c.lookup(name, Duration.ofSeconds(5))) {
+                        assertEquals(BufferKind.CUDA_POOL, v.kind());
+                        assertEquals("cuda-pool", v.kind().wireName());
+                        assertTrue(v.kind().isDevice());
+                        int n = name.endsWith("-b") ? 2900 : 1 << 20;
+                        int off = name.endsWith("-b") ? 100 : 0;
+                        int seed = name.endsWith("-b") ? 4 : 3;
+                        assertEquals(n, v.length());
+                        byte[] got = CudaTestDriver.copyFromDevice(v.address(), n);
+                        for (int i = 0; i < n; i++)
+                            if (got[i] != TestSupport.hPattern(off + i, seed))
+                                throw new AssertionError(name + ": byte " + i + " differs");
+                    }
+                }
+            }
+            assertEquals("released", out.readLine());
+            assertEquals("freed", out.readLine());
+        } finally {
+            p.getOutputStream().close();
+            assertTrue(p.waitFor(30, TimeUnit.SECONDS));
+        }
+        assertEquals(0, p.exitValue());
+    }
 }

@@ -25,7 +25,8 @@ static const char usage[] =
         "version, the CUDA driver here and in the daemon, the visible devices and\n"
         "the handle types they support, the peer-access matrix of the visible GPUs\n"
         "(cuDeviceCanAccessPeer for every pair), and whether this process shares the\n"
-        "daemon's PID and IPC namespaces.  Prints one verdict per check (ok, warn,\n"
+        "daemon's PID and IPC namespaces, and what the allocators of this environment\n"
+        "(PYTORCH_CUDA_ALLOC_CONF) need.  Prints one verdict per check (ok, warn,\n"
         "fail) and a summary line; exits 3 when the daemon is unreachable, else 1\n"
         "if any check failed.  --json prints the checks and a \"summary\" object.\n";
 
@@ -225,6 +226,33 @@ static void check_cuda_here(void)
         gpuipc_cuda_status_free(s);
 }
 
+/* What the allocators a process of this environment would use need
+ * (PYTORCH_CUDA_ALLOC_CONF as this shell has it). */
+static void check_allocators(void)
+{
+        const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
+
+        if (conf && strstr(conf, "cudaMallocAsync"))
+                add("allocator", "warn", "PYTORCH_CUDA_ALLOC_CONF=%s: torch allocates from the "
+                    "device's default stream-ordered pool, which CUDA cannot share: register "
+                    "with copy=True (GPUIPC_REGISTER_COPY), or allocate from a pool created with "
+                    "a POSIX fd handle type (cuda-pool)", conf);
+        else if (conf && strstr(conf, "expandable_segments:True"))
+                add("allocator", "ok", "PYTORCH_CUDA_ALLOC_CONF=%s: torch tensors are cuda-vmm "
+                    "over 2 or 20 MiB VMM chunks (at most 64 chunks a registration), durable, "
+                    "and they cross PID namespaces", conf);
+        else
+                add("allocator", "ok", "torch's default caching allocator and CuPy's default "
+                    "pool: cuda-ipc at an offset, producer-bound; consumers must share the "
+                    "producer's PID namespace (register cacheable=True to keep reused blocks "
+                    "mapped)");
+        add("allocator", "ok", "stream-ordered pools: shared as cuda-pool only when created with "
+            "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (RMM's cuda_async_memory_resource with "
+            "an export handle type, cuda.core's IPC-enabled resource); the default pool "
+            "(CuPy's MemoryAsyncPool, torch's cudaMallocAsync) needs copy=True; "
+            "gpuipc.explain(array) tells for one array");
+}
+
 static unsigned count(const char *verdict)
 {
         unsigned n = 0;
@@ -332,6 +360,7 @@ int doctor_main(int argc, char **argv)
                 }
         }
         check_cuda_here();
+        check_allocators();
         gpuipc_stats_free(s);
         gpuipc_client_free(c);
         if (json)

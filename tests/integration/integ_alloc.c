@@ -492,3 +492,21 @@ Test(alloc, uncache_answered_during_a_waiting_lookup)
         end_child(&prod);
         gpuipc_client_free(c);
 }
+
+/* doctor says what the allocator of its environment needs. */
+Test(alloc, doctor_names_the_allocators_needs)
+{
+        const char *args[] = { "--socket", h_d.sock, "doctor", NULL };
+        struct h_child ch;
+        char line[1024];
+        bool warned = false;
+
+        setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 1);
+        h_spawn_path(&ch, h_path("gpuipcctl"), args, true);
+        while (h_read_line(&ch, line, sizeof(line), 10000) >= 0)
+                if (strstr(line, "allocator") && strstr(line, "cudaMallocAsync") &&
+                    strstr(line, "copy=True"))
+                        warned = true;
+        h_wait(&ch, 10000);
+        cr_assert(warned, "doctor did not say what torch's cudaMallocAsync needs");
+}

@@ -119,10 +119,66 @@ int gpuipc__pool_import(gpuipc_client *c, struct cuda *cu, const uint8_t uuid[CU
 
 /* ---- cudamap.c: allocations opened in this process -------------------- */
 
-struct gpuipc__cumap;
-/* The opened allocation's base and size. */
-CUdeviceptr gpuipc__cumap_base(const struct gpuipc__cumap *m);
-uint64_t gpuipc__cumap_size(const struct gpuipc__cumap *m);
+/* One allocation opened in this process (an entry of the open-once table),
+ * for a consumer device; see cudamap.c for the keys. */
+struct gpuipc__cumap {
+        struct gpuipc__cumap *next;
+        gpuipc_kind kind;
+        uint8_t uuid[CUDA_UUID_LEN];
+        uint8_t handle[CUDA_IPC_HANDLE_LEN];
+        uint64_t buffer_id;
+        uint8_t key[GPUIPC__ALLOC_KEY_LEN];     /* cuda-vmm: chunk 0's; cuda-pool: the pool's */
+        int ordinal;                    /* the consumer device: opened in its context */
+        int home;                       /* the buffer's own device here */
+        bool own;                       /* the producer's pointer, not opened */
+        CUdeviceptr base;
+        uint64_t size;
+        /* cuda-vmm: its chunks, in order (keys[0] is key); one for a
+         * registration within one VMM allocation. */
+        unsigned n_chunks;
+        uint8_t (*keys)[GPUIPC__ALLOC_KEY_LEN];
+        uint64_t *sizes;
+        struct gpuipc__cuchunk **chunks;
+        unsigned refs;
+        /* The cache (cudacache.c): an entry whose last view went stays
+         * mapped, in the LRU list, when it is cuda-vmm or its allocation is
+         * held (the daemon granted `held`: the producer promised to wait for
+         * `unmapped` before freeing).  holders are the clients whose
+         * connections hold it; doomed: `uncache` came, close it with its last
+         * view. */
+        bool doomed;
+        uint64_t alloc_id;
+        gpuipc_client **holders;
+        unsigned n_holders;
+        struct gpuipc__cumap *lprev, *lnext;
+};
+
+/* cudamap.c: the key comparison, opening, closing and freeing of an entry. */
+bool gpuipc__cumap_key_eq(const struct gpuipc__cumap *a, const struct gpuipc__cumap *b);
+int gpuipc__cumap_open(gpuipc_client *c, struct cuda *cu, const int *fds,
+                       struct gpuipc__cumap *k);
+void gpuipc__cumap_close(struct cuda *cu, struct gpuipc__cumap *m);
+void gpuipc__cumap_free(struct gpuipc__cumap *m);
+
+/* ---- cudacache.c: the open-once table and the mapping cache ----------- */
+
+/* The shared entry for key k (filled in by the caller; it takes k's
+ * arrays when it creates one), opening it on first use; held: the lookup
+ * reply says c holds k's allocation.  The context of k->ordinal is current. */
+int gpuipc__cumap_get(gpuipc_client *c, struct cuda *cu, const int *fds,
+                      struct gpuipc__cumap *k, bool held, struct gpuipc__cumap **ret);
+/* Drops a view's reference: the last one keeps the entry in the cache, or
+ * closes it. */
+void gpuipc__cumap_put(struct cuda *cu, struct gpuipc__cumap *m);
+
+/* ---- cudapeer.c: a consumer on another device ------------------------- */
+
+/* Which device to open the allocation on for a consumer on device
+ * (-1: home), and whether the view must be a copy. */
+int gpuipc__cu_pick_device(gpuipc_client *c, struct cuda *cu, const gpuipc_info *info,
+                           unsigned flags, int device, int home, int *ret_open, bool *ret_copy);
+/* Replaces v's mapping by a copy in memory allocated on device. */
+int gpuipc__cuview_copy(gpuipc_client *c, struct cuda *cu, int device, gpuipc_view *v);
 
 #endif
 

@@ -172,6 +172,7 @@ void gpuipc__client_unref(gpuipc_client *c)
         gpuipc__watch_clear(c);
         gpuipc__resume_clear(c);
         gpuipc__lost_clear(c);
+        free(c->unholds);
         free(c);
 }
 

@@ -46,6 +46,16 @@ int gpuipc__cu_get(gpuipc_client *c, struct cuda **ret_cu)
         return 0;
 }
 
+struct cuda *gpuipc__cu_loaded(void)
+{
+        struct cuda *cu;
+
+        pthread_mutex_lock(&cu_lock);
+        cu = cu_drv;
+        pthread_mutex_unlock(&cu_lock);
+        return cu;
+}
+
 const char *gpuipc__cu_why(void)
 {
         return cu_why;

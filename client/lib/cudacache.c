@@ -228,8 +228,9 @@ void gpuipc__cucache_uncache(gpuipc_client *c, uint64_t alloc)
         struct gpuipc__cumap *m, *next;
         struct cuda *cu;
 
-        if (gpuipc__cu_get(NULL, &cu) < 0)
-                return;
+        cu = gpuipc__cu_loaded();
+        if (!cu)
+                return;         /* nothing was ever mapped */
         pthread_mutex_lock(&cumaps_lock);
         for (m = cumaps; m; m = next) {
                 next = m->next;
@@ -249,7 +250,9 @@ void gpuipc__cucache_conn_lost(gpuipc_client *c)
         struct gpuipc__cumap *m, *next;
         struct cuda *cu;
 
-        if (gpuipc__cu_get(NULL, &cu) < 0)
+        /* Never loading the driver here: a host-only client ends too. */
+        cu = gpuipc__cu_loaded();
+        if (!cu)
                 return;         /* never loaded: nothing is mapped */
         pthread_mutex_lock(&cumaps_lock);
         for (m = cumaps; m; m = next) {
@@ -297,7 +300,7 @@ int gpuipc_cache_limits(uint64_t max_bytes, unsigned max_entries)
         cache_init();
         cache.max_bytes = max_bytes;
         cache.max_n = max_entries;
-        if (cache.head && gpuipc__cu_get(NULL, &cu) == 0)
+        if (cache.head && (cu = gpuipc__cu_loaded()))
                 cache_evict(cu);
         pthread_mutex_unlock(&cumaps_lock);
         return 0;
@@ -309,7 +312,7 @@ int gpuipc_cache_trim(gpuipc_client *c)
         int n = 0;
 
         pthread_mutex_lock(&cumaps_lock);
-        if (cache.head && gpuipc__cu_get(NULL, &cu) == 0)
+        if (cache.head && (cu = gpuipc__cu_loaded()))
                 while (cache.head) {
                         struct gpuipc__cumap *m = cache.head;
                         lru_remove(m);

@@ -23,6 +23,9 @@
 /* The loaded, initialised driver.  -ENOTSUP when there is none; with c,
  * gpuipc_errmsg() then says why ("CUDA driver unavailable: ..."). */
 int gpuipc__cu_get(gpuipc_client *c, struct cuda **ret_cu);
+/* The driver when a call loaded it already, else NULL: for paths that
+ * must not load it (cleanups of host-only clients). */
+struct cuda *gpuipc__cu_loaded(void);
 /* Why gpuipc__cu_get() failed, once it has; "" before. */
 const char *gpuipc__cu_why(void);
 /* Sets the error text for a failed driver call and returns its errno

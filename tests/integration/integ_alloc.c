@@ -510,3 +510,23 @@ Test(alloc, doctor_names_the_allocators_needs)
         h_wait(&ch, 10000);
         cr_assert(warned, "doctor did not say what torch's cudaMallocAsync needs");
 }
+
+/* A host-only client never loads the CUDA driver, not even at its end
+ * (the mapping cache's cleanup must not load it to find nothing). */
+Test(alloc, host_client_does_not_load_the_driver)
+{
+        gpuipc_client *c = connect_client();
+        gpuipc_hostbuf *b = NULL;
+        gpuipc_view *v = NULL;
+
+        cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
+        cr_assert_eq(gpuipc_register_host(c, "host/x", b, NULL, 0, NULL), 0, "%s",
+                     gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_lookup(c, "host/x", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(gpuipc_cache_trim(c), 0);
+        gpuipc_client_free(c);
+        gpuipc_hostbuf_free(b);
+        cr_assert_null(dlopen(double_path(), RTLD_NOW | RTLD_NOLOAD),
+                       "libgpuipc loaded the CUDA driver for a host-only client");
+}

@@ -251,7 +251,7 @@ int alloc_hold_add(struct alloc *a, void *h)
 
         for (uint32_t i = 0; i < a->n_holders; i++)
                 if (a->holders[i] == h)
-                        return 0;
+                        return 0;       /* holds it already */
         if (a->n_holders == a->cap_holders) {
                 uint32_t cap = a->cap_holders ? a->cap_holders * 2 : 4;
                 p = realloc(a->holders, cap * sizeof(*p));
@@ -261,7 +261,7 @@ int alloc_hold_add(struct alloc *a, void *h)
                 a->cap_holders = cap;
         }
         a->holders[a->n_holders++] = h;
-        return 0;
+        return 1;
 }
 
 bool alloc_hold_drop(struct alloc *a, void *h)

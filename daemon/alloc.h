@@ -114,7 +114,7 @@ int alloc_get_pool_entry(struct alloc_table *T, const uint8_t device[ALLOC_UUID_
 int alloc_get_pool_ptr(struct alloc_table *T, struct alloc *pool,
                        const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
                        uint64_t size, struct alloc **ret);
-/* Adds holder h to a (once); -ENOMEM. */
+/* Adds holder h to a: 1 when added, 0 when h holds a already; -ENOMEM. */
 int alloc_hold_add(struct alloc *a, void *h);
 /* Removes holder h from a; true when a has now ended: no registration and
  * no holder left, so the caller says `unmapped` and calls alloc_put_ended. */

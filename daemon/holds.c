@@ -41,13 +41,19 @@ static struct conn *conn_by_id(struct daemon *d, uint64_t id)
         return NULL;
 }
 
-/* a has ended: no registration, no holder.  Tells its owner and frees it. */
-static void ended(struct daemon *d, struct alloc *a)
+/* Nobody maps a any more: its owner may free the memory. */
+static void tell_unmapped(struct daemon *d, const struct alloc *a)
 {
         struct conn *owner = conn_by_id(d, a->owner_conn);
 
         if (owner)
                 send_alloc_event(owner, "unmapped", a->id);
+}
+
+/* a has ended: no registration, no holder.  Tells its owner and frees it. */
+static void ended(struct daemon *d, struct alloc *a)
+{
+        tell_unmapped(d, a);
         alloc_put_ended(&d->allocs, a);
 }
 
@@ -59,8 +65,9 @@ int holds_take(struct conn *c, struct reg *r)
         if (!holds_apply(r))
                 return 0;
         a = r->cuda->alloc;
-        for (uint32_t i = 0; i < c->n_holds; i++)
-                if (c->holds[i] == a)
+        /* The allocation's holders are few; this connection's holds many. */
+        for (uint32_t i = 0; i < a->n_holders; i++)
+                if (a->holders[i] == c)
                         return 0;
         if (c->n_holds >= c->d->cfg.max_leases)
                 return -ENOBUFS;
@@ -73,7 +80,7 @@ int holds_take(struct conn *c, struct reg *r)
                 c->cap_holds = cap;
         }
         k = alloc_hold_add(a, c);
-        if (k < 0)
+        if (k <= 0)
                 return k;
         c->holds[c->n_holds++] = a;
         return 0;
@@ -88,9 +95,7 @@ void holds_reg_freeing(struct daemon *d, struct reg *r)
         a = r->cuda->alloc;
         a->owner_conn = r->owner && !r->owner->detached ? conn_from_party(r->owner)->id : 0;
         if (a->n_holders == 0) {
-                struct conn *owner = conn_by_id(d, a->owner_conn);
-                if (owner)
-                        send_alloc_event(owner, "unmapped", a->id);
+                tell_unmapped(d, a);
                 return;         /* alloc_put() frees it */
         }
         for (uint32_t i = 0; i < a->n_holders; i++)
@@ -127,6 +132,10 @@ int op_unhold(struct req *q)
         k = proto_get_array(q->m, "allocs", &ids);
         if (k < 0)
                 return req_fail(q, -EINVAL, "allocs must be an array of uint (allocation ids)");
+        /* Each id is looked for among this connection's holds: bounded, so
+         * that one request cannot stall the loop. */
+        if (ids->via.array.size > PROTO_UNHOLD_MAX)
+                return req_fail(q, -EINVAL, "allocs has more than %u ids", PROTO_UNHOLD_MAX);
         for (uint32_t j = 0; j < ids->via.array.size; j++) {
                 const msgpack_object *v = &ids->via.array.ptr[j];
                 if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)

@@ -28,6 +28,7 @@
 #define PROTO_MAX_FDS         64u          /* fds declared by one frame */
 #define PROTO_MAX_PENDING_FDS 72u          /* fds received, not yet claimed */
 #define PROTO_CHUNKS_MAX      PROTO_MAX_FDS /* VMM chunks of one cuda-vmm registration */
+#define PROTO_UNHOLD_MAX      1024u        /* allocation ids in one unhold */
 #define PROTO_NAME_MAX        255u         /* bytes in a registration name */
 #define PROTO_NAME_MAX_SEGMENTS 16u
 #define PROTO_DTYPE_MAX       32u

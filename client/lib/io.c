@@ -375,10 +375,10 @@ void gpuipc__send_unholds(gpuipc_client *c)
         unsigned n = gpuipc__cucache_take_unholds(c, &ids);
 
         /* Not waited for: the reply, when it comes, is dropped as one to a
-         * request nobody waits for.  1024 ids a frame (9 bytes each) stay
-         * far below any max_frame. */
-        for (unsigned at = 0; at < n && gpuipc__client_usable(c); at += 1024) {
-                unsigned k = n - at < 1024 ? n - at : 1024;
+         * request nobody waits for.  PROTO_UNHOLD_MAX ids a frame (9 bytes
+         * each) stay far below any max_frame. */
+        for (unsigned at = 0; at < n && gpuipc__client_usable(c); at += PROTO_UNHOLD_MAX) {
+                unsigned k = n - at < PROTO_UNHOLD_MAX ? n - at : PROTO_UNHOLD_MAX;
                 proto_out_init(&o);
                 msgpack_pack_map(&o.pk, 3);
                 proto_pack_kstr(&o.pk, "op", "unhold");

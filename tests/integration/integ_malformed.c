@@ -554,3 +554,29 @@ Test(malformed, abrupt_connections)
         now = h_daemon_fd_settle(&h_d, base, 2000);
         cr_expect_eq(now, base, "daemon holds %d fds, %d before", now, base);
 }
+
+static void pack_allocs(msgpack_packer *pk, void *data)
+{
+        unsigned n = *(unsigned *)data;
+
+        proto_pack_str(pk, "allocs");
+        msgpack_pack_array(pk, n);
+        for (unsigned i = 0; i < n; i++)
+                msgpack_pack_uint64(pk, i + 1);
+}
+
+/* unhold: ids it does not hold are ignored, past PROTO_UNHOLD_MAX refused,
+ * and neither harms the connection. */
+Test(malformed, unhold_bounds)
+{
+        int fd = hello_conn();
+        unsigned ok = PROTO_UNHOLD_MAX, over = PROTO_UNHOLD_MAX + 1;
+
+        cr_assert_eq(h_raw_request(fd, "unhold", 2, 1, pack_allocs, &ok, NULL, 0), 0);
+        h_raw_expect_reply(fd, 2, "");
+        cr_assert_eq(h_raw_request(fd, "unhold", 3, 1, pack_allocs, &over, NULL, 0), 0);
+        h_raw_expect_reply(fd, 3, "bad_request");
+        raw_ping_ok(fd, 4);
+        close(fd);
+        good_check("unhold past its bound");
+}

@@ -102,17 +102,21 @@ void gpuipc__cuexport_forget(CUdeviceptr base)
         }
 }
 
-/* 16 random bytes; blocks only before the kernel's pool is ready. */
-static int draw_key(uint8_t key[GPUIPC__ALLOC_KEY_LEN])
+/* 16 random bytes for a new export entry (what: "an alloc_key"); blocks only
+ * before the kernel's pool is ready.  Drawn before the export, so that no fd
+ * is left to close when it fails. */
+static int draw_key(struct gpuipc__devreg *d, uint8_t key[GPUIPC__ALLOC_KEY_LEN],
+                    const char *what)
 {
         ssize_t n;
 
         do
                 n = getrandom(key, GPUIPC__ALLOC_KEY_LEN, 0);
         while (n < 0 && errno == EINTR);
-        if (n < 0)
-                return -errno;
-        return n == GPUIPC__ALLOC_KEY_LEN ? 0 : -EIO;
+        if (n == GPUIPC__ALLOC_KEY_LEN)
+                return 0;
+        n = n < 0 ? -errno : -EIO;
+        return why(d, (int)n, "cannot draw %s: %s", what, strerror((int)-n));
 }
 
 /* The fd (owned by the table) and key of the VMM chunk mapped at base,
@@ -145,13 +149,10 @@ static int chunk_export(struct cuda *cu, CUdeviceptr base, struct gpuipc__devreg
                 r = why(d, -ENOMEM, "out of memory");
                 goto out;
         }
-        /* Drawn before the export, so that no fd is left to close when it
-         * fails. */
-        r = draw_key(e->key);
+        r = draw_key(d, e->key, "an alloc_key");
         if (r < 0) {
                 free(e);
                 e = NULL;
-                r = why(d, r, "cannot draw an alloc_key: %s", strerror(-r));
                 goto out;
         }
         res = cu->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
@@ -192,11 +193,10 @@ static int pool_export(struct cuda *cu, CUmemoryPool pool, struct gpuipc__devreg
                 r = why(d, -ENOMEM, "out of memory");
                 goto out;
         }
-        r = draw_key(e->key);
+        r = draw_key(d, e->key, "a pool_key");
         if (r < 0) {
                 free(e);
                 e = NULL;
-                r = why(d, r, "cannot draw a pool_key: %s", strerror(-r));
                 goto out;
         }
         res = cu->cuMemPoolExportToShareableHandle(&fd, pool,

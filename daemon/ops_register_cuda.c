@@ -102,7 +102,8 @@ static int register_fd_kind(struct req *q, struct reg_params *p, const uint8_t u
         if (r == -ENOENT)
                 return req_fail(q, -EINVAL, "%s is required for %s (%u random bytes the "
                                 "producer drew for the %s)", keyname, proto_kind_name(p->kind),
-                                ALLOC_KEY_LEN, chunks ? "allocation" : "pool");
+                                ALLOC_KEY_LEN,
+                                p->kind == PROTO_KIND_CUDA_POOL ? "pool" : "allocation");
         if (r < 0)
                 return r;
         if (q->nfds != 1)
@@ -198,8 +199,8 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 reg_cuda_free(T, rc);
                 return req_fail(q, -ENOMEM, "out of memory");
         }
-        /* The daemon cannot check a VMM fd without CUDA: any fd is taken, and
-         * the key names the allocation. */
+        /* The daemon cannot tell a VMM fd from another without CUDA (its type
+         * was checked, see ops_register.c); the key names the allocation. */
         r = ipc ? alloc_get_ipc(T, uuid, handle, buffer_id, alloc_size, &rc->alloc)
                 : register_fd_kind(q, p, uuid, alloc_size, rc);
         if (r < 0) {

@@ -141,6 +141,7 @@ $(BUILDDIR)/tests/integ_restart: $(BUILDDIR)/obj/tests/integration/sdhost.o
 $(BUILDDIR)/tests/integ_restart: LDFLAGS += -pthread
 $(BUILDDIR)/tests/integ_survive: $(BUILDDIR)/obj/tests/integration/sdhost.o
 $(BUILDDIR)/tests/integ_survive: LDFLAGS += -pthread
+$(BUILDDIR)/tests/integ_client: LDFLAGS += -pthread
 $(BUILDDIR)/tests/integ_harden: $(BUILDDIR)/obj/tests/integration/sdhost.o
 $(BUILDDIR)/tests/integ_harden: LDFLAGS += -pthread
 $(BUILDDIR)/tests/integ_operate: $(BUILDDIR)/obj/tests/integration/sdhost.o

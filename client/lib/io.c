@@ -319,9 +319,10 @@ static int client_recv(gpuipc_client *c, int timeout_ms)
         return 1;
 }
 
-/* Handles the buffered frames; stops at the wanted reply (returning 1). */
+/* Handles the buffered frames; stops at the wanted reply (returning 1).
+ * *ret_any (when not NULL) says whether it handled any. */
 static int client_dispatch(gpuipc_client *c, bool in_call, uint64_t want,
-                           struct gpuipc__reply *reply)
+                           struct gpuipc__reply *reply, bool *ret_any)
 {
         for (;;) {
                 const uint8_t *body;
@@ -335,6 +336,8 @@ static int client_dispatch(gpuipc_client *c, bool in_call, uint64_t want,
                 if (r <= 0)
                         return r;
                 r = handle_frame(c, body, len, off, in_call, want, reply);
+                if (ret_any)
+                        *ret_any = true;
                 /* fds that came with it and that it did not take */
                 proto_fdq_drop_stale(&c->fdq, off + PROTO_HDR_LEN + len);
                 if (r != 0)
@@ -344,6 +347,7 @@ static int client_dispatch(gpuipc_client *c, bool in_call, uint64_t want,
 
 int gpuipc__pump(gpuipc_client *c, int timeout_ms)
 {
+        bool any = false;
         int r;
 
         if (!gpuipc__client_usable(c)) {
@@ -351,11 +355,14 @@ int gpuipc__pump(gpuipc_client *c, int timeout_ms)
                         return -ENOTCONN;
                 return gpuipc__reconnect(c);
         }
-        r = client_dispatch(c, false, 0, NULL);
-        if (r >= 0)
+        /* Frames read along with an earlier reply (a released event that
+         * came in the same recv) are "something arrived": the caller looks
+         * again before anyone waits for more, which may never come. */
+        r = client_dispatch(c, false, 0, NULL, &any);
+        if (r >= 0 && !any)
                 r = client_recv(c, timeout_ms);
-        if (r >= 0)
-                r = client_dispatch(c, false, 0, NULL);
+        if (r >= 0 && !any)
+                r = client_dispatch(c, false, 0, NULL, NULL);
         /* The daemon restarted: what we wait for may come on the new
          * connection (a released event, say). */
         if (r < 0 && gpuipc__may_reconnect(c, r))
@@ -429,7 +436,7 @@ static int wait_reply(gpuipc_client *c, uint64_t seq, struct gpuipc__reply *rp)
         int r;
 
         for (;;) {
-                r = client_dispatch(c, true, seq, rp);
+                r = client_dispatch(c, true, seq, rp, NULL);
                 if (r != 0)
                         return r < 0 ? r : 0;
                 r = client_recv(c, -1);

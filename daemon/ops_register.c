@@ -416,6 +416,11 @@ int op_register(struct req *q)
                 goto out;
         }
 
+        /* The waiting lookups first: the consumer's answer is what a handoff
+         * waits for; the producer only learns its id.  Nothing the consumers
+         * do next (a release) is read before this handler returns, so the
+         * producer's reply still comes before any event about r. */
+        waits_wake(d, r);
         reply_start(&o, q->seq, 2 + (r->cuda != NULL));
         proto_pack_ku64(&o.pk, "id", r->id);
         proto_pack_str(&o.pk, "name");
@@ -432,7 +437,6 @@ int op_register(struct req *q)
                 log_info("%s (%" PRIu64 " bytes) was registered as a copy: %s", r->name, r->size,
                          r->cuda->copied);
         }
-        waits_wake(d, r);
         k = 0;
 out:
         free(p.access);

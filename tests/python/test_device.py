@@ -82,6 +82,71 @@ class FakeCudaArray:
             self.__cuda_array_interface__["stream"] = stream
 
 
+class _FakeDtype:
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return "torch." + self.name
+
+
+class Tensor:
+    """Enough of a torch CUDA tensor for libgpuipc's torch fast path, which
+    reads the tensor instead of its __cuda_array_interface__ (here the
+    interface refuses, as torch's does for tensors that require grad)."""
+
+    def __init__(self, ptr, shape, dtype, itemsize, strides=None, requires_grad=False):
+        self._ptr, self.shape, self._isz = ptr, tuple(shape), itemsize
+        self.dtype = _FakeDtype(dtype)
+        self._strides = strides         # in elements, as torch's stride()
+        self.is_cuda, self.is_sparse, self.requires_grad = True, False, requires_grad
+
+    def element_size(self):
+        return self._isz
+
+    def is_contiguous(self):
+        return self._strides is None
+
+    def stride(self):
+        return self._strides
+
+    def numel(self):
+        return int(np.prod(self.shape))
+
+    def data_ptr(self):
+        return self._ptr
+
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+
+Tensor.__module__ = "torch"
+
+
+def test_torch_tensor_fast_path(client, driver):
+    ptr = driver.alloc(4096)
+    host_array(ptr, (4, 4), np.float32)[:] = np.arange(16).reshape(4, 4)
+    client.register("dev/torch", Tensor(ptr, (4, 4), "float32", 4))
+    info = client.stat("dev/torch")
+    assert (info.kind, info.dtype, info.shape, info.strides, info.size) == \
+        ("cuda-ipc", "float32", (4, 4), None, 64)
+    assert consume("dev/torch")["data"] == np.arange(16).reshape(4, 4).tolist()
+    # A transposed view: element strides (1, 4) are byte strides (4, 16).
+    client.register("dev/torch-t", Tensor(ptr, (4, 4), "float32", 4, strides=(1, 4)))
+    info = client.stat("dev/torch-t")
+    assert (info.shape, info.strides) == ((4, 4), (4, 16))
+    assert consume("dev/torch-t")["data"] == np.arange(16).reshape(4, 4).T.tolist()
+    # What torch's interface refuses is refused as before (the interface path).
+    with pytest.raises(RuntimeError, match="requires grad"):
+        client.register("dev/torch-g", Tensor(ptr, (4,), "float32", 4, requires_grad=True))
+    with pytest.raises(ValueError, match="empty"):
+        client.register("dev/torch-e", Tensor(ptr, (0,), "float32", 4))
+    for n in ("dev/torch", "dev/torch-t"):
+        client.unregister(n)
+    driver.free(ptr)
+
+
 def test_alloc_device_to_other_process(client):
     buf = client.alloc_device((4, 8), "float32")
     assert buf.device == 0 and buf.nbytes == 128 and buf.alloc_size >= 128

@@ -353,14 +353,16 @@ class Client:
         :meth:`unregister` (or ``gpuipcctl rm``).
         """
         ttl_ms = _ttl_ms(ttl)
+        if not ttl_ms:      # the C client's TTL is 0 between calls
+            return self._register(name, obj, meta, ephemeral, event, dtype, shape, strides,
+                                  cuda_ipc, shared_write, copy, cacheable)
         with self._conn.lock:
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_ttl(c, ttl_ms), "register")
             try:
                 return self._register(name, obj, meta, ephemeral, event, dtype, shape, strides,
                                       cuda_ipc, shared_write, copy, cacheable)
             finally:
-                if ttl_ms:
-                    self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
+                self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
 
     def _register(self, name: str, obj: Any, meta: Optional[Mapping[str, str]],
                   ephemeral: bool, event: Optional[int], dtype: Any,
@@ -380,7 +382,7 @@ class Client:
             d = dtype_name(dtype) if dtype is not None else d
             sh = tuple(shape) if shape is not None else sh
             st = tuple(strides) if strides is not None else (st if shape is None else None)
-            return _Meta(d, sh, st, meta)
+            return _meta_for(d, sh, st, meta)
 
         if isinstance(obj, HostBuffer):
             obj._check_open()
@@ -394,6 +396,12 @@ class Client:
             m = finish(obj.dtype, obj.shape, None)
             return self._register_cuda(bname, obj.ptr, obj.nbytes, m, event, flags, cuda_ipc,
                                        rid)
+
+        t = _torch_layout(obj)
+        if t is not None:
+            ptr, nbytes, d, sh, st = t
+            return self._register_cuda(bname, ptr, nbytes, finish(d, sh, st), event, flags,
+                                       cuda_ipc, rid)
 
         cai = _get_cai(obj)
         if cai is not None:
@@ -550,13 +558,17 @@ class Client:
             raise ValueError(f"owner_uid {owner_uid} is not a uid")
         out = c_void_p()
         with self._conn.lock:
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, owner),
-                                    "lookup")
-            try:
+            if owner < 0:   # the C client's lookup owner is -1 between calls
                 self._conn.call_checked(
                     lambda c: _lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)), "lookup")
-            finally:
-                self._conn.call(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, -1), True)
+            else:
+                self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, owner),
+                                        "lookup")
+                try:
+                    self._conn.call_checked(
+                        lambda c: _lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)), "lookup")
+                finally:
+                    self._conn.call(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, -1), True)
             try:
                 return View(self._conn, out.value, writable, sync)
             except BaseException:
@@ -657,6 +669,54 @@ def explain(obj: Any, *, copy: bool = False, cuda_ipc: bool = False) -> Tuple[st
         return "none", text.split(": ", 1)[-1] if text else _lib.strerror(r)
     path = _lib.PATH_NAMES.get(r, str(r))
     return path, text.split(": ", 1)[1] if ": " in text else text
+
+
+# Registering many arrays of one layout builds its gpuipc_meta once: the C
+# library copies the meta into the request, so one struct serves every call.
+_META_CACHE: Dict[Any, _Meta] = {}
+_META_CACHE_MAX = 64
+
+
+def _meta_for(d: Optional[str], sh: Optional[Sequence[int]], st: Optional[Sequence[int]],
+              user: Optional[Mapping[str, str]]) -> _Meta:
+    if user:
+        return _Meta(d, sh, st, user)
+    key = (d, None if sh is None else tuple(sh), None if st is None else tuple(st))
+    m = _META_CACHE.get(key)
+    if m is None:
+        m = _Meta(d, sh, st, None)
+        if len(_META_CACHE) >= _META_CACHE_MAX:
+            _META_CACHE.clear()
+        _META_CACHE[key] = m
+    return m
+
+
+def _torch_layout(obj: Any) -> Optional[Tuple[int, int, str, Tuple[int, ...],
+                                              Optional[Tuple[int, ...]]]]:
+    """(ptr, nbytes, dtype, shape, byte strides or None) of a plain torch CUDA
+    tensor, read from the tensor itself: what its __cuda_array_interface__
+    says (version 2, no stream), without building that dict.  None for
+    anything else, which then takes the interface path (and its errors)."""
+    if type(obj).__name__ != "Tensor" or type(obj).__module__ != "torch":
+        return None
+    if not obj.is_cuda or obj.requires_grad or obj.is_sparse:
+        return None
+    d = str(obj.dtype)[6:]          # "torch.float32" -> "float32"
+    if d not in _CAI_DTYPES:
+        return None
+    isz = obj.element_size()
+    sh = tuple(obj.shape)
+    st = None if obj.is_contiguous() else tuple(s * isz for s in obj.stride())
+    ptr = obj.data_ptr() if obj.numel() > 0 else 0
+    nbytes = extent(sh, st, isz)
+    if nbytes <= 0 or not ptr:
+        raise ValueError("an empty array cannot be shared")
+    return ptr, nbytes, d, sh, st
+
+
+# The torch dtypes whose __cuda_array_interface__ torch can give.
+_CAI_DTYPES = frozenset(("float16", "float32", "float64", "complex64", "complex128",
+                         "uint8", "int8", "int16", "int32", "int64", "bool"))
 
 
 def _get_cai(obj: Any) -> Optional[Dict[str, Any]]:

@@ -229,7 +229,8 @@ GPUIPC_EXPORT const char *gpuipc_default_socket(void);
  * it started) or the uid owning the socket's directory (who could replace
  * the socket anyway: /run/gpuipcd is gpuipcd's).  Any other listener is
  * -EPERM, as is a reconnect (resume) that finds one; -EINVAL when
- * $GPUIPC_DAEMON_UID is not a uid. */
+ * $GPUIPC_DAEMON_UID is not a uid.  $GPUIPC_BUSY_POLL_US (default 0) makes
+ * the calls on c spin that many microseconds before they sleep for a reply. */
 GPUIPC_EXPORT int gpuipc_connect(const char *path, gpuipc_client **ret_client);
 
 /* Closes the connection.  The daemon drops this connection's leases and

@@ -77,6 +77,10 @@ static const struct key {
         { { "resume-grace-ms", "MS", "after a restart, how long a client whose pid cannot be "
             "watched has to resume its session (default 30000)" },
           T_NUM, F(resume_grace_ms), 0, 86400000 },
+        { { "busy-poll-us", "US", "after input, keep polling without sleeping this long, "
+            "up to 1 s, so that the next request is read without waking an idle CPU; "
+            "costs one CPU while requests keep coming (default 0: off)" },
+          T_NUM, F(busy_poll_us), 0, 1000000 },
 #undef F
 };
 

@@ -44,6 +44,7 @@ struct config {
         char metrics_listen[CONFIG_LISTEN_MAX + 1]; /* "" for off */
         bool fdstore;                   /* keep state in systemd's fd store */
         uint32_t resume_grace_ms;       /* for sessions whose pid cannot be watched */
+        uint32_t busy_poll_us;          /* keep polling this long after input; 0: off */
 };
 
 /* A setting's name and a one-line description, for --help and the man page. */

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "busypoll.h"
 #include "conn.h"
 #include "holds.h"
 #include "persist.h"
@@ -683,6 +684,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
                 return;
         }
         c->busy = true;
+        busypoll_kick();
         if (c->paused)
                 process_frames(c);
         if ((events & UV_READABLE) && !c->doomed)

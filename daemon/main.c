@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "gpuipc.h"
+#include "busypoll.h"
 #include "config.h"
 #include "daemon.h"
 #include "listen.h"
@@ -212,6 +213,7 @@ static void on_signal(uv_signal_t *h, int signum)
                         c->party.detached = true;
         persist_freeze();
         session_stop(d);
+        busypoll_stop();
         listener_close(&listener);
         mhttp_stop();
         if (watchdog_on)
@@ -338,6 +340,9 @@ static int start(struct daemon *d)
                  GPUIPC_VERSION, PROTO_VERSION, listener.path, (int)getpid(), d->cfg.max_frame,
                  d->cfg.max_connections, d->cfg.max_registrations, d->cfg.max_leases,
                  d->cfg.max_waits, d->cfg.max_output);
+        if (d->cfg.busy_poll_us)
+                log_info("busy polling for %u us after each input (one CPU while busy)",
+                         d->cfg.busy_poll_us);
         snprintf(status, sizeof(status), "READY=1\nSTATUS=listening on %s", listener.path);
         r = sd_notify_send(status);
         if (r < 0)
@@ -391,8 +396,14 @@ int main(int argc, char **argv)
                 uv_loop_close(&loop);
                 return 1;
         }
+        r = busypoll_init(&loop, d->cfg.busy_poll_us);
+        if (r < 0) {
+                log_error("cannot set up busy polling: %s", uv_strerror(r));
+                return 1;
+        }
         r = start(d);
         if (r < 0) {
+                busypoll_stop();
                 /* The store keeps what was restored for the next try. */
                 persist_freeze();
                 session_stop(d);

@@ -322,6 +322,22 @@ static int reconnect_default(void)
         return (int)v;
 }
 
+/* $GPUIPC_BUSY_POLL_US (0 to 1000000), or 0: off. */
+static uint32_t busy_poll_default(void)
+{
+        const char *s = getenv("GPUIPC_BUSY_POLL_US");
+        char *end;
+        long v;
+
+        if (!s || !*s)
+                return 0;
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || *end || v < 0 || v > 1000000)
+                return 0;
+        return (uint32_t)v;
+}
+
 int gpuipc_set_lookup_owner(gpuipc_client *c, long long uid)
 {
         if (!c || uid < -1 || uid >= (long long)UINT32_MAX)
@@ -391,6 +407,7 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
                 goto fail;
         memcpy(c->path, path, len + 1);
         c->reconnect_ms = reconnect_default();
+        c->busy_poll_us = busy_poll_default();
         r = gpuipc__hello(c, NULL);
         if (r < 0)
                 goto fail;

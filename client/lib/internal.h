@@ -92,6 +92,7 @@ struct gpuipc_client {
         /* Reconnecting (resume.c). */
         char path[108];                 /* the socket connected to */
         int reconnect_ms;               /* how long to keep trying; 0: never */
+        uint32_t busy_poll_us;          /* spin this long before sleeping for a frame */
         bool has_session, recovering, remapped;
         bool state_kept;                /* the daemon keeps state over restarts */
         bool leases_incomplete;         /* a lease id could not be recorded */

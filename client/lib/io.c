@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -285,6 +286,41 @@ fatal:
         return gpuipc__client_kill(c, r == -ENOMEM ? r : -EBADMSG);
 }
 
+static int64_t mono_us(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* poll() for input, first spinning up to c->busy_poll_us ($GPUIPC_BUSY_POLL_US)
+ * with zero timeouts so that a reply that comes soon is read without this
+ * thread going to sleep and its CPU waking again. */
+static int wait_readable(gpuipc_client *c, struct pollfd *p, int timeout_ms)
+{
+        int64_t start, spin;
+        int r;
+
+        if (c->busy_poll_us == 0 || timeout_ms == 0)
+                return poll(p, 1, timeout_ms);
+        spin = c->busy_poll_us;
+        if (timeout_ms > 0 && (int64_t)timeout_ms * 1000 < spin)
+                spin = (int64_t)timeout_ms * 1000;
+        start = mono_us();
+        do {
+                r = poll(p, 1, 0);
+                if (r != 0)
+                        return r;
+        } while (mono_us() - start < spin);
+        if (timeout_ms > 0) {
+                timeout_ms -= (int)(spin / 1000);
+                if (timeout_ms <= 0)
+                        return 0;
+        }
+        return poll(p, 1, timeout_ms);
+}
+
 /* Receives once (waiting up to timeout_ms, < 0 without limit).  Returns 1
  * when bytes arrived, 0 on timeout. */
 static int client_recv(gpuipc_client *c, int timeout_ms)
@@ -297,7 +333,7 @@ static int client_recv(gpuipc_client *c, int timeout_ms)
         ssize_t n;
         int r;
 
-        r = poll(&p, 1, timeout_ms);
+        r = wait_readable(c, &p, timeout_ms);
         if (r < 0)
                 return errno == EINTR ? 1 : -errno;
         if (r == 0)

@@ -1,24 +1,43 @@
-/* gpu_bench.c: GPU buffer handoff through gpuipcd, against a pinned host copy.
+/* gpu_bench.c: GPU handoff from C, side by side in one run (issue 13).
+ *
  * Needs an NVIDIA GPU and a running gpuipcd ($GPUIPC_SOCKET);
  * tests/bench/gpu_run.sh starts one and runs `gpu_bench all`.
  *
- * For 1 MiB, 64 MiB and 1 GiB, a producer process fills device memory and
- * registers it; a consumer process (CUDA context and kernels ready, already
- * waiting in gpuipc_lookup) maps it and runs count_bad (tests/gpu/kernels.ptx)
- * over every byte: the first kernel able to read.  Measured from just before
- * register (producer) to that kernel's completion (consumer), CLOCK_MONOTONIC
- * on one host:
- *   cuda-ipc cold   cuMemAlloc memory, first lookup (cuIpcOpenMemHandle)
- *   cuda-ipc warm   a second lookup of it in the same consumer (opened once)
- *   cuda-vmm cold   gpuipc_cudabuf_new memory (POSIX fd import), and warm
- *   pinned copy     cuMemcpyDtoH to pinned memory, AF_UNIX socket in 1 MiB
- *                   writes into the consumer's pinned buffer, cuMemcpyHtoD
- * Every kernel checks the bytes: a wrong byte fails the run.
+ * Each case is one producer and one consumer process (spawned, CUDA
+ * context and kernels ready) and ROUNDS handoffs between them; the first
+ * round warms up and is left out.  Before every handoff the producer fills
+ * the buffer with that round's pattern, synchronises, then sleeps the same
+ * idle time (2 ms or 50 ms: after 50 ms every driver call is slower).  The
+ * consumer is already waiting.  Timed on CLOCK_MONOTONIC, one host:
+ *   usable   from the producer's handoff call to the consumer holding a
+ *            device pointer it may read
+ *   kernel   to the consumer's first full-read kernel done (count_bad over
+ *            every byte, tests/gpu/kernels.ptx); a wrong byte fails the run
+ *   call     the producer's handoff call alone
+ * Systems:
+ *   floor    no daemon: the driver calls and one AF_UNIX socketpair.
+ *            cuda-ipc: cuIpcGetMemHandle, the 64-byte handle, then
+ *            cuIpcOpenMemHandle.  cuda-vmm: cuMemExportToShareableHandle,
+ *            the fd over SCM_RIGHTS, then import, reserve, map, set access.
+ *   gpuipc   the C library and gpuipcd: gpuipc_register_cuda, and a
+ *            gpuipc_lookup already waiting for the name.  cuda-ipc memory is
+ *            cuMemAlloc's, cuda-vmm memory gpuipc_cudabuf_new's.
+ *   pinned   cuMemcpyDtoH to pinned memory, the bytes over the socket in
+ *            1 MiB writes into the consumer's pinned buffer, cuMemcpyHtoD.
+ * Patterns: "fresh", new memory every round, freed after the consumer let
+ * go of it; "reused", the same memory every round (the floor's consumer
+ * keeps its mapping and the producer its handle; gpuipc registers cuda-ipc
+ * memory GPUIPC_REGISTER_CACHEABLE, so the library keeps it mapped).
+ * rtt is the socketpair's ping-pong (floor) or gpuipc_ping (gpuipc), median
+ * of 1000, measured before the rounds.
  *
- * usage: gpu_bench all [ROUNDS]           prints CSV on stdout
- *        gpu_bench producer|consumer MODE SIZE RESFD GOFD SOCKFD   (internal) */
+ * usage: gpu_bench all [ROUNDS]       CSV on stdout (ROUNDS 2..64, default 16)
+ *        gpu_bench role ...            (internal)
+ * $GPU_BENCH_ONLY, a shell pattern, runs only the cases whose first five CSV
+ * fields match it (e.g. "gpuipc,cuda-ipc,*,50,1MiB"). */
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -36,25 +55,42 @@ extern char **environ;
 
 #define MiB (1ull << 20)
 #define SEED 91u
-#define MAXR 16
-#define WARM_N 201      /* warm lookups per round; the median is reported */
+#define MAXR 64
 
-enum { R_CONS_READY = 1, R_PROD_READY, R_PROD_T0, R_CONS_DONE };
+enum { S_FLOOR, S_GPUIPC, S_PINNED };
+enum { K_IPC, K_VMM, K_HOST };
+static const char *const sys_name[] = { "floor", "gpuipc", "pinned" };
+static const char *const kind_name[] = { "cuda-ipc", "cuda-vmm", "host" };
+
+enum { R_READY = 1, R_T0, R_DONE };
 
 struct rec {
-        int tag;
-        int pad;
-        double v[6];
+        int tag, round;
+        double v[4];
+};
+
+struct cfg {
+        int sys, kind;
+        bool fresh;
+        unsigned idle_us;
+        uint64_t size;
+        int rounds;
+};
+
+/* What the floor's producer sends each round. */
+struct floor_msg {
+        int32_t round;
+        int32_t is_new;         /* a new allocation: handle (ipc) or fd (vmm) */
+        uint64_t asize;         /* vmm: the allocation's size */
+        CUipcMemHandle h;
 };
 
 static int res_fd = -1;
 
-static void send_rec(int tag, const double *v, int n)
+static void send_rec(int tag, int round, double a, double b, double c)
 {
-        struct rec r = { .tag = tag };
+        struct rec r = { .tag = tag, .round = round, .v = { a, b, c, 0 } };
 
-        for (int i = 0; i < n && i < 6; i++)
-                r.v[i] = v[i];
         if (write(res_fd, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
                 fprintf(stderr, "gpu_bench[%d]: result pipe: %s\n", (int)getpid(),
                         strerror(errno));
@@ -62,15 +98,10 @@ static void send_rec(int tag, const double *v, int n)
         }
 }
 
-static int wait_go(int go)
+static int io_all(int s, void *buf, size_t n, bool wr)
 {
-        char b;
+        char *p = buf;
 
-        return read(go, &b, 1) == 1 ? 0 : fail("orchestrator went away");
-}
-
-static int io_all(int s, char *p, size_t n, bool wr)
-{
         while (n > 0) {
                 ssize_t k = wr ? write(s, p, n < MiB ? n : MiB) : read(s, p, n);
                 if (k < 0 && errno == EINTR)
@@ -84,72 +115,40 @@ static int io_all(int s, char *p, size_t n, bool wr)
         return 0;
 }
 
-/* ---- producer ----------------------------------------------------------- */
-
-static int producer(gpuipc_client *c, const char *mode, uint64_t size, int go, int sock)
+static int send_fd(int s, const void *msg, size_t n, int fd)
 {
-        double t0;
-        uint64_t id;
+        char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+        struct iovec iov = { (void *)msg, n };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 
-        if (!strcmp(mode, "pinned")) {
-                CUdeviceptr d;
-                void *h;
-                CK(cuMemAlloc(&d, size));
-                fill(d, size, SEED, 0, NULL);
-                CK(cuMemAllocHost(&h, size));
-                memset(h, 0, size);
-                CK(cuCtxSynchronize());
-                send_rec(R_PROD_READY, NULL, 0);
-                if (wait_go(go))
-                        return 1;
-                t0 = now_us();
-                CK(cuMemcpyDtoH(h, d, size));
-                if (io_all(sock, h, size, true))
-                        return 1;
-                send_rec(R_PROD_T0, &t0, 1);
-                /* Wait for the consumer to close its end. */
-                char b;
-                while (read(sock, &b, 1) > 0)
-                        ;
-                CK(cuMemFreeHost(h));
-                CK(cuMemFree(d));
-                return 0;
+        if (fd >= 0) {
+                mh.msg_control = cbuf;
+                mh.msg_controllen = sizeof(cbuf);
+                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+                cm->cmsg_level = SOL_SOCKET;
+                cm->cmsg_type = SCM_RIGHTS;
+                cm->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(cm), &fd, sizeof(int));
         }
-        if (!strcmp(mode, "cuda-ipc")) {
-                CUdeviceptr d;
-                CK(cuMemAlloc(&d, size));
-                fill(d, size, SEED, 0, NULL);
-                CK(cuCtxSynchronize());
-                send_rec(R_PROD_READY, NULL, 0);
-                if (wait_go(go))
-                        return 1;
-                t0 = now_us();
-                GK(gpuipc_register_cuda(c, "bench/gpu/buf", d, size, NULL, NULL, 0, &id));
-                send_rec(R_PROD_T0, &t0, 1);
-                /* The memory stays ours: keep it until the consumer is done. */
-                GK(gpuipc_wait_released(c, id, 600000));
-                GK(gpuipc_unregister(c, "bench/gpu/buf"));
-                CK(cuMemFree(d));
-                return 0;
-        }
-        gpuipc_cudabuf *b;
-        GK(gpuipc_cudabuf_new(0, size, &b));
-        fill(gpuipc_cudabuf_ptr(b), size, SEED, 0, NULL);
-        CK(cuCtxSynchronize());
-        send_rec(R_PROD_READY, NULL, 0);
-        if (wait_go(go))
-                return 1;
-        t0 = now_us();
-        GK(gpuipc_register_cuda(c, "bench/gpu/buf", gpuipc_cudabuf_ptr(b), size, NULL, NULL, 0,
-                                &id));
-        send_rec(R_PROD_T0, &t0, 1);
-        GK(gpuipc_wait_released(c, id, 600000));
-        GK(gpuipc_unregister(c, "bench/gpu/buf"));
-        gpuipc_cudabuf_free(b);
-        return 0;
+        return sendmsg(s, &mh, 0) == (ssize_t)n ? 0 : fail("sendmsg: %s", strerror(errno));
 }
 
-/* ---- consumer ----------------------------------------------------------- */
+static int recv_fd(int s, void *msg, size_t n, int *ret_fd)
+{
+        char cbuf[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = { msg, n };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                             .msg_controllen = sizeof(cbuf) };
+        struct cmsghdr *cm;
+
+        *ret_fd = -1;
+        if (recvmsg(s, &mh, MSG_CMSG_CLOEXEC) != (ssize_t)n)
+                return fail("recvmsg: %s", strerror(errno));
+        cm = CMSG_FIRSTHDR(&mh);
+        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+                memcpy(ret_fd, CMSG_DATA(cm), sizeof(int));
+        return 0;
+}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -158,27 +157,201 @@ static int cmp_d(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-static double ping_p50(gpuipc_client *c)
+/* Median of 1000 round trips over the socketpair (the side that starts
+ * them) or through the daemon. */
+static double rtt_p50(gpuipc_client *c, int sock, bool start)
 {
         static double t[1000];
+        char b = 'p';
 
         for (int i = 0; i < 1000; i++) {
                 double t0 = now_us();
-                if (gpuipc_ping(c) < 0)
+                if (c) {
+                        if (gpuipc_ping(c) < 0)
+                                return NAN;
+                } else if (start) {
+                        if (write(sock, &b, 1) != 1 || read(sock, &b, 1) != 1)
+                                return NAN;
+                } else if (read(sock, &b, 1) != 1 || write(sock, &b, 1) != 1) {
                         return NAN;
+                }
                 t[i] = now_us() - t0;
         }
         qsort(t, 1000, sizeof(double), cmp_d);
         return t[500];
 }
 
-static int consumer(gpuipc_client *c, const char *mode, uint64_t size, int sock)
-{
-        double v[6] = { 0 };
-        unsigned long long bad;
+/* ---- VMM memory of the floor ---------------------------------------- */
 
-        /* Warm up the daemon path and the kernels before timing anything. */
-        v[4] = ping_p50(c);
+struct vmm {
+        CUmemGenericAllocationHandle h;
+        CUdeviceptr va;
+        uint64_t asize;
+};
+
+static int vmm_map(struct vmm *m, uint64_t asize)
+{
+        CUmemAccessDesc acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+
+        m->asize = asize;
+        CK(cuMemAddressReserve(&m->va, asize, 0, 0, 0));
+        CK(cuMemMap(m->va, asize, 0, m->h, 0));
+        CK(cuMemSetAccess(m->va, asize, &acc, 1));
+        return 0;
+}
+
+static int vmm_new(struct vmm *m, uint64_t size)
+{
+        CUmemAllocationProp p = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                  .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                  .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+        size_t g;
+
+        CK(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+        uint64_t asize = (size + g - 1) / g * g;
+        CK(cuMemCreate(&m->h, asize, &p, 0));
+        return vmm_map(m, asize);
+}
+
+static int vmm_free(struct vmm *m)
+{
+        if (!m->va)
+                return 0;
+        CK(cuMemUnmap(m->va, m->asize));
+        CK(cuMemAddressFree(m->va, m->asize));
+        if (m->h)
+                CK(cuMemRelease(m->h));
+        memset(m, 0, sizeof(*m));
+        return 0;
+}
+
+/* ---- producer --------------------------------------------------------- */
+
+struct pmem {
+        CUdeviceptr d;          /* cuMemAlloc, or the vmm's mapping */
+        struct vmm vm;
+        gpuipc_cudabuf *b;
+        void *host;             /* pinned */
+};
+
+static int pmem_new(const struct cfg *g, struct pmem *m)
+{
+        if (g->kind == K_VMM && g->sys == S_FLOOR) {
+                if (vmm_new(&m->vm, g->size))
+                        return 1;
+                m->d = m->vm.va;
+        } else if (g->kind == K_VMM) {
+                GK(gpuipc_cudabuf_new(0, g->size, &m->b));
+                m->d = gpuipc_cudabuf_ptr(m->b);
+        } else {
+                CK(cuMemAlloc(&m->d, g->size));
+        }
+        if (g->sys == S_PINNED)
+                CK(cuMemAllocHost(&m->host, g->size));
+        return 0;
+}
+
+static int pmem_free(const struct cfg *g, struct pmem *m)
+{
+        if (m->host)
+                CK(cuMemFreeHost(m->host));
+        if (g->kind == K_VMM && g->sys == S_FLOOR) {
+                if (vmm_free(&m->vm))
+                        return 1;
+        } else if (m->b) {
+                gpuipc_cudabuf_free(m->b);
+        } else if (m->d) {
+                CK(cuMemFree(m->d));
+        }
+        memset(m, 0, sizeof(*m));
+        return 0;
+}
+
+static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
+{
+        struct floor_msg msg;
+        struct pmem m = { 0 };
+        uint64_t id = 0;
+        bool exported = false;
+        char name[64], b;
+
+        if (g->sys == S_FLOOR) {        /* answer the consumer's two ping-pong runs */
+                rtt_p50(NULL, sock, false);
+                rtt_p50(NULL, sock, false);
+        }
+        send_rec(R_READY, -1, 0, 0, 0);
+        if (read(go, &b, 1) != 1)
+                return fail("orchestrator went away");
+        for (int i = 0; i < g->rounds; i++) {
+                double t0, t1;
+                if (!m.d && pmem_new(g, &m))
+                        return 1;
+                fill(m.d, g->size, SEED + (unsigned)i, 0, NULL);
+                CK(cuCtxSynchronize());
+                usleep(g->idle_us);
+                t0 = now_us();
+                memset(&msg, 0, sizeof(msg));
+                msg.round = i;
+                if (g->sys == S_PINNED) {
+                        CK(cuMemcpyDtoH(m.host, m.d, g->size));
+                        if (io_all(sock, m.host, g->size, true))
+                                return 1;
+                } else if (g->sys == S_GPUIPC) {
+                        unsigned fl = !g->fresh && g->kind == K_IPC ? GPUIPC_REGISTER_CACHEABLE : 0;
+                        snprintf(name, sizeof(name), "bench/gpu/%d", i);
+                        GK(gpuipc_register_cuda(c, name, m.d, g->size, NULL, NULL, fl, &id));
+                } else if (g->kind == K_IPC) {
+                        static CUipcMemHandle h;
+                        if (!exported)
+                                CK(cuIpcGetMemHandle(&h, m.d));
+                        exported = true;
+                        msg.h = h;
+                        if (io_all(sock, &msg, sizeof(msg), true))
+                                return 1;
+                } else {
+                        int fd = -1;
+                        if (!exported) {
+                                CK(cuMemExportToShareableHandle(&fd, m.vm.h,
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+                                msg.is_new = 1;
+                                msg.asize = m.vm.asize;
+                        }
+                        exported = true;
+                        if (send_fd(sock, &msg, sizeof(msg), fd))
+                                return 1;
+                        if (fd >= 0)
+                                close(fd);
+                }
+                t1 = now_us();
+                send_rec(R_T0, i, t0, t1 - t0, 0);
+                if (io_all(sock, &b, 1, false))         /* the consumer let go */
+                        return 1;
+                if (g->sys == S_GPUIPC)
+                        GK(gpuipc_unregister(c, name));
+                if (g->fresh) {
+                        if (pmem_free(g, &m))
+                                return 1;
+                        exported = false;
+                }
+        }
+        /* Cached by the consumer: free only once nobody maps it. */
+        if (g->sys == S_GPUIPC && !g->fresh && g->kind == K_IPC)
+                GK(gpuipc_wait_unmapped(c, id, 120000));
+        return pmem_free(g, &m);
+}
+
+/* ---- consumer --------------------------------------------------------- */
+
+static int consumer(gpuipc_client *c, const struct cfg *g, int sock)
+{
+        CUdeviceptr p = 0, dd = 0;
+        struct vmm vm = { 0 };
+        void *hh = NULL;
+        double rtt;
+        char b = 'a';
+
+        /* Warm the kernels, the socket and the daemon path first. */
         {
                 CUdeviceptr w;
                 CK(cuMemAlloc(&w, MiB));
@@ -187,83 +360,122 @@ static int consumer(gpuipc_client *c, const char *mode, uint64_t size, int sock)
                         return fail("warm-up kernel read wrong bytes");
                 CK(cuMemFree(w));
         }
-        if (!strcmp(mode, "pinned")) {
-                CUdeviceptr d;
-                void *h;
-                CK(cuMemAlloc(&d, size));
-                CK(cuMemAllocHost(&h, size));
-                memset(h, 0, size);
-                send_rec(R_CONS_READY, NULL, 0);
-                if (io_all(sock, h, size, false))
+        if (g->sys == S_FLOOR) {
+                rtt = rtt_p50(NULL, sock, true);
+                rtt = rtt_p50(NULL, sock, true);
+        } else {
+                rtt = g->sys == S_GPUIPC ? rtt_p50(c, -1, true) : NAN;
+        }
+        if (g->sys == S_PINNED) {
+                CK(cuMemAlloc(&dd, g->size));
+                CK(cuMemAllocHost(&hh, g->size));
+        }
+        send_rec(R_READY, -1, rtt, 0, 0);
+        for (int i = 0; i < g->rounds; i++) {
+                gpuipc_view *v = NULL;
+                struct floor_msg msg;
+                double t1, t2;
+                char name[64];
+
+                if (g->sys == S_PINNED) {
+                        if (io_all(sock, hh, g->size, false))
+                                return 1;
+                        CK(cuMemcpyHtoD(dd, hh, g->size));
+                        p = dd;
+                } else if (g->sys == S_GPUIPC) {
+                        snprintf(name, sizeof(name), "bench/gpu/%d", i);
+                        GK(gpuipc_lookup(c, name, 600000, 0, &v));
+                        if (gpuipc_view_size(v) != g->size)
+                                return fail("view is %zu bytes, expected %llu",
+                                            gpuipc_view_size(v), (unsigned long long)g->size);
+                        p = (CUdeviceptr)(uintptr_t)gpuipc_view_data(v);
+                } else if (g->kind == K_IPC) {
+                        static CUipcMemHandle last;
+                        if (io_all(sock, &msg, sizeof(msg), false))
+                                return 1;
+                        if (!p || memcmp(&last, &msg.h, sizeof(last))) {
+                                if (p)
+                                        CK(cuIpcCloseMemHandle(p));
+                                CK(cuIpcOpenMemHandle(&p, msg.h,
+                                                      CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+                                last = msg.h;
+                        }
+                } else {
+                        int fd;
+                        if (recv_fd(sock, &msg, sizeof(msg), &fd))
+                                return 1;
+                        if (msg.is_new) {
+                                if (fd < 0)
+                                        return fail("no fd with a new VMM allocation");
+                                if (vmm_free(&vm))
+                                        return 1;
+                                CK(cuMemImportFromShareableHandle(&vm.h, (void *)(uintptr_t)fd,
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+                                close(fd);
+                                if (vmm_map(&vm, msg.asize))
+                                        return 1;
+                        }
+                        p = vm.va;
+                }
+                t1 = now_us();
+                unsigned long long bad = count_bad(p, g->size, SEED + (unsigned)i, 0);
+                t2 = now_us();
+                if (bad)
+                        return fail("%s %s round %d: %llu wrong bytes", sys_name[g->sys],
+                                    kind_name[g->kind], i, bad);
+                if (v)
+                        GK(gpuipc_view_release(v));
+                if (g->fresh && g->sys == S_FLOOR) {
+                        if (g->kind == K_IPC && p) {
+                                CK(cuIpcCloseMemHandle(p));
+                                p = 0;
+                        } else if (vmm_free(&vm)) {
+                                return 1;
+                        }
+                }
+                send_rec(R_DONE, i, t1, t2, 0);
+                if (io_all(sock, &b, 1, true))
                         return 1;
-                v[0] = now_us();
-                CK(cuMemcpyHtoD(d, h, size));
-                bad = count_bad(d, size, SEED, 0);
-                v[1] = now_us();
-                v[5] = (double)bad;
-                send_rec(R_CONS_DONE, v, 6);
-                close(sock);
-                CK(cuMemFreeHost(h));
-                CK(cuMemFree(d));
-                return bad ? fail("pinned copy: %llu wrong bytes", bad) : 0;
         }
-        gpuipc_view *v1, *v2;
-        send_rec(R_CONS_READY, NULL, 0);
-        GK(gpuipc_lookup(c, "bench/gpu/buf", 600000, 0, &v1));
-        v[0] = now_us();
-        if (gpuipc_view_size(v1) != size)
-                return fail("view is %zu bytes, expected %llu", gpuipc_view_size(v1),
-                            (unsigned long long)size);
-        bad = count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v1), size, SEED, 0);
-        v[1] = now_us();
-        /* Warm: the same buffer again while the first view holds it open.
-         * The warm lookup figure is the median of WARM_N lookups (each view
-         * released again); one sample right after the cold path's kernel
-         * is mostly noise.  Then one more lookup, timed through its kernel. */
-        double lk[WARM_N];
-        for (int i = 0; i < WARM_N; i++) {
-                gpuipc_view *w;
-                double t = now_us();
-                GK(gpuipc_lookup(c, "bench/gpu/buf", 0, 0, &w));
-                lk[i] = now_us() - t;
-                GK(gpuipc_view_release(w));
-        }
-        qsort(lk, WARM_N, sizeof(double), cmp_d);
-        v[2] = lk[WARM_N / 2];
-        double t2 = now_us();
-        GK(gpuipc_lookup(c, "bench/gpu/buf", 0, 0, &v2));
-        bad += count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v2), size, SEED, 0);
-        v[3] = now_us() - t2;
-        v[5] = (double)bad;
-        send_rec(R_CONS_DONE, v, 6);
-        GK(gpuipc_view_release(v2));
-        GK(gpuipc_view_release(v1));
-        return bad ? fail("%s: %llu wrong bytes", mode, bad) : 0;
+        if (g->sys == S_GPUIPC)
+                gpuipc_cache_trim(c);
+        if (g->sys == S_FLOOR && g->kind == K_IPC && p)
+                CK(cuIpcCloseMemHandle(p));
+        if (vmm_free(&vm))
+                return 1;
+        if (hh)
+                CK(cuMemFreeHost(hh));
+        if (dd)
+                CK(cuMemFree(dd));
+        return 0;
 }
 
+/* argv: self role who sys kind fresh idle_us size rounds; fds 3 (results),
+ * 4 (go), 5 (the socketpair end). */
 static int role(char **argv)
 {
-        const char *who = argv[1], *mode = argv[2];
-        uint64_t size = strtoull(argv[3], NULL, 10);
-        int go = atoi(argv[5]), sock = atoi(argv[6]);
+        struct cfg g = { .sys = atoi(argv[3]), .kind = atoi(argv[4]), .fresh = atoi(argv[5]),
+                         .idle_us = (unsigned)atoi(argv[6]),
+                         .size = strtoull(argv[7], NULL, 10), .rounds = atoi(argv[8]) };
+        bool prod = !strcmp(argv[2], "producer");
         gpuipc_client *c = NULL;
         int r;
 
-        res_fd = atoi(argv[4]);
+        res_fd = 3;
         gpu_setup();
-        GK(gpuipc_connect(NULL, &c));
-        gpu_client = c;
-        r = !strcmp(who, "producer") ? producer(c, mode, size, go, sock)
-                                     : consumer(c, mode, size, sock);
+        if (g.sys == S_GPUIPC) {
+                GK(gpuipc_connect(NULL, &c));
+                gpu_client = c;
+        }
+        r = prod ? producer(c, &g, 4, 5) : consumer(c, &g, 5);
         gpuipc_client_free(c);
         return r ? 1 : 0;
 }
 
-/* ---- orchestration ------------------------------------------------------ */
+/* ---- orchestration ---------------------------------------------------- */
 
-/* Every fd of ours is close-on-exec and numbered >= 100; each child gets
- * exactly its three as fds 3 (results), 4 (go) and 5 (its socket end), so no
- * child holds the other's socket end open. */
+/* Our fds are close-on-exec and numbered >= 100; a child gets exactly its
+ * three as 3, 4 and 5, so neither holds the other's socket end open. */
 static int hi_fd(int fd)
 {
         int n = fcntl(fd, F_DUPFD_CLOEXEC, 100);
@@ -272,17 +484,22 @@ static int hi_fd(int fd)
         return n;
 }
 
-static pid_t spawn_role(const char *self, const char *who, const char *mode, uint64_t size,
-                        int resfd, int gofd, int sockfd)
+static pid_t spawn_role(const char *self, const char *who, const struct cfg *g, int resfd,
+                        int gofd, int sockfd)
 {
-        char s_size[32];
-        char *argv[] = { (char *)self, (char *)who, (char *)mode, s_size, "3", "4", "5",
+        char a[6][32];
+        char *argv[] = { (char *)self, "role", (char *)who, a[0], a[1], a[2], a[3], a[4], a[5],
                          NULL };
         posix_spawn_file_actions_t fa;
         pid_t pid;
         int r;
 
-        snprintf(s_size, sizeof(s_size), "%llu", (unsigned long long)size);
+        snprintf(a[0], 32, "%d", g->sys);
+        snprintf(a[1], 32, "%d", g->kind);
+        snprintf(a[2], 32, "%d", g->fresh);
+        snprintf(a[3], 32, "%u", g->idle_us);
+        snprintf(a[4], 32, "%llu", (unsigned long long)g->size);
+        snprintf(a[5], 32, "%d", g->rounds);
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_adddup2(&fa, resfd, 3);
         posix_spawn_file_actions_adddup2(&fa, gofd, 4);
@@ -293,20 +510,19 @@ static pid_t spawn_role(const char *self, const char *who, const char *mode, uin
 }
 
 /* Next record, or -1 when a child failed or 600 s passed. */
-static int next_rec(int fd, struct rec *r, pid_t *kids, int nkids)
+static int next_rec(int fd, struct rec *r, pid_t *kids)
 {
         for (int waited = 0; waited < 600; waited++) {
                 struct pollfd p = { fd, POLLIN, 0 };
                 if (poll(&p, 1, 1000) == 1)
                         return read(fd, r, sizeof(*r)) == (ssize_t)sizeof(*r) ? 0 : -1;
-                for (int i = 0; i < nkids; i++) {
+                for (int i = 0; i < 2; i++) {
                         int st;
                         if (kids[i] > 0 && waitpid(kids[i], &st, WNOHANG) == kids[i]) {
                                 kids[i] = -1;
                                 if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                                        fprintf(stderr, "gpu_bench: a %s process failed "
-                                                "(see its message above)\n",
-                                                i ? "consumer" : "producer");
+                                        fprintf(stderr, "gpu_bench: the %s failed (see its "
+                                                "message above)\n", i ? "consumer" : "producer");
                                         return -1;
                                 }
                         }
@@ -316,61 +532,69 @@ static int next_rec(int fd, struct rec *r, pid_t *kids, int nkids)
         return -1;
 }
 
-/* One handoff: res[0] register -> kernel done, [1] register -> lookup
- * returned, [2] warm lookup, [3] warm lookup -> kernel done, [4] ping p50 (us
- * for [2] and [4], ms otherwise). */
-static int run_case(const char *self, const char *mode, uint64_t size, double res[5])
+struct result {
+        double t0[MAXR], call[MAXR], t1[MAXR], t2[MAXR];
+        double rtt;
+};
+
+static int run_case(const char *self, const struct cfg *g, struct result *res)
 {
         int rp[2], gp[2], sp[2];
         pid_t kids[2];
-        double t0 = NAN;
-        struct rec r, done = { 0 };
-        int ok = 0, got = 0;
+        struct rec r;
+        int ok = 0, ready = 0, got = 0;
 
         if (pipe2(rp, O_CLOEXEC) < 0 || pipe2(gp, O_CLOEXEC) < 0 ||
             socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
                 fprintf(stderr, "gpu_bench: pipe: %s\n", strerror(errno));
                 return -1;
         }
-        rp[0] = hi_fd(rp[0]);
-        rp[1] = hi_fd(rp[1]);
-        gp[0] = hi_fd(gp[0]);
-        gp[1] = hi_fd(gp[1]);
-        sp[0] = hi_fd(sp[0]);
-        sp[1] = hi_fd(sp[1]);
-        if (rp[0] < 0 || rp[1] < 0 || gp[0] < 0 || gp[1] < 0 || sp[0] < 0 || sp[1] < 0) {
-                fprintf(stderr, "gpu_bench: fcntl(F_DUPFD_CLOEXEC): %s\n", strerror(errno));
-                return -1;
-        }
-        kids[0] = spawn_role(self, "producer", mode, size, rp[1], gp[0], sp[0]);
-        kids[1] = spawn_role(self, "consumer", mode, size, rp[1], gp[0], sp[1]);
+        int *fds[] = { &rp[0], &rp[1], &gp[0], &gp[1], &sp[0], &sp[1] };
+        for (int i = 0; i < 6; i++)
+                if ((*fds[i] = hi_fd(*fds[i])) < 0) {
+                        fprintf(stderr, "gpu_bench: fcntl: %s\n", strerror(errno));
+                        return -1;
+                }
+        kids[0] = spawn_role(self, "producer", g, rp[1], gp[0], sp[0]);
+        kids[1] = spawn_role(self, "consumer", g, rp[1], gp[0], sp[1]);
         close(sp[0]);
         close(sp[1]);
         close(gp[0]);
+        close(rp[1]);
         if (kids[0] < 0 || kids[1] < 0) {
                 fprintf(stderr, "gpu_bench: cannot spawn %s\n", self);
                 ok = -1;
         }
-        /* Both ready -> go; then t0 and the consumer's result. */
-        while (ok == 0 && got < 4) {
-                if (next_rec(rp[0], &r, kids, 2) < 0) {
+        while (ok == 0 && got < 2 * g->rounds) {
+                if (next_rec(rp[0], &r, kids) < 0) {
                         ok = -1;
                         break;
                 }
-                got++;
-                if (r.tag == R_PROD_T0)
-                        t0 = r.v[0];
-                else if (r.tag == R_CONS_DONE)
-                        done = r;
-                if (got == 2) {
-                        usleep(50000);  /* the consumer is now waiting in lookup */
-                        if (write(gp[1], "g", 1) != 1)
-                                ok = -1;
+                if (r.tag == R_READY) {
+                        if (r.v[0] != 0)
+                                res->rtt = r.v[0];
+                        if (++ready == 2) {
+                                usleep(50000);  /* the consumer waits now */
+                                if (write(gp[1], "g", 1) != 1)
+                                        ok = -1;
+                        }
+                        continue;
                 }
+                if (r.round < 0 || r.round >= g->rounds) {
+                        ok = -1;
+                        break;
+                }
+                if (r.tag == R_T0) {
+                        res->t0[r.round] = r.v[0];
+                        res->call[r.round] = r.v[1];
+                } else {
+                        res->t1[r.round] = r.v[0];
+                        res->t2[r.round] = r.v[1];
+                }
+                got++;
         }
         close(gp[1]);
         close(rp[0]);
-        close(rp[1]);
         for (int i = 0; i < 2; i++) {
                 int st;
                 if (kids[i] <= 0)
@@ -380,38 +604,47 @@ static int run_case(const char *self, const char *mode, uint64_t size, double re
                 if (waitpid(kids[i], &st, 0) == kids[i] && (!WIFEXITED(st) || WEXITSTATUS(st)))
                         ok = -1;
         }
-        if (ok < 0 || isnan(t0) || done.tag != R_CONS_DONE)
-                return -1;
-        res[0] = (done.v[1] - t0) / 1e3;
-        res[1] = (done.v[0] - t0) / 1e3;
-        res[2] = done.v[2];
-        res[3] = done.v[3] / 1e3;
-        res[4] = done.v[4];
-        return 0;
+        return ok;
 }
 
-static double med(double *v, int n)
+/* q-quantile of v[1..n) (round 0 warms up), nearest rank. */
+static double quant(const double *v, int n, double q)
 {
         double t[MAXR];
         int k = 0;
 
-        for (int i = 0; i < n; i++)
-                if (!isnan(v[i]))
-                        t[k++] = v[i];
-        if (!k)
-                return NAN;
+        for (int i = 1; i < n; i++)
+                t[k++] = v[i];
         qsort(t, (size_t)k, sizeof(double), cmp_d);
-        return k % 2 ? t[k / 2] : (t[k / 2 - 1] + t[k / 2]) / 2;
+        int at = (int)(q * (k - 1) + 0.5);
+        return t[at];
+}
+
+static void report(const struct cfg *g, const char *sname, const struct result *res)
+{
+        double us[MAXR], ker[MAXR];
+
+        for (int i = 0; i < g->rounds; i++) {
+                us[i] = res->t1[i] - res->t0[i];
+                ker[i] = res->t2[i] - res->t0[i];
+        }
+        printf("%s,%s,%s,%g,%s,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", sys_name[g->sys],
+               kind_name[g->kind], g->sys == S_PINNED ? "-" : g->fresh ? "fresh" : "reused",
+               g->idle_us / 1e3, sname, g->rounds - 1, quant(us, g->rounds, 0.5),
+               quant(us, g->rounds, 0.99), quant(ker, g->rounds, 0.5),
+               quant(ker, g->rounds, 0.99), quant(res->call, g->rounds, 0.5), res->rtt);
+        fflush(stdout);
 }
 
 int main(int argc, char **argv)
 {
         static const uint64_t sizes[] = { MiB, 64 * MiB, 1024 * MiB };
         static const char *const sname[] = { "1MiB", "64MiB", "1GiB" };
-        static const char *const modes[] = { "pinned", "cuda-ipc", "cuda-vmm" };
-        int rounds = 3, failures = 0;
+        static const unsigned idles[] = { 2000, 50000 };
+        const char *only = getenv("GPU_BENCH_ONLY");
+        int rounds = 16, failures = 0, cases = 0;
 
-        if (argc == 7)
+        if (argc == 9 && !strcmp(argv[1], "role"))
                 return role(argv);
         if (argc < 2 || strcmp(argv[1], "all") != 0) {
                 fprintf(stderr, "usage: %s all [ROUNDS]\n", argv[0]);
@@ -419,8 +652,8 @@ int main(int argc, char **argv)
         }
         if (argc > 2)
                 rounds = atoi(argv[2]);
-        if (rounds < 1 || rounds > MAXR) {
-                fprintf(stderr, "gpu_bench: ROUNDS must be 1..%d\n", MAXR);
+        if (rounds < 2 || rounds > MAXR) {
+                fprintf(stderr, "gpu_bench: ROUNDS must be 2..%d (the first warms up)\n", MAXR);
                 return 2;
         }
         if (!getenv("GPUIPC_SOCKET") || !getenv("GPUIPC_GPU_PTX")) {
@@ -429,46 +662,39 @@ int main(int argc, char **argv)
                 return 2;
         }
         signal(SIGPIPE, SIG_IGN);
-        printf("kind,size,mode,rounds,register_to_kernel_done_ms,register_to_lookup_ms,"
-               "warm_lookup_us,warm_lookup_to_kernel_done_ms,ping_p50_us,"
-               "pinned_over_this\n");
+        printf("system,kind,pattern,idle_ms,size,rounds,usable_p50_us,usable_p99_us,"
+               "kernel_p50_us,kernel_p99_us,call_p50_us,rtt_p50_us\n");
         fflush(stdout);
-        for (int s = 0; s < 3; s++) {
-                double v[3][5][MAXR];
-                for (int r = 0; r < rounds; r++)
-                        for (int m = 0; m < 3; m++) {
-                                double res[5];
-                                if (run_case(argv[0], modes[m], sizes[s], res) < 0) {
-                                        fprintf(stderr, "gpu_bench: %s %s round %d FAILED\n",
-                                                modes[m], sname[s], r + 1);
-                                        failures++;
-                                        for (int k = 0; k < 5; k++)
-                                                res[k] = NAN;
-                                }
-                                for (int k = 0; k < 5; k++)
-                                        v[m][k][r] = res[k];
-                        }
-                if (s == 0 && failures == rounds * 3) {
-                        fprintf(stderr, "gpu_bench: every 1 MiB case failed: the setup is "
-                                "broken (see the messages above); stopping\n");
-                        return 1;
-                }
-                double pinned = med(v[0][0], rounds);
-                for (int m = 0; m < 3; m++) {
-                        double cold = med(v[m][0], rounds);
-                        printf("gpu,%s,%s cold,%d,%.4f,%.4f,,,%.1f,%.1f\n", sname[s],
-                               modes[m], rounds, cold, m ? med(v[m][1], rounds) : NAN,
-                               med(v[m][4], rounds), pinned / cold);
-                        if (m > 0) {
-                                double warm = med(v[m][3], rounds);
-                                printf("gpu,%s,%s warm,%d,%.4f,,%.1f,%.4f,%.1f,%.1f\n",
-                                       sname[s], modes[m], rounds, warm, med(v[m][2], rounds),
-                                       warm, med(v[m][4], rounds), pinned / warm);
-                        }
-                }
-                fflush(stdout);
-        }
+        for (int s = 0; s < 3; s++)
+                for (int w = 0; w < 2; w++)
+                        for (int sys = S_FLOOR; sys <= S_PINNED; sys++)
+                                for (int k = K_IPC; k <= K_VMM; k++)
+                                        for (int f = 0; f < 2; f++) {
+                                                struct cfg g = { sys, sys == S_PINNED ? K_HOST : k,
+                                                                 f, idles[w], sizes[s], rounds };
+                                                struct result res = { .rtt = NAN };
+                                                char label[96];
+                                                if (sys == S_PINNED && (k || f))
+                                                        continue;
+                                                snprintf(label, sizeof(label), "%s,%s,%s,%g,%s",
+                                                         sys_name[sys], kind_name[g.kind],
+                                                         sys == S_PINNED ? "-" : f ? "fresh"
+                                                                                   : "reused",
+                                                         idles[w] / 1e3, sname[s]);
+                                                if (only && fnmatch(only, label, 0) != 0)
+                                                        continue;
+                                                cases++;
+                                                if (run_case(argv[0], &g, &res) < 0) {
+                                                        fprintf(stderr, "gpu_bench: %s %s %s %s "
+                                                                "FAILED\n", sys_name[sys],
+                                                                kind_name[g.kind], sname[s],
+                                                                f ? "fresh" : "reused");
+                                                        failures++;
+                                                        continue;
+                                                }
+                                                report(&g, sname[s], &res);
+                                        }
         if (failures)
-                fprintf(stderr, "gpu_bench: %d case(s) failed\n", failures);
+                fprintf(stderr, "gpu_bench: %d of %d cases failed\n", failures, cases);
         return failures ? 1 : 0;
 }

@@ -21,6 +21,16 @@ of 64 KiB handed over back to back.
 
 usage: gpu_handoff.py [ROUNDS] > gpu_handoff.csv     (needs $GPUIPC_SOCKET,
        the gpuipc package on PYTHONPATH and libgpuipc; see gpu_run.sh)
+$GPU_HANDOFF_SIZES (e.g. "1MiB,64MiB") limits the sizes; $GPU_HANDOFF_MANY=0
+leaves out the 1000 small tensors; $GPU_HANDOFF_LABEL (e.g. "-busy") is
+appended to the gpuipc rows' system, and then torch.mp is left out (a
+second pass of gpuipc alone, with other settings).
+
+Profile columns (gpuipc rows): the C call under Python's register, the
+driver time inside it (when $GPUIPC_LIBCUDA is the timecuda shim, as
+gpu_run.sh sets it), when the consumer's C lookup and its Python lookup
+returned (from the producer's call), the driver time inside the lookup, and
+the driver calls of the last round.
 """
 import os
 import statistics
@@ -32,6 +42,11 @@ import torch
 import torch.multiprocessing as mp
 
 P = 91
+try:
+    import cupy  # noqa: F401  (CuPy consumers, when it imports)
+    HAVE_CUPY = True
+except ImportError:
+    HAVE_CUPY = False
 SIZES = [(1 << 20, "1MiB"), (64 << 20, "64MiB"), (1 << 30, "1GiB")]
 IDLES = [0.002, 0.050]
 
@@ -48,17 +63,88 @@ def warm_cuda():
     torch.cuda.synchronize()
 
 
+# ---- profile: the C calls under the Python ones, the driver under both ---
+
+
+class Probe:
+    """Times libgpuipc's C entry points as Python calls them, and, when
+    GPUIPC_LIBCUDA is the timecuda shim (tests/bench/timecuda.c), the driver
+    calls libgpuipc makes.  Everything is read per round."""
+
+    def __init__(self, names):
+        import ctypes
+        from gpuipc import _lib
+        self.t_end = {}
+        self.dur = {}
+        for n in names:
+            fn = getattr(_lib.lib, n)
+
+            def wrap(*a, _fn=fn, _n=n):
+                t = time.monotonic()
+                r = _fn(*a)
+                e = time.monotonic()
+                self.dur[_n] = e - t
+                self.t_end[_n] = e
+                return r
+            setattr(_lib.lib, n, wrap)
+        self.shim = None
+        path = os.environ.get("GPUIPC_LIBCUDA", "")
+        if "timecuda" in path:
+            self.shim = ctypes.CDLL(path)
+            self.shim.timecuda_get.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
+                                               ctypes.POINTER(ctypes.c_ulonglong),
+                                               ctypes.POINTER(ctypes.c_ulonglong)]
+        self._c = ctypes
+
+    def driver(self):
+        """{entry point: (calls, ns)} so far."""
+        out = {}
+        if self.shim is None:
+            return out
+        c = self._c
+        name, calls, ns = c.c_char_p(), c.c_ulonglong(), c.c_ulonglong()
+        i = 0
+        while self.shim.timecuda_get(i, c.byref(name), c.byref(calls), c.byref(ns)) == 0:
+            out[name.value.decode()] = (calls.value, ns.value)
+            i += 1
+        return out
+
+
+def driver_delta(a, b):
+    """Driver time between two Probe.driver() readings, µs, and a short
+    "name×calls:µs" list of what was called."""
+    tot, parts = 0.0, []
+    for k, (n, ns) in b.items():
+        n0, ns0 = a.get(k, (0, 0))
+        if n > n0:
+            us = (ns - ns0) / 1e3
+            tot += us
+            parts.append(f"{k}x{n - n0}:{us:.0f}")
+    return tot, " ".join(parts)
+
+
 # ---- gpuipc -------------------------------------------------------------
 
 
-def gi_consumer(prefix, n, res, ready):
+def gi_consumer(prefix, n, res, ready, lib="torch"):
     import gpuipc
     warm_cuda()
+    if lib == "cupy":
+        import cupy
+        w = cupy.full((1 << 20,), P, dtype=cupy.uint8)
+        assert int((w != P).sum()) == 0
+    pr = Probe(["gpuipc_lookup"])
     c = gpuipc.connect()
     ready.set()
     for i in range(n):
+        d0 = pr.driver()
         v = c.lookup(f"{prefix}/{i}", timeout=120)
-        t = torch.as_tensor(v, device="cuda")
+        t_lk = time.monotonic()
+        drv, calls = driver_delta(d0, pr.driver())
+        if lib == "cupy":
+            t = cupy.asarray(v)
+        else:
+            t = torch.as_tensor(v, device="cuda")
         t1 = time.monotonic()
         bad = int((t != P).sum().item())
         t2 = time.monotonic()
@@ -69,13 +155,14 @@ def gi_consumer(prefix, n, res, ready):
         del t
         v.release()
         del v
-        res.put((i, t1, t2, bad))
+        res.put((i, t1, t2, bad, pr.t_end["gpuipc_lookup"], t_lk, drv, calls))
     c.close()
 
 
 def gi_producer(prefix, n, size, pattern, idle, res, go):
     import gpuipc
     warm_cuda()
+    pr = Probe(["gpuipc_register_cuda"])
     c = gpuipc.connect()
     go.wait()
     for i in range(n):
@@ -84,10 +171,12 @@ def gi_producer(prefix, n, size, pattern, idle, res, go):
         x = torch.full((size,), P, dtype=torch.uint8, device="cuda")
         torch.cuda.synchronize()
         time.sleep(idle)
+        d0 = pr.driver()
         t0 = time.monotonic()
         rid = c.register(f"{prefix}/{i}", x, cacheable=(pattern == "reused"))
         t_reg = time.monotonic()
-        res.put(("t0", i, t0, t_reg - t0))
+        drv, calls = driver_delta(d0, pr.driver())
+        res.put(("t0", i, t0, t_reg - t0, pr.dur["gpuipc_register_cuda"], drv, calls))
         c.wait_released(rid, timeout=120)
         if pattern == "fresh":
             c.unregister(f"{prefix}/{i}")
@@ -101,10 +190,10 @@ def gi_producer(prefix, n, size, pattern, idle, res, go):
     c.close()
 
 
-def run_gpuipc(ctx, size, pattern, idle, rounds, vmm):
+def run_gpuipc(ctx, size, pattern, idle, rounds, vmm, lib="torch"):
     prefix = "bench/" + uuid.uuid4().hex[:8]
     res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    cons = ctx.Process(target=gi_consumer, args=(prefix, rounds, res, ready))
+    cons = ctx.Process(target=gi_consumer, args=(prefix, rounds, res, ready, lib))
     old = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if vmm:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -118,23 +207,33 @@ def run_gpuipc(ctx, size, pattern, idle, rounds, vmm):
     if not ready.wait(120):
         raise SystemExit("gpu_handoff: the consumer did not start")
     go.set()
-    t0, t1, t2, reg, kind = {}, {}, {}, {}, ""
+    t0, t1, t2, reg, kind, prof = {}, {}, {}, {}, "", {}
     while len(t1) < rounds or len(t0) < rounds or not kind:
         m = res.get(timeout=600)
         if m[0] == "t0":
             t0[m[1]], reg[m[1]] = m[2], m[3]
+            prof.setdefault(m[1], {}).update(reg_c=m[4] * 1e6, reg_drv=m[5], reg_calls=m[6])
         elif m[0] == "done":
             kind = m[1] or "cuda-ipc"
         else:
-            i, a, b, bad = m
+            i, a, b, bad, t_lkc, t_lk, drv, calls = m
             if bad:
                 raise SystemExit(f"gpu_handoff: {bad} wrong bytes in round {i}")
             t1[i], t2[i] = a, b
+            prof.setdefault(i, {}).update(lkc=t_lkc, lk=t_lk, lk_drv=drv, lk_calls=calls)
     prod.join(120)
     cons.join(120)
     keep = range(1, rounds)     # round 0 warms up
+    p = {
+        "register_c": [prof[i]["reg_c"] for i in keep],
+        "register_driver": [prof[i]["reg_drv"] for i in keep],
+        "lookup_c_done": [(prof[i]["lkc"] - t0[i]) * 1e6 for i in keep],
+        "lookup_py_done": [(prof[i]["lk"] - t0[i]) * 1e6 for i in keep],
+        "lookup_driver": [prof[i]["lk_drv"] for i in keep],
+        "calls": prof[rounds - 1]["reg_calls"] + " | " + prof[rounds - 1]["lk_calls"],
+    }
     return ([(t1[i] - t0[i]) * 1e6 for i in keep], [(t2[i] - t0[i]) * 1e6 for i in keep],
-            [reg[i] * 1e6 for i in keep], kind)
+            [reg[i] * 1e6 for i in keep], kind, p)
 
 
 # ---- torch.multiprocessing ----------------------------------------------
@@ -276,14 +375,20 @@ def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     ctx = mp.get_context("spawn")
     print("system,kind,pattern,idle_ms,size,rounds,tensor_p50_us,tensor_p99_us,"
-          "kernel_p50_us,register_p50_us")
+          "kernel_p50_us,kernel_p99_us,register_p50_us,register_c_p50_us,"
+          "register_driver_p50_us,lookup_c_done_p50_us,lookup_py_done_p50_us,"
+          "lookup_driver_p50_us,last_round_driver_calls")
     def case(what, fn):
         try:
             fn()
         except Exception as e:  # one broken case must not hide the others
             print(f"error,{what},{type(e).__name__}: {e}".replace("\n", " "), flush=True)
 
+    only = os.environ.get("GPU_HANDOFF_SIZES")
+    label_sfx = os.environ.get("GPU_HANDOFF_LABEL", "")
     for size, label in SIZES:
+        if only and label not in only.split(","):
+            continue
         n = rounds if size < (1 << 30) else max(10, rounds * 10 // 16)
         for idle in IDLES:
             for pattern in ("reused", "fresh"):
@@ -291,23 +396,35 @@ def main():
                     lat, ker = run_mp(ctx, size, pattern, idle, n)
                     print(f"torch.mp,cuda-ipc,{pattern},{idle * 1e3:g},{label},{len(lat)},"
                           f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
-                          f"{statistics.median(ker):.0f},", flush=True)
-                case(f"torch.mp {label} {pattern} {idle}", mp_row)
-                for vmm in (False, True):
+                          f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,",
+                          flush=True)
+                if not label_sfx:
+                    case(f"torch.mp {label} {pattern} {idle}", mp_row)
+                for vmm, lib in ((False, "torch"), (False, "cupy"), (True, "torch")):
+                    if lib == "cupy" and not HAVE_CUPY:
+                        continue
+
                     def gi_row():
-                        lat, ker, reg, kind = run_gpuipc(ctx, size, pattern, idle, n, vmm)
+                        lat, ker, reg, kind, p = run_gpuipc(ctx, size, pattern, idle, n, vmm, lib)
                         k = kind if pattern == "reused" else ("cuda-vmm" if vmm else "cuda-ipc")
-                        print(f"gpuipc,{k},{pattern},{idle * 1e3:g},{label},{len(lat)},"
+                        med = {key: statistics.median(v) for key, v in p.items() if key != "calls"}
+                        print(f"gpuipc{label_sfx}{'+cupy' if lib == 'cupy' else ''},{k},{pattern},"
+                              f"{idle * 1e3:g},{label},{len(lat)},"
                               f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
-                              f"{statistics.median(ker):.0f},{statistics.median(reg):.0f}",
-                              flush=True)
-                    case(f"gpuipc {label} {pattern} {idle} vmm={vmm}", gi_row)
-    for _ in range(3):
-        case("torch.mp many", lambda: print(
-            f"torch.mp,cuda-ipc,1000x64KiB,0,64KiB,1000,{many_mp(ctx, 1000):.0f},,,", flush=True))
+                              f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},"
+                              f"{statistics.median(reg):.0f},{med['register_c']:.0f},"
+                              f"{med['register_driver']:.0f},{med['lookup_c_done']:.0f},"
+                              f"{med['lookup_py_done']:.0f},{med['lookup_driver']:.0f},"
+                              f"{p['calls']}", flush=True)
+                    case(f"gpuipc {label} {pattern} {idle} vmm={vmm} {lib}", gi_row)
+    for _ in range(3 if os.environ.get("GPU_HANDOFF_MANY", "1") != "0" else 0):
+        if not label_sfx:
+            case("torch.mp many", lambda: print(
+                f"torch.mp,cuda-ipc,1000x64KiB,0,64KiB,1000,{many_mp(ctx, 1000):.0f},,,,,,,,,,",
+                flush=True))
         case("gpuipc many", lambda: print(
-            f"gpuipc,cuda-ipc,1000x64KiB,0,64KiB,1000,{many_gpuipc(ctx, 1000):.0f},,,",
-            flush=True))
+            f"gpuipc{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,{many_gpuipc(ctx, 1000):.0f}"
+            ",,,,,,,,,,", flush=True))
 
 
 if __name__ == "__main__":

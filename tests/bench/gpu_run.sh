@@ -1,15 +1,18 @@
 #!/bin/sh
-# GPU handoff benchmark: starts gpuipcd on a temporary socket, runs
-# gpu_bench (C: cuda-ipc and cuda-vmm cold and warm, the pinned copy) and
-# gpu_handoff.py (Python: gpuipc against torch.multiprocessing) when torch
-# imports; prints the CSVs on stdout and keeps copies in
-# BUILDDIR/bench/gpu.csv and BUILDDIR/bench/gpu_handoff.csv.
-# usage: tests/bench/gpu_run.sh [BUILDDIR] [ROUNDS]
+# GPU handoff benchmark, side by side in one run (issue 13): starts gpuipcd
+# on a temporary socket, runs gpu_bench (C: the driver floor, the C library
+# and the pinned copy; cuda-ipc and cuda-vmm, fresh and reused, 2 and 50 ms
+# idle) and gpu_handoff.py (Python: gpuipc with torch and CuPy consumers
+# against torch.multiprocessing) when torch imports, then gpu_summary.py's
+# ratio tables.  Prints the CSVs on stdout and keeps copies in
+# BUILDDIR/bench/gpu.csv, gpu_handoff.csv and gpu_summary.md.
+# GPUIPC_BENCH_C=0 or GPUIPC_BENCH_PY=0 skips a half (then no summary).
+# usage: tests/bench/gpu_run.sh [BUILDDIR] [ROUNDS]      (ROUNDS 16: 15 timed)
 # Build first (here or on a build host, then carry BUILDDIR):
 #   make STATIC_DEPS=1 BUILDDIR=build/gpub gpu-bench
 set -u
 B=$(cd "${1:-build}" 2>/dev/null && pwd) || { echo "gpu_run: no build dir ${1:-build}" >&2; exit 2; }
-ROUNDS=${2:-3}
+ROUNDS=${2:-16}
 here=$(cd "$(dirname "$0")" && pwd)
 PTX="$here/../gpu/kernels.ptx"
 [ -f "$PTX" ] || PTX="$B/bench/kernels.ptx"
@@ -36,22 +39,67 @@ if [ ! -S "$GPUIPC_SOCKET" ]; then
 fi
 
 out="$B/bench/gpu.csv"
-"$B/bench/gpu_bench" all "$ROUNDS" > "$out"
-rc=$?
-cat "$out"
+rc=0
+if [ "${GPUIPC_BENCH_C:-1}" != 0 ]; then
+        "$B/bench/gpu_bench" all "$ROUNDS" > "$out" || rc=1
+        cat "$out"
+fi
 PY=${PYTHON:-python3}
+shim=
+[ -f "$B/bench/libtimecuda.so" ] && shim="$B/bench/libtimecuda.so"
 # Python, side by side in one run: gpuipc (torch consumers) against
 # torch.multiprocessing, reused and fresh blocks, 2 ms and 50 ms idle, and
-# 1000 small tensors (gpu_handoff.py; PYROUNDS rounds, the first a warm-up).
-# GPUIPC_BENCH_PY=0 skips it.
+# 1000 small tensors (gpu_handoff.py; ROUNDS rounds, the first a warm-up).
+# libgpuipc's driver calls go through the timing shim (timecuda.c) for the
+# profile columns: two clock reads per call.
 if [ "${GPUIPC_BENCH_PY:-1}" = 0 ]; then
         echo "gpu_run: Python rows skipped (GPUIPC_BENCH_PY=0)" >&2
 elif "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-        GPUIPC_LIBRARY="$B/libgpuipc.so.1" PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
-                "$PY" "$here/gpu_handoff.py" "${PYROUNDS:-16}" > "$B/bench/gpu_handoff.csv" || rc=1
+        GPUIPC_LIBCUDA=$shim GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
+                PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
+                "$PY" "$here/gpu_handoff.py" "${PYROUNDS:-$ROUNDS}" > "$B/bench/gpu_handoff.csv" || rc=1
         cat "$B/bench/gpu_handoff.csv"
 else
         echo "gpu_run: torch with CUDA not importable by $PY: Python rows skipped" >&2
+fi
+
+# GPUIPC_BENCH_BUSY_US=N: a second pass of the gpuipc rows with busy polling
+# on both sides (a second gpuipcd with --busy-poll-us N, clients with
+# GPUIPC_BUSY_POLL_US=N), appended as system "gpuipc-busy" (C: 1 MiB and
+# 64 MiB; Python: GPU_HANDOFF_SIZES, default 1MiB,64MiB, no small tensors).
+if [ -n "${GPUIPC_BENCH_BUSY_US:-}" ]; then
+        bsock="$dir/busy.sock"
+        "$B/gpuipcd" --socket "$bsock" --log-level 4 --busy-poll-us "$GPUIPC_BENCH_BUSY_US" \
+                2>"$dir/busy.log" &
+        bpid=$!
+        i=0
+        while [ ! -S "$bsock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+        if [ "${GPUIPC_BENCH_C:-1}" != 0 ]; then
+                for sz in 1MiB 64MiB; do
+                        GPUIPC_SOCKET=$bsock GPUIPC_BUSY_POLL_US=$GPUIPC_BENCH_BUSY_US \
+                                GPU_BENCH_ONLY="gpuipc,*,$sz" "$B/bench/gpu_bench" all "$ROUNDS" |
+                                tail -n +2 | sed 's/^gpuipc,/gpuipc-busy,/' >> "$out" || rc=1
+                done
+        fi
+        if [ "${GPUIPC_BENCH_PY:-1}" != 0 ]; then
+                GPUIPC_SOCKET=$bsock GPUIPC_BUSY_POLL_US=$GPUIPC_BENCH_BUSY_US GPU_HANDOFF_LABEL=-busy \
+                        GPU_HANDOFF_SIZES=${GPU_HANDOFF_SIZES:-1MiB,64MiB} GPU_HANDOFF_MANY=0 \
+                        GPUIPC_LIBCUDA=${shim:-} GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
+                        PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
+                        "$PY" "$here/gpu_handoff.py" "${PYROUNDS:-$ROUNDS}" | tail -n +2 \
+                        >> "$B/bench/gpu_handoff.csv" || rc=1
+        fi
+        kill -TERM "$bpid"
+        wait "$bpid" || { rc=1; cat "$dir/busy.log" >&2; }
+fi
+
+if [ -s "$out" ] && [ -s "$B/bench/gpu_handoff.csv" ]; then
+        "$PY" "$here/gpu_summary.py" "$out" "$B/bench/gpu_handoff.csv" > "$B/bench/gpu_summary.md" &&
+                cat "$B/bench/gpu_summary.md"
+        if "$PY" -c 'import matplotlib' 2>/dev/null; then
+                "$PY" "$here/plot_gpu.py" "$out" "$B/bench/gpu_handoff.csv" "$B/bench/gpu_handoff.png" ||
+                        echo "gpu_run: plot failed" >&2
+        fi
 fi
 
 kill -TERM "$dpid"

@@ -1,6 +1,9 @@
-"""Plots a gpu_bench CSV (tests/bench/gpu_run.sh) as docs/perf-gpu.png.
+"""Plots one GPU benchmark run (tests/bench/gpu_run.sh) as one PNG: for each
+idle time, the C rows (driver floor, gpuipc, gpuipc with busy polling, the
+pinned copy) and the Python rows (torch.multiprocessing, gpuipc, gpuipc with
+busy polling) of cuda-ipc handoffs, median µs to a usable pointer / tensor.
 
-usage: /usr/bin/python3 tests/bench/plot_gpu.py GPU_CSV OUT_PNG
+usage: python3 tests/bench/plot_gpu.py GPU_CSV HANDOFF_CSV OUT_PNG
 """
 import csv
 import sys
@@ -9,33 +12,59 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+SIZES = ["1MiB", "64MiB", "1GiB"]
+GROUPS = [(s, p) for s in SIZES for p in ("reused", "fresh")]
 
-def main(src, dst):
-    rows = [r for r in csv.DictReader(open(src)) if r["register_to_kernel_done_ms"] not in ("", "nan")]
-    sizes = ["1MiB", "64MiB", "1GiB"]
-    modes = []
-    for r in rows:
-        if r["mode"] not in modes:
-            modes.append(r["mode"])
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    width = 0.8 / len(modes)
-    for k, mode in enumerate(modes):
-        ys = []
-        for s in sizes:
-            v = [float(r["register_to_kernel_done_ms"]) for r in rows
-                 if r["mode"] == mode and r["size"] == s]
-            ys.append(v[0] if v else float("nan"))
-        xs = [i + (k - (len(modes) - 1) / 2) * width for i in range(len(sizes))]
-        ax.bar(xs, ys, width, label=mode)
-    ax.set_xticks(range(len(sizes)))
-    ax.set_xticklabels(sizes)
+
+def rows(path):
+    with open(path) as f:
+        return [r for r in csv.DictReader(f) if not r["system"].startswith("error")]
+
+
+def value(rs, system, kind, pattern, idle, size, col):
+    for r in rs:
+        if (r["system"], r["kind"], r["pattern"], r["idle_ms"], r["size"]) == \
+                (system, kind, pattern, idle, size):
+            try:
+                return float(r[col])
+            except ValueError:
+                return float("nan")
+    return float("nan")
+
+
+def panel(ax, rs, systems, col, idle, title):
+    width = 0.8 / len(systems)
+    for k, (system, kind, label) in enumerate(systems):
+        ys = [value(rs, system, kind, "-" if system == "pinned" else p, idle, s, col)
+              for s, p in GROUPS]
+        xs = [i + (k - (len(systems) - 1) / 2) * width for i in range(len(GROUPS))]
+        ax.bar(xs, ys, width, label=label)
+    ax.set_xticks(range(len(GROUPS)))
+    ax.set_xticklabels([f"{s}\n{p}" for s, p in GROUPS], fontsize=8)
     ax.set_yscale("log")
-    ax.set_ylabel("register → consumer's first full-read kernel done (ms, log)")
-    ax.set_title("GPU handoff on an H200: gpuipcd against the pinned copy path and torch.multiprocessing")
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_ylabel("µs, median (log)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+
+
+def main(cpath, pypath, dst):
+    c, py = rows(cpath), rows(pypath)
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    for row, idle in enumerate(("2", "50")):
+        panel(axes[row][0], c, [("floor", "cuda-ipc", "driver floor"),
+                                ("gpuipc", "cuda-ipc", "gpuipc (C)"),
+                                ("gpuipc-busy", "cuda-ipc", "gpuipc, busy polling"),
+                                ("pinned", "host", "pinned host copy")],
+              "usable_p50_us", idle, f"C, cuda-ipc, {idle} ms idle: to a usable pointer")
+        panel(axes[row][1], py, [("torch.mp", "cuda-ipc", "torch.multiprocessing"),
+                                 ("gpuipc", "cuda-ipc", "gpuipc (Python, torch)"),
+                                 ("gpuipc+cupy", "cuda-ipc", "gpuipc (Python, CuPy)"),
+                                 ("gpuipc-busy", "cuda-ipc", "gpuipc, busy polling")],
+              "tensor_p50_us", idle, f"Python, {idle} ms idle: to a usable tensor")
+    fig.suptitle("GPU handoff on an H200 (tests/bench/gpu_run.sh)")
     fig.tight_layout()
-    fig.savefig(dst, dpi=110)
+    fig.savefig(dst, dpi=100)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])

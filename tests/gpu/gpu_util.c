@@ -86,14 +86,16 @@ void fill(CUdeviceptr p, uint64_t n, unsigned seed, uint64_t spin, CUstream s)
 
 unsigned long long count_bad(CUdeviceptr p, uint64_t n, unsigned seed, uint64_t pattern_off)
 {
+        static CUdeviceptr d_bad;       /* allocated once: no cuMemFree in timed spans */
         unsigned long long nn = n, off = pattern_off, bad = 0;
-        CUdeviceptr d_bad;
         void *args[] = { &p, &nn, &seed, &off, &d_bad };
-        CUresult r;
+        CUresult r = CUDA_SUCCESS;
 
-        if ((r = cuMemAlloc(&d_bad, sizeof(bad))) || (r = cuMemsetD8(d_bad, 0, sizeof(bad))) ||
+        if (!d_bad)
+                r = cuMemAlloc(&d_bad, sizeof(bad));
+        if (r || (r = cuMemsetD8(d_bad, 0, sizeof(bad))) ||
             (r = cuLaunchKernel(k_count, 264, 1, 1, 256, 1, 1, 0, NULL, args, NULL)) ||
-            (r = cuMemcpyDtoH(&bad, d_bad, sizeof(bad))) || (r = cuMemFree(d_bad)))
+            (r = cuMemcpyDtoH(&bad, d_bad, sizeof(bad))))
                 die("count_bad", r);
         return bad;
 }

@@ -1,0 +1,132 @@
+"""The issue-13 ratios of one GPU benchmark run, as Markdown tables.
+
+Reads the C CSV (gpu_bench: floor, gpuipc, pinned) and the Python CSV
+(gpu_handoff.py: gpuipc from Python against torch.multiprocessing) of one
+tests/bench/gpu_run.sh run and prints, per idle time, size and pattern:
+the C library against the driver floor (target: at most 2x), Python
+against torch.mp (target: at most 0.5x), reused Python handoffs against the
+socket round trip (target: at most 3x), and 1000 x 64 KiB (target: torch.mp
+at least 3x slower).
+
+usage: python3 tests/bench/gpu_summary.py GPU_CSV HANDOFF_CSV
+"""
+import csv
+import statistics
+import sys
+
+SIZES = ["1MiB", "64MiB", "1GiB"]
+
+
+def rows(path):
+    with open(path) as f:
+        return [r for r in csv.DictReader(f) if not r["system"].startswith("error")]
+
+
+def f(r, k):
+    try:
+        return float(r[k])
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+
+
+def pick(rs, **kw):
+    for r in rs:
+        if all(r.get(k) == v for k, v in kw.items()):
+            return r
+    return None
+
+
+def ratio(a, b):
+    return a / b if a == a and b == b and b > 0 else float("nan")
+
+
+def c_table(c):
+    print("### C library against the driver floor (usable pointer, p50 µs; target ≤ 2×)\n")
+    print("| idle, size | kind | pattern | floor | gpuipc | ratio | gpuipc busy-poll | ratio "
+          "| floor kernel | gpuipc kernel | pinned copy kernel |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for idle in ("2", "50"):
+        for s in SIZES:
+            pin = pick(c, system="pinned", idle_ms=idle, size=s)
+            for kind in ("cuda-ipc", "cuda-vmm"):
+                for pat in ("fresh", "reused"):
+                    fl = pick(c, system="floor", kind=kind, pattern=pat, idle_ms=idle, size=s)
+                    gi = pick(c, system="gpuipc", kind=kind, pattern=pat, idle_ms=idle, size=s)
+                    if not fl or not gi:
+                        continue
+                    r = ratio(f(gi, "usable_p50_us"), f(fl, "usable_p50_us"))
+                    mark = "**" if r <= 2 else ""
+                    bu = pick(c, system="gpuipc-busy", kind=kind, pattern=pat, idle_ms=idle, size=s)
+                    bv = f(bu, "usable_p50_us") if bu else float("nan")
+                    br = ratio(bv, f(fl, "usable_p50_us"))
+                    bmark = "**" if br <= 2 else ""
+                    print(f"| {idle} ms, {s} | {kind} | {pat} | {f(fl, 'usable_p50_us'):.0f} | "
+                          f"{f(gi, 'usable_p50_us'):.0f} | {mark}{r:.2f}{mark} | "
+                          f"{bv:.0f} | {bmark}{br:.2f}{bmark} | "
+                          f"{f(fl, 'kernel_p50_us'):.0f} | {f(gi, 'kernel_p50_us'):.0f} | "
+                          f"{f(pin, 'kernel_p50_us') if pin else float('nan'):.0f} |")
+    print()
+
+
+def py_table(py, c):
+    print("### Python against torch.multiprocessing (usable tensor, p50 µs; target ≤ 0.5×)\n")
+    print("| idle, size | pattern | torch.mp | gpuipc cuda-ipc | ratio | gpuipc + CuPy consumer "
+          "| ratio | gpuipc cuda-vmm | ratio | busy-poll cuda-ipc | ratio | busy-poll + CuPy "
+          "| ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for idle in ("2", "50"):
+        for s in SIZES:
+            for pat in ("reused", "fresh"):
+                mp = pick(py, system="torch.mp", pattern=pat, idle_ms=idle, size=s)
+                if not mp:
+                    continue
+                m = f(mp, "tensor_p50_us")
+                cells = []
+                for system, kind in (("gpuipc", "cuda-ipc"), ("gpuipc+cupy", "cuda-ipc"),
+                                     ("gpuipc", "cuda-vmm"), ("gpuipc-busy", "cuda-ipc"),
+                                     ("gpuipc-busy+cupy", "cuda-ipc")):
+                    g = pick(py, system=system, kind=kind, pattern=pat, idle_ms=idle, size=s)
+                    v = f(g, "tensor_p50_us") if g else float("nan")
+                    r = ratio(v, m)
+                    mark = "**" if r <= 0.5 else ""
+                    cells.append(f"{v:.0f} | {mark}{r:.2f}{mark}")
+                print(f"| {idle} ms, {s} | {pat} | {m:.0f} | " + " | ".join(cells) + " |")
+    print()
+    rtts = [f(r, "rtt_p50_us") for r in c if r["system"] == "floor"]
+    pings = [f(r, "rtt_p50_us") for r in c if r["system"] == "gpuipc"]
+    sock = statistics.median([x for x in rtts if x == x]) if rtts else float("nan")
+    ping = statistics.median([x for x in pings if x == x]) if pings else float("nan")
+    print(f"### Reused blocks from Python against the socket round trip (target ≤ 3×)\n\n"
+          f"Socketpair round trip {sock:.1f} µs; gpuipc_ping {ping:.1f} µs (medians of the "
+          f"C cases).\n")
+    print("| idle, size | system | cuda-ipc reused | / socket rtt | / gpuipc ping |")
+    print("| --- | --- | --- | --- | --- |")
+    for idle in ("2", "50"):
+        for s in SIZES:
+            for system in ("gpuipc", "gpuipc-busy"):
+                g = pick(py, system=system, kind="cuda-ipc", pattern="reused", idle_ms=idle,
+                         size=s)
+                if g:
+                    v = f(g, "tensor_p50_us")
+                    print(f"| {idle} ms, {s} | {system} | {v:.0f} | {ratio(v, sock):.1f} | "
+                          f"{ratio(v, ping):.1f} |")
+    print()
+    mp = [f(r, "tensor_p50_us") for r in py if r["pattern"] == "1000x64KiB" and
+          r["system"] == "torch.mp"]
+    gi = [f(r, "tensor_p50_us") for r in py if r["pattern"] == "1000x64KiB" and
+          r["system"] == "gpuipc"]
+    if mp and gi:
+        print("### 1000 × 64 KiB (target: torch.mp ≥ 3× gpuipc's time)\n")
+        print(f"torch.mp {', '.join(f'{x / 1e3:.1f}' for x in mp)} ms; gpuipc "
+              f"{', '.join(f'{x / 1e3:.1f}' for x in gi)} ms; median ratio torch.mp / gpuipc "
+              f"{ratio(statistics.median(mp), statistics.median(gi)):.2f}.\n")
+
+
+def main(cpath, pypath):
+    c = rows(cpath)
+    c_table(c)
+    py_table(rows(pypath), c)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -41,6 +41,15 @@ static long cpu_ms(pid_t pid)
         return (long)((ut + st) * 1000 / (unsigned long)sysconf(_SC_CLK_TCK));
 }
 
+/* CPU ms the process used while the test slept ms. */
+static long cpu_during(pid_t pid, int ms)
+{
+        long before = cpu_ms(pid);
+
+        h_sleep_ms(ms);
+        return cpu_ms(pid) - before;
+}
+
 static void put(gpuipc_client *c, const char *name)
 {
         gpuipc_hostbuf *b = NULL;
@@ -55,7 +64,7 @@ Test(busypoll, daemon_serves_then_sleeps)
 {
         gpuipc_client *c = NULL;
         gpuipc_view *v = NULL;
-        long before, spent;
+        long spent;
 
         h_daemon_start(&h_d, (const char *const[]){ "--busy-poll-us", "20000", NULL });
         cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
@@ -68,16 +77,12 @@ Test(busypoll, daemon_serves_then_sleeps)
         /* The window (20 ms) is long over after 100 ms: one idle second
          * costs the daemon next to no CPU, not the second a spin takes. */
         h_sleep_ms(100);
-        before = cpu_ms(h_d.pid);
-        h_sleep_ms(1000);
-        spent = cpu_ms(h_d.pid) - before;
+        spent = cpu_during(h_d.pid, 1000);
         cr_expect_lt(spent, 200, "the idle daemon used %ld ms of CPU in 1 s", spent);
         /* Input starts the window again, and it ends again. */
         cr_assert_eq(gpuipc_ping(c), 0);
         h_sleep_ms(100);
-        before = cpu_ms(h_d.pid);
-        h_sleep_ms(500);
-        spent = cpu_ms(h_d.pid) - before;
+        spent = cpu_during(h_d.pid, 500);
         cr_expect_lt(spent, 100, "after a ping, %ld ms of CPU in 0.5 s", spent);
         gpuipc_client_free(c);
         h_daemon_stop(&h_d);    /* asserts a clean exit: the idle handle closes */
@@ -86,14 +91,12 @@ Test(busypoll, daemon_serves_then_sleeps)
 Test(busypoll, daemon_spins_within_the_window)
 {
         gpuipc_client *c = NULL;
-        long before, spent;
+        long spent;
 
         h_daemon_start(&h_d, (const char *const[]){ "--busy-poll-us", "1000000", NULL });
         cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        before = cpu_ms(h_d.pid);
         cr_assert_eq(gpuipc_ping(c), 0);
-        h_sleep_ms(500);
-        spent = cpu_ms(h_d.pid) - before;
+        spent = cpu_during(h_d.pid, 500);
         /* Half a second inside a one-second window: it polled, not slept. */
         cr_expect_gt(spent, 150, "the daemon used only %ld ms of CPU in its window", spent);
         gpuipc_client_free(c);

@@ -701,6 +701,9 @@ def _torch_layout(obj: Any) -> Optional[Tuple[int, int, str, Tuple[int, ...],
         return None
     if not obj.is_cuda or obj.requires_grad or obj.is_sparse:
         return None
+    # Lazily conjugated or negated views are not their memory's values.
+    if getattr(obj, "is_conj", bool)() or getattr(obj, "is_neg", bool)():
+        return None
     d = str(obj.dtype)[6:]          # "torch.float32" -> "float32"
     if d not in _CAI_DTYPES:
         return None

@@ -51,9 +51,27 @@ fi
 rm -rf "$SRC/debian"
 cp -RL "$ROOT/packaging/debian" "$SRC/debian"
 
+# Where cuda.h comes from (debian/control): Debian's nvidia-cuda-dev, which
+# the Build-Depends name, else the toolkit in CUDA_HOME (build profile
+# pkg.gpuipcd.cudahome), else a host-only build only if GPUIPC_NO_CUDA=1.
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export CUDA_HOME
+profiles=
+if dpkg-query -W -f '${Status}' nvidia-cuda-dev 2>/dev/null | grep -q ' installed$'; then
+        :
+elif [ -f "$CUDA_HOME/include/cuda.h" ]; then
+        profiles=pkg.gpuipcd.cudahome
+elif [ "${GPUIPC_NO_CUDA:-}" = 1 ]; then
+        profiles=pkg.gpuipcd.nocuda
+else
+        echo "build-deb.sh: no cuda.h: install nvidia-cuda-dev (non-free), set CUDA_HOME" \
+             "to the CUDA toolkit, or set GPUIPC_NO_CUDA=1 for a host-only build" >&2
+        exit 1
+fi
+
 cd "$SRC"
-echo "== dpkg-buildpackage -us -uc -b in $SRC"
-dpkg-buildpackage -us -uc -b
+echo "== dpkg-buildpackage -us -uc -b ${profiles:+-P$profiles }in $SRC (CUDA_HOME=$CUDA_HOME)"
+dpkg-buildpackage -us -uc -b ${profiles:+-P$profiles}
 mkdir -p "$OUT"
 rm -f "$OUT"/*.deb "$OUT"/*.buildinfo "$OUT"/*.changes
 cp "$TMP"/*.deb "$TMP"/*.buildinfo "$TMP"/*.changes "$OUT"/

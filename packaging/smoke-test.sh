@@ -69,6 +69,21 @@ check "postinst created /run/gpuipcd owned gpuipcd:gpuipc, 0755" \
         [ "$(stat -c '%U:%G %a' /run/gpuipcd 2>/dev/null)" = "gpuipcd:gpuipc 755" ]
 check "gpuipcd.socket is enabled (sockets.target.wants)" \
         [ -L /etc/systemd/system/sockets.target.wants/gpuipcd.socket ]
+# Upgrades (docs/deploy.md): the postinst try-restarts the service alone; no
+# maintainer script restarts or stops the socket on upgrade.
+info=/var/lib/dpkg/info
+check "postinst try-restarts gpuipcd.service on upgrade" \
+        grep -q '^ *deb-systemd-invoke try-restart gpuipcd.service' $info/gpuipcd.postinst
+check "no maintainer script restarts gpuipcd.socket" \
+        sh -c '! grep -hE "deb-systemd-invoke (try-)?restart.*gpuipcd\.socket" "$@"' - $info/gpuipcd.*inst $info/gpuipcd.*rm
+check "prerm stops the socket only on remove" \
+        sh -c 'grep -B2 "deb-systemd-invoke stop .gpuipcd.socket" "$1" | grep -q "\"\$1\" = remove"' - $info/gpuipcd.prerm
+# The symbols file: installed, one line per export of the installed library.
+symf=$(ls $info/libgpuipc1:*.symbols $info/libgpuipc1.symbols 2>/dev/null | head -1)
+lib=$(ls /usr/lib/*/libgpuipc.so.1 2>/dev/null | head -1)
+check "libgpuipc1 ships a symbols file ($symf)" [ -n "$symf" ]
+check "the symbols file lists each GPUIPC_1 export of $lib" sh -c \
+        '[ "$(objdump -T "$2" | grep -cE "[[:space:]]GPUIPC_1[[:space:]]")" = "$(grep -c "@GPUIPC_1 " "$1")" ]' - "$symf" "$lib"
 check "man pages installed (gpuipcd.8, gpuipcctl.1, libgpuipc.3)" sh -c \
         'for p in 8/gpuipcd.8 1/gpuipcctl.1 3/libgpuipc.3; do [ -f /usr/share/man/man${p%%/*}/${p#*/}.gz ] || exit 1; done'
 check "man gpuipcd renders" sh -c 'man -P cat 8 gpuipcd 2>/dev/null | grep -q "socket activation\|LISTEN_FDS"'

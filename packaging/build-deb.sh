@@ -69,6 +69,11 @@ else
         exit 1
 fi
 
+# The system's tools only, as on a Debian build machine: pybuild runs
+# "python3.11", which must be /usr/bin's (with dh-python's modules), not an
+# interpreter that PATH finds first (pyenv, a venv).
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+
 cd "$SRC"
 echo "== dpkg-buildpackage -us -uc -b ${profiles:+-P$profiles }in $SRC (CUDA_HOME=$CUDA_HOME)"
 dpkg-buildpackage -us -uc -b ${profiles:+-P$profiles}

@@ -165,6 +165,9 @@ check "static link: cc hello.c \$(pkg-config --static --libs gpuipc)" \
 # python3-gpuipc, with the system interpreter (not a pyenv one).
 check "python3-gpuipc imports from dist-packages and loads the installed library" \
         sh -c 'cd / && /usr/bin/python3 -c "import gpuipc, sys; p = gpuipc.__file__; print(p); sys.exit(0 if p.startswith(\"/usr/lib/python3/dist-packages/\") else 1)"'
+check "python3-gpuipc has its .dist-info: importlib.metadata says gpuipc $(sed -n 's/^VERSION *:= *//p' "$ROOT/Makefile"), Apache-2.0" \
+        sh -c 'cd / && /usr/bin/python3 -c "import importlib.metadata as m, sys; d = m.distribution(\"gpuipc\"); sys.exit(0 if (d.version, d.metadata[\"License\"]) == (sys.argv[1], \"Apache-2.0\") and str(d._path).startswith(\"/usr/lib/python3/dist-packages/\") else 1)" "$1"' \
+        - "$(sed -n 's/^VERSION *:= *//p' "$ROOT/Makefile")"
 cat >"$TMP/smoke.py" <<'PY'
 import sys
 import gpuipc

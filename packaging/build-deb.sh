@@ -1,6 +1,6 @@
 #!/bin/bash
-# Builds the Debian packages gpuipcd, libgpuipc1, libgpuipc-dev and
-# python3-gpuipc into build/deb/ (make deb).
+# Builds the Debian packages gpuipcd, libgpuipc1, libgpuipc-dev,
+# python3-gpuipc, libgpuipc-jni and libgpuipc-java into build/deb/ (make deb).
 #
 # dpkg-buildpackage wants debian/ at the source root, and the tree keeps it
 # in packaging/debian/.  So: copy the working tree's files (tracked ones and

@@ -1,13 +1,14 @@
 # packaging: Debian packages (packaging/debian, built by build-deb.sh into
 # build/deb/) and their smoke test.  Included from the top Makefile.
 #
-#   make deb           gpuipcd, libgpuipc1, libgpuipc-dev, python3-gpuipc .debs
+#   make deb           gpuipcd, libgpuipc1, libgpuipc-dev, python3-gpuipc,
+#                      libgpuipc-jni, libgpuipc-java .debs
 #   make lint-deb      lintian on them: any error or warning fails (overrides
 #                      in packaging/debian/*.lintian-overrides, each with its
 #                      reason)
 #   make check-deb     lint-deb, then install them on this machine (root),
 #                      exercise the installed daemon, CLI, library, pkg-config
-#                      file and Python module, then purge them.  Not part of
+#                      file, Python module and Java jar, then purge them.  Not part of
 #                      make check: it changes the system's packages.
 #   make symbols       rewrite packaging/debian/libgpuipc1.symbols from the
 #                      built library (new symbols get VERSION)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Installs the packages from build/deb/ (make deb) on this machine and checks
 # them as a user would: the installed daemon, CLI, library, pkg-config file,
-# man pages, Python module, sysusers/tmpfiles results.  systemd is not PID 1
+# man pages, Python module, Java jar, sysusers/tmpfiles results.  systemd is not PID 1
 # here, so the daemon is started by hand, not through systemctl.
 #
 #   packaging/smoke-test.sh [--keep]      (make check-deb; root)
@@ -13,7 +13,7 @@ set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEBDIR=$ROOT/build/deb
-PKGS="gpuipcd libgpuipc1 libgpuipc-dev python3-gpuipc"
+PKGS="gpuipcd libgpuipc1 libgpuipc-dev python3-gpuipc libgpuipc-jni libgpuipc-java"
 KEEP=${1:-}
 passed=0
 failed=0
@@ -52,10 +52,10 @@ trap 'exit 1' INT TERM
 
 echo "== apt-get install ${debs[*]}"
 if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}" >"$TMP/apt.log" 2>&1; then
-        pass "apt-get install of the four packages"
+        pass "apt-get install of the six packages"
 else
         sed 's/^/    /' "$TMP/apt.log"
-        fail "apt-get install of the four packages"
+        fail "apt-get install of the six packages"
         finish
 fi
 
@@ -182,6 +182,22 @@ check "python3-gpuipc looks up smoke/x (put by gpuipcctl) with the same bytes" \
         sh -c 'cd / && /usr/bin/python3 "$1/smoke.py" "$1/x.bin" >"$1/py.out" 2>&1' - "$TMP"
 sed 's/^/    /' "$TMP/py.out"
 check "python3-gpuipc loaded the installed libgpuipc" grep -q "'/usr/lib/[^']*/libgpuipc.so.1" "$TMP/py.out"
+# libgpuipc-java: /usr/share/java/gpuipc.jar alone on the class path loads
+# libgpuipc-jni's library from /usr/lib/TRIPLET/jni, with nothing set.
+if command -v javac >/dev/null 2>&1; then
+        mkdir -p "$TMP/java"
+        check "javac SelfLoad.java against /usr/share/java/gpuipc.jar" \
+                javac --release 17 -d "$TMP/java" -cp /usr/share/java/gpuipc.jar "$ROOT/tests/java/SelfLoad.java"
+        (cd / && env -u LD_LIBRARY_PATH -u JAVA_TOOL_OPTIONS java -cp "/usr/share/java/gpuipc.jar:$TMP/java" \
+                SelfLoad "$S" smoke/java >"$TMP/java.out" 2>&1)
+        sed 's/^/    /' "$TMP/java.out"
+        check "java -cp /usr/share/java/gpuipc.jar: register and lookup, nothing set" \
+                grep -qx "roundtrip ok" "$TMP/java.out"
+        check "the JVM mapped /usr/lib/<triplet>/jni/libgpuipc_jni.so" \
+                grep -Eq "^mapped /usr/lib/[^/]+/jni/libgpuipc_jni.so$" "$TMP/java.out"
+else
+        fail "javac not found: the Java packages are not exercised (apt-get install default-jdk-headless)"
+fi
 check "gpuipcctl rm smoke/x" /usr/bin/gpuipcctl rm smoke/x
 
 kill -TERM "$DPID"

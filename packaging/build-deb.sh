@@ -18,7 +18,9 @@ OUT=$ROOT/build/deb
 
 if [ "${1:-}" = --deps ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                dpkg-dev debhelper fakeroot build-essential pkg-config libuv1-dev libmsgpack-dev
+                dpkg-dev debhelper fakeroot build-essential pkg-config libuv1-dev libmsgpack-dev \
+                dh-python pybuild-plugin-pyproject python3 python3-setuptools python3-wheel \
+                default-jdk-headless
 fi
 for tool in dpkg-buildpackage dh; do
         command -v $tool >/dev/null 2>&1 || {

@@ -76,11 +76,16 @@ $(JAVA_JNI_EMBED): client/java/jni/gpuipc_jni.c client/java/jni/gpuipc_jni.map c
 		$(LIBA) -Wl,-Bstatic $(shell $(PKG_CONFIG) --libs-only-l $(MSGPACK_PC) 2>/dev/null || echo -lmsgpackc) \
 		-Wl,-Bdynamic -ldl && strip --strip-unneeded $@.tmp && mv $@.tmp $@
 
-# The Maven artifacts.  The pom's version must be VERSION.
+# The Maven artifacts.  The pom's version must be VERSION; where Maven is
+# installed, mvn -o validate must accept the pom (no plugin, no network).
 $(JAVA_DIST)/stamp: $(JAVA_JAR) $(JAVA_SRC) $(JAVA_POM)
 	@$(if $(Q),echo "  DIST    $(JAVA_DIST)")
 	$(Q)v=$$(sed -n '0,/<version>/s|.*<version>\(.*\)</version>.*|\1|p' $(JAVA_POM)); \
 		[ "$$v" = "$(VERSION)" ] || { echo "java-dist: $(JAVA_POM) has version $$v, the Makefile $(VERSION)" >&2; exit 1; }
+	$(Q)if command -v mvn >/dev/null 2>&1; then \
+		echo "  MVN     validate $(JAVA_POM)"; \
+		mvn -o -q -B -Dstyle.color=never -f $(JAVA_POM) -Dmaven.repo.local=$(abspath $(JAVA_DIR))/m2 validate || exit 1; \
+	fi
 	$(Q)rm -rf $(JAVA_DIST) $(JAVA_DIR)/javadoc && mkdir -p $(JAVA_DIST) && \
 		cp $(JAVA_JAR) $(JAVA_DIST)/gpuipc-$(VERSION).jar && \
 		cp $(JAVA_POM) $(JAVA_DIST)/gpuipc-$(VERSION).pom && \

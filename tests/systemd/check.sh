@@ -226,6 +226,9 @@ activate() {    # starts systemd-socket-activate; it execs gpuipcd on the first 
         done
 }
 echo "== systemd-socket-activate -l $S $DAEMON"
+# The log exists before the first start: the wait in activate() reads it
+# while the background shell may not have opened it yet.
+: >"$TMP/act.log"
 activate
 check "activation: ping through the passed socket" ping_ok
 check "activation: the daemon answering is the activated process (pid $apid)" \

@@ -304,7 +304,8 @@ deps:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		build-essential pkg-config libuv1-dev libmsgpack-dev libcriterion-dev \
 		python3 python3-pytest python3-numpy python3-msgpack default-jdk-headless junit5 \
-		dpkg-dev debhelper fakeroot
+		python3-venv python3-pip python3-setuptools python3-wheel mypy \
+		dpkg-dev debhelper fakeroot dh-python pybuild-plugin-pyproject lintian
 
 # Regenerated every time: it records PREFIX and LIBDIR, which may differ
 # between two installs from one build.

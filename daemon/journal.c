@@ -70,8 +70,10 @@ int journal_append(struct journal *j, const void *body, size_t len)
         if ((size_t)n != want) {
                 /* A memfd write is short only when memory ran out; the torn
                  * record is cut off again so that later appends follow an
-                 * intact one. */
-                (void)ftruncate(j->fd, (off_t)j->len);
+                 * intact one.  Should that fail too, the torn bytes stay:
+                 * the journal is closed, so nothing is appended after them. */
+                if (ftruncate(j->fd, (off_t)j->len) < 0)
+                        journal_close(j);
                 return -ENOSPC;
         }
         j->len += want;

@@ -3,15 +3,18 @@
  * The request path costs a uv_hrtime() pair, a lookup in a table of at most
  * METRICS_OPS_MAX pointers (op names are the op table's static strings, so
  * pointers compare) and a bucket search over a dozen bounds. */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "metrics.h"
+#include "persist.h"
 #include "proto.h"
 #include "watch.h"
 
@@ -99,6 +102,120 @@ static void head(FILE *f, const char *name, const char *type, const char *help)
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* ---- the process, as Prometheus' client libraries name it -------------- */
+
+/* Open fds: the entries of /proc/self/fd less the one reading it; -1. */
+static long open_fds(void)
+{
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *e;
+        long n = 0;
+
+        if (!dir)
+                return -1;
+        while ((e = readdir(dir)))
+                if (e->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n > 0 ? n - 1 : 0;
+}
+
+/* "btime" of /proc/stat: the boot time, in seconds since the epoch; 0. */
+static unsigned long long boot_time(void)
+{
+        char line[256];
+        unsigned long long v = 0;
+        FILE *f = fopen("/proc/stat", "re");
+
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "btime %llu", &v) == 1)
+                        break;
+        fclose(f);
+        return v;
+}
+
+struct proc_stat {
+        unsigned long long utime, stime, starttime;    /* clock ticks */
+        unsigned long long vsize;                       /* bytes */
+        long long rss;                                  /* pages */
+};
+
+/* Fields 14, 15, 22, 23 and 24 of /proc/self/stat (proc(5)); -errno. */
+static int proc_stat(struct proc_stat *ret)
+{
+        char buf[1024], *p;
+        size_t n;
+        FILE *f = fopen("/proc/self/stat", "re");
+
+        if (!f)
+                return -errno;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        /* comm may hold spaces and parentheses: fields follow the last ')'. */
+        p = strrchr(buf, ')');
+        if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu "
+                         "%*d %*d %*d %*d %*d %*d %llu %llu %lld", &ret->utime, &ret->stime,
+                         &ret->starttime, &ret->vsize, &ret->rss) != 5)
+                return -EINVAL;
+        return 0;
+}
+
+static void process_metrics(FILE *f)
+{
+        long tck = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE), fds = open_fds();
+        unsigned long long btime = boot_time();
+        struct proc_stat st;
+        struct rlimit rl;
+
+        if (fds >= 0) {
+                head(f, "process_open_fds", "gauge", "Open file descriptors.");
+                fprintf(f, "process_open_fds %ld\n", fds);
+        }
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+                head(f, "process_max_fds", "gauge",
+                     "The soft limit of open file descriptors (RLIMIT_NOFILE).");
+                fprintf(f, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+        }
+        if (proc_stat(&st) < 0 || tck <= 0 || page <= 0)
+                return;
+        head(f, "process_cpu_seconds_total", "counter", "User and system CPU time, in seconds.");
+        fprintf(f, "process_cpu_seconds_total %.2f\n", (double)(st.utime + st.stime) / (double)tck);
+        head(f, "process_resident_memory_bytes", "gauge", "Resident memory, in bytes.");
+        fprintf(f, "process_resident_memory_bytes %lld\n", st.rss * (long long)page);
+        head(f, "process_virtual_memory_bytes", "gauge", "Virtual memory, in bytes.");
+        fprintf(f, "process_virtual_memory_bytes %llu\n", st.vsize);
+        if (btime > 0) {
+                head(f, "process_start_time_seconds", "gauge",
+                     "Start time of the process, in seconds since the epoch.");
+                fprintf(f, "process_start_time_seconds %.2f\n",
+                        (double)btime + (double)st.starttime / (double)tck);
+        }
+}
+
+/* systemd's fd store: in use at all, and, where systemd says its maximum
+ * ($FDSTORE: systemd 254 and later), the entries held against it. */
+static void fdstore_metrics(FILE *f)
+{
+        const char *max = getenv("FDSTORE");   /* what persist_init() read */
+        uint64_t used, pool;
+
+        head(f, "gpuipcd_fdstore_enabled", "gauge",
+             "1 while registrations are kept in systemd's fd store across restarts.");
+        fprintf(f, "gpuipcd_fdstore_enabled %d\n", persist_enabled() ? 1 : 0);
+        if (!persist_store_room(&used, &pool) || !max)
+                return;
+        head(f, "gpuipcd_fdstore_entries", "gauge",
+             "Entries the daemon holds in systemd's fd store (host buffers, cuda-vmm "
+             "allocations, the journal).");
+        fprintf(f, "gpuipcd_fdstore_entries %" PRIu64 "\n", used);
+        head(f, "gpuipcd_fdstore_max", "gauge",
+             "The fd store's size, FileDescriptorStoreMax= as systemd passes it ($FDSTORE).");
+        fprintf(f, "gpuipcd_fdstore_max %llu\n", strtoull(max, NULL, 10));
+}
+
 struct kinds {
         uint64_t count[_PROTO_KIND_MAX];
         FILE *f;
@@ -141,6 +258,8 @@ int metrics_render(struct daemon *d, char **ret_text, size_t *ret_len)
         head(f, "gpuipcd_uptime_seconds", "gauge", "Seconds since the daemon started.");
         fprintf(f, "gpuipcd_uptime_seconds %.3f\n",
                 (double)(uv_now(d->loop) - d->start_ms) / 1000.0);
+        process_metrics(f);
+        fdstore_metrics(f);
         head(f, "gpuipcd_connections", "gauge", "Open client connections.");
         fprintf(f, "gpuipcd_connections %" PRIu32 "\n", d->n_conns);
         head(f, "gpuipcd_watchers", "gauge", "Connections subscribed to registry events.");

@@ -1,4 +1,4 @@
-/* metrics_http.c: GET /metrics over HTTP/1.0, and nothing else. */
+/* metrics_http.c: GET and HEAD /metrics over HTTP/1.0, and nothing else. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,15 +72,18 @@ static void on_written(uv_write_t *w, int status)
         hclose(w->data);
 }
 
+/* The answer to a HEAD request is the same without the body (RFC 9110
+ * 9.3.2): Content-Length still says what GET would send. */
 static void respond(struct hconn *k, const char *status, const char *type, const char *body,
-                    size_t blen)
+                    size_t clen)
 {
         char headers[256];
+        size_t blen = strncmp(k->buf, "HEAD ", 5) == 0 ? 0 : clen;
         int hl;
         uv_buf_t b;
 
         hl = snprintf(headers, sizeof(headers), "HTTP/1.0 %s\r\nContent-Type: %s\r\n"
-                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, type, blen);
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, type, clen);
         k->out = malloc((size_t)hl + blen);
         if (!k->out) {
                 hclose(k);
@@ -98,12 +101,14 @@ static void respond(struct hconn *k, const char *status, const char *type, const
 static void handle(struct hconn *k)
 {
         static const char nf[] = "not found: try GET /metrics\n";
+        size_t m = strncmp(k->buf, "GET ", 4) == 0 ? 4 : strncmp(k->buf, "HEAD ", 5) == 0 ? 5 : 0;
         char *text;
         size_t len;
 
-        /* Request line only: "GET /metrics HTTP/1.x", a query string allowed. */
-        if (strncmp(k->buf, "GET /metrics", 12) == 0 &&
-            (k->buf[12] == ' ' || k->buf[12] == '?')) {
+        /* Request line only: "GET /metrics HTTP/1.x" or HEAD, a query string
+         * allowed. */
+        if (m > 0 && strncmp(k->buf + m, "/metrics", 8) == 0 &&
+            (k->buf[m + 8] == ' ' || k->buf[m + 8] == '?')) {
                 if (metrics_render(dm, &text, &len) < 0) {
                         respond(k, "500 Internal Server Error", "text/plain", "", 0);
                         return;

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Builds the Debian packages gpuipcd, libgpuipc1, libgpuipc-dev and
-# python3-gpuipc into build/deb/ (make deb).
+# Builds the Debian packages gpuipcd, libgpuipc1, libgpuipc-dev,
+# python3-gpuipc, libgpuipc-jni and libgpuipc-java into build/deb/ (make deb).
 #
 # dpkg-buildpackage wants debian/ at the source root, and the tree keeps it
 # in packaging/debian/.  So: copy the working tree's files (tracked ones and
@@ -18,7 +18,9 @@ OUT=$ROOT/build/deb
 
 if [ "${1:-}" = --deps ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                dpkg-dev debhelper fakeroot build-essential pkg-config libuv1-dev libmsgpack-dev
+                dpkg-dev debhelper fakeroot build-essential pkg-config libuv1-dev libmsgpack-dev \
+                dh-python pybuild-plugin-pyproject python3 python3-setuptools python3-wheel \
+                default-jdk-headless
 fi
 for tool in dpkg-buildpackage dh; do
         command -v $tool >/dev/null 2>&1 || {
@@ -51,9 +53,32 @@ fi
 rm -rf "$SRC/debian"
 cp -RL "$ROOT/packaging/debian" "$SRC/debian"
 
+# Where cuda.h comes from (debian/control): Debian's nvidia-cuda-dev, which
+# the Build-Depends name, else the toolkit in CUDA_HOME (build profile
+# pkg.gpuipcd.cudahome), else a host-only build only if GPUIPC_NO_CUDA=1.
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export CUDA_HOME
+profiles=
+if dpkg-query -W -f '${Status}' nvidia-cuda-dev 2>/dev/null | grep -q ' installed$'; then
+        :
+elif [ -f "$CUDA_HOME/include/cuda.h" ]; then
+        profiles=pkg.gpuipcd.cudahome
+elif [ "${GPUIPC_NO_CUDA:-}" = 1 ]; then
+        profiles=pkg.gpuipcd.nocuda
+else
+        echo "build-deb.sh: no cuda.h: install nvidia-cuda-dev (non-free), set CUDA_HOME" \
+             "to the CUDA toolkit, or set GPUIPC_NO_CUDA=1 for a host-only build" >&2
+        exit 1
+fi
+
+# The system's tools only, as on a Debian build machine: pybuild runs
+# "python3.11", which must be /usr/bin's (with dh-python's modules), not an
+# interpreter that PATH finds first (pyenv, a venv).
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+
 cd "$SRC"
-echo "== dpkg-buildpackage -us -uc -b in $SRC"
-dpkg-buildpackage -us -uc -b
+echo "== dpkg-buildpackage -us -uc -b ${profiles:+-P$profiles }in $SRC (CUDA_HOME=$CUDA_HOME)"
+dpkg-buildpackage -us -uc -b ${profiles:+-P$profiles}
 mkdir -p "$OUT"
 rm -f "$OUT"/*.deb "$OUT"/*.buildinfo "$OUT"/*.changes
 cp "$TMP"/*.deb "$TMP"/*.buildinfo "$TMP"/*.changes "$OUT"/

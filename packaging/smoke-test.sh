@@ -1,7 +1,7 @@
 #!/bin/bash
 # Installs the packages from build/deb/ (make deb) on this machine and checks
 # them as a user would: the installed daemon, CLI, library, pkg-config file,
-# man pages, Python module, sysusers/tmpfiles results.  systemd is not PID 1
+# man pages, Python module, Java jar, sysusers/tmpfiles results.  systemd is not PID 1
 # here, so the daemon is started by hand, not through systemctl.
 #
 #   packaging/smoke-test.sh [--keep]      (make check-deb; root)
@@ -13,7 +13,7 @@ set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEBDIR=$ROOT/build/deb
-PKGS="gpuipcd libgpuipc1 libgpuipc-dev python3-gpuipc"
+PKGS="gpuipcd libgpuipc1 libgpuipc-dev python3-gpuipc libgpuipc-jni libgpuipc-java"
 KEEP=${1:-}
 passed=0
 failed=0
@@ -52,10 +52,10 @@ trap 'exit 1' INT TERM
 
 echo "== apt-get install ${debs[*]}"
 if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}" >"$TMP/apt.log" 2>&1; then
-        pass "apt-get install of the four packages"
+        pass "apt-get install of the six packages"
 else
         sed 's/^/    /' "$TMP/apt.log"
-        fail "apt-get install of the four packages"
+        fail "apt-get install of the six packages"
         finish
 fi
 
@@ -69,6 +69,21 @@ check "postinst created /run/gpuipcd owned gpuipcd:gpuipc, 0755" \
         [ "$(stat -c '%U:%G %a' /run/gpuipcd 2>/dev/null)" = "gpuipcd:gpuipc 755" ]
 check "gpuipcd.socket is enabled (sockets.target.wants)" \
         [ -L /etc/systemd/system/sockets.target.wants/gpuipcd.socket ]
+# Upgrades (docs/deploy.md): the postinst try-restarts the service alone; no
+# maintainer script restarts or stops the socket on upgrade.
+info=/var/lib/dpkg/info
+check "postinst try-restarts gpuipcd.service on upgrade" \
+        grep -q '^ *deb-systemd-invoke try-restart gpuipcd.service' $info/gpuipcd.postinst
+check "no maintainer script restarts gpuipcd.socket" \
+        sh -c '! grep -hE "deb-systemd-invoke (try-)?restart.*gpuipcd\.socket" "$@"' - $info/gpuipcd.*inst $info/gpuipcd.*rm
+check "prerm stops the socket only on remove" \
+        sh -c 'grep -B2 "deb-systemd-invoke stop .gpuipcd.socket" "$1" | grep -q "\"\$1\" = remove"' - $info/gpuipcd.prerm
+# The symbols file: installed, one line per export of the installed library.
+symf=$(ls $info/libgpuipc1:*.symbols $info/libgpuipc1.symbols 2>/dev/null | head -1)
+lib=$(ls /usr/lib/*/libgpuipc.so.1 2>/dev/null | head -1)
+check "libgpuipc1 ships a symbols file ($symf)" [ -n "$symf" ]
+check "the symbols file lists each GPUIPC_1 export of $lib" sh -c \
+        '[ "$(objdump -T "$2" | grep -cE "[[:space:]]GPUIPC_1[[:space:]]")" = "$(grep -c "@GPUIPC_1 " "$1")" ]' - "$symf" "$lib"
 check "man pages installed (gpuipcd.8, gpuipcctl.1, libgpuipc.3)" sh -c \
         'for p in 8/gpuipcd.8 1/gpuipcctl.1 3/libgpuipc.3; do [ -f /usr/share/man/man${p%%/*}/${p#*/}.gz ] || exit 1; done'
 check "man gpuipcd renders" sh -c 'man -P cat 8 gpuipcd 2>/dev/null | grep -q "socket activation\|LISTEN_FDS"'
@@ -150,6 +165,9 @@ check "static link: cc hello.c \$(pkg-config --static --libs gpuipc)" \
 # python3-gpuipc, with the system interpreter (not a pyenv one).
 check "python3-gpuipc imports from dist-packages and loads the installed library" \
         sh -c 'cd / && /usr/bin/python3 -c "import gpuipc, sys; p = gpuipc.__file__; print(p); sys.exit(0 if p.startswith(\"/usr/lib/python3/dist-packages/\") else 1)"'
+check "python3-gpuipc has its .dist-info: importlib.metadata says gpuipc $(sed -n 's/^VERSION *:= *//p' "$ROOT/Makefile"), Apache-2.0" \
+        sh -c 'cd / && /usr/bin/python3 -c "import importlib.metadata as m, sys; d = m.distribution(\"gpuipc\"); sys.exit(0 if (d.version, d.metadata[\"License\"]) == (sys.argv[1], \"Apache-2.0\") and str(d._path).startswith(\"/usr/lib/python3/dist-packages/\") else 1)" "$1"' \
+        - "$(sed -n 's/^VERSION *:= *//p' "$ROOT/Makefile")"
 cat >"$TMP/smoke.py" <<'PY'
 import sys
 import gpuipc
@@ -164,6 +182,22 @@ check "python3-gpuipc looks up smoke/x (put by gpuipcctl) with the same bytes" \
         sh -c 'cd / && /usr/bin/python3 "$1/smoke.py" "$1/x.bin" >"$1/py.out" 2>&1' - "$TMP"
 sed 's/^/    /' "$TMP/py.out"
 check "python3-gpuipc loaded the installed libgpuipc" grep -q "'/usr/lib/[^']*/libgpuipc.so.1" "$TMP/py.out"
+# libgpuipc-java: /usr/share/java/gpuipc.jar alone on the class path loads
+# libgpuipc-jni's library from /usr/lib/TRIPLET/jni, with nothing set.
+if command -v javac >/dev/null 2>&1; then
+        mkdir -p "$TMP/java"
+        check "javac SelfLoad.java against /usr/share/java/gpuipc.jar" \
+                javac --release 17 -d "$TMP/java" -cp /usr/share/java/gpuipc.jar "$ROOT/tests/java/SelfLoad.java"
+        (cd / && env -u LD_LIBRARY_PATH -u JAVA_TOOL_OPTIONS java -cp "/usr/share/java/gpuipc.jar:$TMP/java" \
+                SelfLoad "$S" smoke/java >"$TMP/java.out" 2>&1)
+        sed 's/^/    /' "$TMP/java.out"
+        check "java -cp /usr/share/java/gpuipc.jar: register and lookup, nothing set" \
+                grep -qx "roundtrip ok" "$TMP/java.out"
+        check "the JVM mapped /usr/lib/<triplet>/jni/libgpuipc_jni.so" \
+                grep -Eq "^mapped /usr/lib/[^/]+/jni/libgpuipc_jni.so$" "$TMP/java.out"
+else
+        fail "javac not found: the Java packages are not exercised (apt-get install default-jdk-headless)"
+fi
 check "gpuipcctl rm smoke/x" /usr/bin/gpuipcctl rm smoke/x
 
 kill -TERM "$DPID"

@@ -2,11 +2,21 @@
 # Makefile.  Needs a JDK 17 (javac, jar, java) and, for the tests, Debian's
 # junit5 package:  apt-get install default-jdk-headless junit5
 #
-#   make java          build/java/gpuipc.jar and build/java/libgpuipc_jni.so
-#   make check-java    the JUnit 5 suite against a real gpuipcd (part of check)
+#   make java          build/java/gpuipc.jar, which carries the JNI library
+#                      (org/gpuipc/native/linux-ARCH/libgpuipc_jni.so, loaded
+#                      from there at first use), build/java/gpuipc-noarch.jar
+#                      (classes only: for /usr/lib/TRIPLET/jni) and
+#                      build/java/libgpuipc_jni.so
+#   make java-dist     build/java/dist/: gpuipc-VERSION.jar, -sources.jar,
+#                      -javadoc.jar and .pom (client/java/pom.xml), the
+#                      artifacts a Maven repository holds
+#   make check-java    the JUnit 5 suite against a real gpuipcd, then the jar
+#                      alone: java -cp gpuipc.jar, no setting (part of check)
 #
 # The JNI library links libgpuipc.a statically (plus msgpack-c and libdl), so
-# at run time it needs msgpack-c only (nothing with STATIC_DEPS=1).
+# at run time it needs msgpack-c only (nothing with STATIC_DEPS=1).  The copy
+# inside gpuipc.jar always links msgpack-c statically too, and is stripped:
+# the jar needs nothing but glibc and a JVM.
 
 JAVAC ?= javac
 JAR   ?= jar
@@ -19,7 +29,14 @@ JAVAC_TEST_FLAGS := --release 17 -encoding UTF-8 -Xlint:all,-try -Werror
 
 JAVA_DIR     := $(BUILDDIR)/java
 JAVA_JAR     := $(JAVA_DIR)/gpuipc.jar
+JAVA_JAR_NOARCH := $(JAVA_DIR)/gpuipc-noarch.jar
 JAVA_JNI     := $(JAVA_DIR)/libgpuipc_jni.so
+# The folder in the jar: linux-<os.arch> as the JVM names the machine.
+JAVA_ARCH    ?= $(shell uname -m | sed -e 's/^x86_64$$/amd64/')
+JAVA_NATIVE  := $(JAVA_DIR)/native
+JAVA_JNI_EMBED := $(JAVA_NATIVE)/org/gpuipc/native/linux-$(JAVA_ARCH)/libgpuipc_jni.so
+JAVA_POM     := client/java/pom.xml
+JAVA_DIST    := $(JAVA_DIR)/dist
 JAVA_SRC     := $(wildcard client/java/src/main/java/org/gpuipc/*.java)
 JAVA_TEST_SRC := $(wildcard client/java/src/test/java/org/gpuipc/*.java)
 JAVA_TEST_JNI := $(JAVA_DIR)/test/libgpuipc_jni_test.so
@@ -34,7 +51,7 @@ JUNIT_API_CP  := $(JUNIT_DIR)/junit-jupiter-api.jar:$(JUNIT_DIR)/apiguardian-api
 JNI_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -Wno-unused-parameter -fPIC \
               -fvisibility=hidden
 
-java: $(JAVA_JAR) $(JAVA_JNI)
+java: $(JAVA_JAR) $(JAVA_JAR_NOARCH) $(JAVA_JNI)
 
 $(JAVA_DIR)/classes.stamp: $(JAVA_SRC)
 	@mkdir -p $(JAVA_DIR)/classes
@@ -43,14 +60,48 @@ $(JAVA_DIR)/classes.stamp: $(JAVA_SRC)
 		$(JAVAC) $(JAVAC_FLAGS) -d $(JAVA_DIR)/classes $(JAVA_SRC)
 	$(Q)touch $@
 
-$(JAVA_JAR): $(JAVA_DIR)/classes.stamp
+$(JAVA_JAR): $(JAVA_DIR)/classes.stamp $(JAVA_JNI_EMBED)
+	@$(if $(Q),echo "  JAR     $@")
+	$(Q)rm -f $@ && $(JAR) --create --file $@ -C $(JAVA_DIR)/classes . -C $(JAVA_NATIVE) .
+
+$(JAVA_JAR_NOARCH): $(JAVA_DIR)/classes.stamp
 	@$(if $(Q),echo "  JAR     $@")
 	$(Q)rm -f $@ && $(JAR) --create --file $@ -C $(JAVA_DIR)/classes .
+
+$(JAVA_JNI_EMBED): client/java/jni/gpuipc_jni.c client/java/jni/gpuipc_jni.map client/gpuipc.h $(LIBA)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(JNI_CFLAGS) -Iclient $(JNI_CPPFLAGS) $(filter-out $(SANFLAGS),$(LDFLAGS)) -shared -Wl,-z,defs \
+		-Wl,--version-script=client/java/jni/gpuipc_jni.map -o $@.tmp $< \
+		$(LIBA) -Wl,-Bstatic $(shell $(PKG_CONFIG) --libs-only-l $(MSGPACK_PC) 2>/dev/null || echo -lmsgpackc) \
+		-Wl,-Bdynamic -ldl && strip --strip-unneeded $@.tmp && mv $@.tmp $@
+
+# The Maven artifacts.  The pom's version must be VERSION; where Maven is
+# installed, mvn -o validate must accept the pom (no plugin, no network).
+$(JAVA_DIST)/stamp: $(JAVA_JAR) $(JAVA_SRC) $(JAVA_POM)
+	@$(if $(Q),echo "  DIST    $(JAVA_DIST)")
+	$(Q)v=$$(sed -n '0,/<version>/s|.*<version>\(.*\)</version>.*|\1|p' $(JAVA_POM)); \
+		[ "$$v" = "$(VERSION)" ] || { echo "java-dist: $(JAVA_POM) has version $$v, the Makefile $(VERSION)" >&2; exit 1; }
+	$(Q)if command -v mvn >/dev/null 2>&1; then \
+		echo "  MVN     validate $(JAVA_POM)"; \
+		mvn -o -q -B -Dstyle.color=never -f $(JAVA_POM) -Dmaven.repo.local=$(abspath $(JAVA_DIR))/m2 validate || exit 1; \
+	fi
+	$(Q)rm -rf $(JAVA_DIST) $(JAVA_DIR)/javadoc && mkdir -p $(JAVA_DIST) && \
+		cp $(JAVA_JAR) $(JAVA_DIST)/gpuipc-$(VERSION).jar && \
+		cp $(JAVA_POM) $(JAVA_DIST)/gpuipc-$(VERSION).pom && \
+		$(JAR) --create --file $(JAVA_DIST)/gpuipc-$(VERSION)-sources.jar \
+			-C client/java/src/main/java . && \
+		javadoc -quiet -Xdoclint:all -Werror --release 17 -encoding UTF-8 \
+			-d $(JAVA_DIR)/javadoc -sourcepath client/java/src/main/java org.gpuipc && \
+		$(JAR) --create --file $(JAVA_DIST)/gpuipc-$(VERSION)-javadoc.jar -C $(JAVA_DIR)/javadoc .
+	$(Q)touch $@
+
+java-dist: $(JAVA_DIST)/stamp
 
 $(JAVA_JNI): client/java/jni/gpuipc_jni.c client/java/jni/gpuipc_jni.map client/gpuipc.h $(LIBA)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(JNI_CFLAGS) -Iclient $(JNI_CPPFLAGS) -shared -Wl,-z,defs \
+	$(Q)$(CC) $(JNI_CFLAGS) -Iclient $(JNI_CPPFLAGS) $(filter-out $(SANFLAGS),$(LDFLAGS)) -shared -Wl,-z,defs \
 		-Wl,--version-script=client/java/jni/gpuipc_jni.map -o $@ $< \
 		$(LIBA) $(MSGPACK_LIBS) -ldl
 
@@ -108,6 +159,29 @@ check-java: java-tests $(DAEMON) $(CTL) $(CUDA_DOUBLE)
 	rm -rf $$tmp; exit $$rc
 endif
 
-CHECK_EXTRA += check-java
+# make install-java: the classes-only jar as JAVADIR/gpuipc-VERSION.jar with
+# gpuipc.jar linking to it, and the JNI library in JNIDIR, where the jar's
+# loader looks (/usr/lib/TRIPLET/jni with PREFIX=/usr LIBDIR=/usr/lib/TRIPLET,
+# as the Debian packages libgpuipc-java and libgpuipc-jni have them).
+JAVADIR ?= $(PREFIX)/share/java
+JNIDIR  ?= $(LIBDIR)/jni
 
-.PHONY: java java-tests check-java
+install-java: $(JAVA_JAR_NOARCH) $(JAVA_JNI)
+	install -v -d $(DESTDIR)$(JAVADIR) $(DESTDIR)$(JNIDIR)
+	install -v -m 0644 $(JAVA_JAR_NOARCH) $(DESTDIR)$(JAVADIR)/gpuipc-$(VERSION).jar
+	ln -sf gpuipc-$(VERSION).jar $(DESTDIR)$(JAVADIR)/gpuipc.jar
+	install -v -m 0644 $(JAVA_JNI) $(DESTDIR)$(JNIDIR)/libgpuipc_jni.so
+
+# The jar alone, as a user runs it (tests/java/jar-check.sh).
+ifeq ($(SANITIZE),1)
+check-java-jar:
+	@echo "== check-java-jar: skipped under SANITIZE=1 (the plain pass ran it)"
+else
+check-java-jar: java $(DAEMON) $(JAVA_DIST)/stamp
+	@echo "== tests/java/jar-check.sh $(JAVA_DIR)"
+	$(Q)JAVA=$(JAVA) JAVAC=$(JAVAC) tests/java/jar-check.sh $(JAVA_DIR) $(DAEMON)
+endif
+
+CHECK_EXTRA += check-java check-java-jar
+
+.PHONY: java java-dist java-tests install-java check-java check-java-jar

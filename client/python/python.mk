@@ -28,3 +28,49 @@ check-python: $(LIBSO) $(DAEMON) $(CUDA_DOUBLE)
 
 CHECK_EXTRA += check-python
 .PHONY: check-python
+
+# The wheel (make wheel): a platform wheel, py3-none-linux_<arch>, carrying
+# libgpuipc.so.1 next to the package, where the loader looks first.  The
+# library is built again with msgpack-c linked in (STATIC_DEPS=1, into
+# $(WHEEL_LIBDIR)) so that the wheel needs nothing but glibc, and stripped.
+# Built offline from a staging copy of client/python with the system's
+# setuptools and wheel: pip wheel --no-build-isolation --no-index.
+#
+#   make wheel         build/python/dist/gpuipc-VERSION-py3-none-linux_ARCH.whl
+#   make check-wheel   install it into a fresh venv and talk to a daemon
+#                      (tests/python/wheel-check.sh; part of make check)
+WHEEL_DIR    := $(BUILDDIR)/python
+WHEEL_LIBDIR := $(BUILDDIR)/wheel-lib
+WHEEL_LIB    := $(WHEEL_LIBDIR)/$(LIBREAL)
+WHEEL_SRC    := client/python/pyproject.toml client/python/setup.py client/python/README.md \
+                $(wildcard client/python/gpuipc/*.py) client/python/gpuipc/py.typed LICENSE
+WHEEL_STAMP  := $(WHEEL_DIR)/wheel.stamp
+
+$(WHEEL_LIB): $(LIB_SRC) $(PROTO_SRC) client/libgpuipc.sym client/gpuipc.h FORCE
+	$(Q)$(MAKE) BUILDDIR=$(WHEEL_LIBDIR) STATIC_DEPS=1 SANITIZE= $(WHEEL_LIB)
+
+$(WHEEL_STAMP): $(WHEEL_LIB) $(WHEEL_SRC)
+	@$(if $(Q),echo "  WHEEL   $(WHEEL_DIR)/dist")
+	$(Q)rm -rf $(WHEEL_DIR)/src $(WHEEL_DIR)/dist && mkdir -p $(WHEEL_DIR)/src/gpuipc && \
+		cp client/python/pyproject.toml client/python/setup.py client/python/README.md \
+			LICENSE $(WHEEL_DIR)/src/ && \
+		cp client/python/gpuipc/*.py client/python/gpuipc/py.typed $(WHEEL_DIR)/src/gpuipc/ && \
+		strip --strip-unneeded -o $(WHEEL_DIR)/src/gpuipc/libgpuipc.so.1 $(WHEEL_LIB) && \
+		cd $(WHEEL_DIR)/src && PIP_NO_CACHE_DIR=1 $(PYTHON) -m pip wheel -q --no-build-isolation \
+			--no-index --no-deps -w ../dist . >../wheel.log 2>&1 || { cat ../wheel.log; exit 1; }
+	$(Q)touch $@
+
+wheel: $(WHEEL_STAMP)
+
+ifeq ($(SANITIZE),1)
+# The wheel's library is a plain build; the plain pass has checked it.
+check-wheel:
+	@echo "== check-wheel: skipped under SANITIZE=1 (the wheel carries a plain libgpuipc; the plain pass ran it)"
+else
+check-wheel: $(WHEEL_STAMP) $(DAEMON)
+	@echo "== tests/python/wheel-check.sh $(WHEEL_DIR)/dist"
+	$(Q)tests/python/wheel-check.sh $(WHEEL_DIR)/dist $(DAEMON) $(VERSION)
+endif
+
+CHECK_EXTRA += check-wheel
+.PHONY: wheel check-wheel

@@ -475,6 +475,47 @@ Test(harden, fdstore_budget, .fini = sd_fini)
         unsetenv("FDSTORE");
 }
 
+static double metric(const char *name)
+{
+        gpuipc_client *c;
+        char *text;
+        const char *p;
+        double v = -1;
+
+        cr_assert_eq(gpuipc_connect(sd.sock, &c), 0);
+        cr_assert_eq(gpuipc_metrics_get(c, &text), 0);
+        for (p = text; (p = strstr(p, name)); p++)
+                if ((p == text || p[-1] == '\n') && p[strlen(name)] == ' ') {
+                        v = strtod(p + strlen(name) + 1, NULL);
+                        break;
+                }
+        free(text);
+        gpuipc_client_free(c);
+        return v;
+}
+
+/* The metrics say how full the store is, against $FDSTORE. */
+Test(harden, fdstore_metrics, .fini = sd_fini)
+{
+        char msg[600];
+        double before;
+        int n, err;
+
+        setenv("FDSTORE", "48", 1);
+        h_sd_start(&sd, (const char *const[]){ "--socket-mode", "0666", NULL });
+        cr_assert_eq(chmod(sd.dir, 0755), 0);
+        cr_assert_eq(chmod(sd.sock, 0666), 0);
+        cr_expect_eq(metric("gpuipcd_fdstore_enabled"), 1);
+        cr_expect_eq(metric("gpuipcd_fdstore_max"), 48);
+        before = metric("gpuipcd_fdstore_entries");
+        cr_expect_geq(before, 1, "the journal is stored");
+        put_until_refused(UID_A, "fm", 3, &n, &err, msg, sizeof(msg));
+        cr_expect_eq(n, 3, "%s", msg);
+        cr_expect_eq(metric("gpuipcd_fdstore_entries"), before + 3, "one entry per host buffer");
+        h_sd_stop(&sd);
+        unsetenv("FDSTORE");
+}
+
 Test(harden, fdstore_budget_per_uid, .fini = sd_fini)
 {
         char msg[600];

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -216,6 +217,70 @@ Test(ops, metrics_parse)
         h_daemon_stop(&h_d);
 }
 
+/* The value of an unlabelled sample NAME in text; NAN when absent. */
+static double sample(const char *text, const char *name)
+{
+        size_t n = strlen(name);
+
+        for (const char *p = text; (p = strstr(p, name)); p += n)
+                if ((p == text || p[-1] == '\n') && p[n] == ' ')
+                        return strtod(p + n + 1, NULL);
+        return NAN;
+}
+
+/* "Max open files" of /proc/PID/limits: the soft limit. */
+static double soft_nofile(pid_t pid)
+{
+        char path[64], line[256];
+        double v = NAN;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+        f = fopen(path, "re");
+        cr_assert_not_null(f);
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, "Max open files", 14) == 0)
+                        v = strtod(line + 14, NULL);
+        fclose(f);
+        return v;
+}
+
+/* Process metrics under the names Prometheus' client libraries use, read
+ * against /proc; fd store metrics when no store is in use. */
+Test(ops, metrics_process)
+{
+        gpuipc_client *c;
+        char *text;
+        double fds, fds2, now = (double)time(NULL), rss, start_s;
+
+        start(NULL);
+        c = client();
+        cr_assert_eq(gpuipc_metrics_get(c, &text), 0, "%s", gpuipc_errmsg(c));
+        check_exposition(text);
+        fds = sample(text, "process_open_fds");
+        cr_assert(fds >= 4 && fds < 1000, "process_open_fds %g\n%s", fds, text);
+        cr_assert_eq(sample(text, "process_max_fds"), soft_nofile(h_d.pid), "%s", text);
+        rss = sample(text, "process_resident_memory_bytes");
+        cr_assert(rss > 1e5 && rss < 1e10, "process_resident_memory_bytes %g", rss);
+        cr_assert_gt(sample(text, "process_virtual_memory_bytes"), rss);
+        start_s = sample(text, "process_start_time_seconds");
+        cr_assert(start_s > now - 120 && start_s < now + 2, "start %f, now %f", start_s, now);
+        cr_assert_geq(sample(text, "process_cpu_seconds_total"), 0);
+        cr_assert_eq(sample(text, "gpuipcd_fdstore_enabled"), 0, "no NOTIFY_SOCKET here");
+        cr_assert(isnan(sample(text, "gpuipcd_fdstore_entries")), "no store: no entries");
+        free(text);
+
+        /* Each host registration holds fds in the daemon: the count moves. */
+        put(c, "mp/a", 4096);
+        put(c, "mp/b", 4096);
+        cr_assert_eq(gpuipc_metrics_get(c, &text), 0);
+        fds2 = sample(text, "process_open_fds");
+        cr_assert_geq(fds2, fds + 2, "%g then %g", fds, fds2);
+        free(text);
+        gpuipc_client_free(c);
+        h_daemon_stop(&h_d);
+}
+
 /* ---- HTTP ------------------------------------------------------------- */
 
 static int unix_connect(const char *path)
@@ -270,6 +335,24 @@ Test(ops, metrics_http)
         cr_assert_not_null(strstr(r, "Content-Type: text/plain; version=0.0.4"));
         cr_assert_not_null(strstr(r, "\r\n\r\n# HELP gpuipcd_build_info"));
         check_exposition(strstr(r, "\r\n\r\n") + 4);
+        free(r);
+
+        /* HEAD: the same status and headers, Content-Length included, and
+         * no body. */
+        r = http(path, "HEAD /metrics HTTP/1.0\r\n\r\n", 26, 5000);
+        cr_assert(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0, "%s", r);
+        cr_assert_not_null(strstr(r, "Content-Type: text/plain; version=0.0.4"));
+        {
+                const char *cl = strstr(r, "Content-Length: ");
+                const char *end = strstr(r, "\r\n\r\n");
+                cr_assert(cl && end, "%s", r);
+                cr_assert_gt(strtoul(cl + 16, NULL, 10), 1000, "%s", r);
+                cr_assert_str_eq(end + 4, "", "HEAD got a body");
+        }
+        free(r);
+        r = http(path, "HEAD /nothing HTTP/1.0\r\n\r\n", 26, 5000);
+        cr_assert(strncmp(r, "HTTP/1.0 404", 12) == 0, "%s", r);
+        cr_assert_str_eq(strstr(r, "\r\n\r\n") + 4, "", "HEAD got a body");
         free(r);
 
         r = http(path, "GET / HTTP/1.0\r\n\r\n", 18, 5000);

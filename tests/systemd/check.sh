@@ -10,7 +10,10 @@
 #    Documentation= names.  verify exits 0 even for unparsable settings, so
 #    any output at all counts as a failure.
 # 2. systemd-analyze security --offline=yes: exposure must stay at or under
-#    $EXPOSURE_MAX.
+#    $EXPOSURE_MAX (1.5), and at or under $EXPOSURE_TCP_MAX (2.0) with the
+#    metrics-tcp.conf drop-in, which must allow inet sockets and nothing
+#    else; the unit stripped of its syscall filter and address families
+#    must score above $EXPOSURE_MAX (the check can fail).
 # 3. Static rules for the units (Type=notify, DevicePolicy=closed, no
 #    RuntimeDirectory=, WatchdogSec= exactly when daemon/ sends WATCHDOG=1...).
 # 4. systemd-sysusers and systemd-tmpfiles --root=STAGE on the sysusers.d and
@@ -32,7 +35,8 @@ BUILDDIR=${1:-$ROOT/build}
 case $BUILDDIR in /*) ;; *) BUILDDIR=$ROOT/$BUILDDIR ;; esac
 DAEMON=$BUILDDIR/gpuipcd
 CTL=$BUILDDIR/gpuipcctl
-EXPOSURE_MAX=${EXPOSURE_MAX:-4.0}
+EXPOSURE_MAX=${EXPOSURE_MAX:-1.5}
+EXPOSURE_TCP_MAX=${EXPOSURE_TCP_MAX:-2.0}
 PYTHON=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3 || echo python3)}
 SD=$ROOT/systemd
 passed=0
@@ -99,11 +103,42 @@ check "systemd-analyze verify notices a missing /usr/sbin/gpuipcd" \
 mv "$STAGE/usr/sbin/gpuipcd.off" "$STAGE/usr/sbin/gpuipcd"
 
 # --- 2. exposure -------------------------------------------------------------
-out=$(systemd-analyze security --offline=yes --root="$STAGE" --threshold=100 gpuipcd.service 2>&1)
-score=$(echo "$out" | sed -n 's/.*Overall exposure level for gpuipcd.service: \([0-9.]*\).*/\1/p')
+SEC=$TMP/security
+exposure() {    # the overall score of gpuipcd.service as staged; the report in $SEC
+        systemd-analyze security --offline=yes --root="$STAGE" --threshold=100 \
+                gpuipcd.service >"$SEC" 2>&1
+        sed -n 's/.*Overall exposure level for gpuipcd.service: \([0-9.]*\).*/\1/p' "$SEC"
+}
+at_most() { awk -v s="${1:-99}" -v m="$2" 'BEGIN { exit !(s + 0 <= m + 0) }'; }
+score=$(exposure)
 echo "== systemd-analyze security --offline=yes: exposure ${score:-?} (at most $EXPOSURE_MAX)"
-check "exposure ${score:-?} <= $EXPOSURE_MAX" \
-        awk -v s="${score:-99}" -v m="$EXPOSURE_MAX" 'BEGIN { exit !(s + 0 <= m + 0) }'
+check "exposure ${score:-?} <= $EXPOSURE_MAX" at_most "$score" "$EXPOSURE_MAX"
+check "security: no inet, netlink or packet sockets" sh -c \
+        'grep -F "RestrictAddressFamilies=~AF_(INET|INET6) " "$1" | grep -q "✓" &&
+         grep -F "RestrictAddressFamilies=~AF_NETLINK " "$1" | grep -q "✓" &&
+         grep -F "RestrictAddressFamilies=~AF_PACKET " "$1" | grep -q "✓"' - "$SEC"
+# The drop-in for metrics over TCP: inet on top of AF_UNIX, nothing more.
+mkdir -p "$STAGE/etc/systemd/system/gpuipcd.service.d"
+cp "$SD/metrics-tcp.conf" "$STAGE/etc/systemd/system/gpuipcd.service.d/"
+out=$(systemd-analyze verify --man=no --root="$STAGE" gpuipcd.service 2>&1)
+[ -n "$out" ] && echo "$out" | sed 's/^/    /'
+check "metrics-tcp.conf: verify, no diagnostics" [ -z "$out" ]
+score=$(exposure)
+echo "== with metrics-tcp.conf: exposure ${score:-?} (at most $EXPOSURE_TCP_MAX)"
+check "metrics-tcp.conf: exposure ${score:-?} <= $EXPOSURE_TCP_MAX" at_most "$score" "$EXPOSURE_TCP_MAX"
+check "metrics-tcp.conf: inet sockets allowed, netlink and packet still not" sh -c \
+        'grep -F "RestrictAddressFamilies=~AF_(INET|INET6) " "$1" | grep -q "✗" &&
+         grep -F "RestrictAddressFamilies=~AF_NETLINK " "$1" | grep -q "✓" &&
+         grep -F "RestrictAddressFamilies=~AF_PACKET " "$1" | grep -q "✓"' - "$SEC"
+rm -r "$STAGE/etc/systemd/system/gpuipcd.service.d"
+# The threshold must catch a unit that lost its filters.
+cp "$UNITDIR/gpuipcd.service" "$TMP/gpuipcd.service.real"
+grep -Ev '^(SystemCallFilter|SystemCallErrorNumber|RestrictAddressFamilies|RemoveIPC|PrivateMounts)=' \
+        "$TMP/gpuipcd.service.real" >"$UNITDIR/gpuipcd.service"
+score=$(exposure)
+check "the unit without its filters scores above $EXPOSURE_MAX (${score:-?})" \
+        sh -c '! awk -v s="${1:-0}" -v m="$2" "BEGIN { exit !(s + 0 <= m + 0) }"' - "$score" "$EXPOSURE_MAX"
+cp "$TMP/gpuipcd.service.real" "$UNITDIR/gpuipcd.service"
 
 # --- 3. static rules -----------------------------------------------------------
 svc=$SD/gpuipcd.service
@@ -125,6 +160,18 @@ check "service has no PrivateDevices= (it would hide the GPU)" sh -c '! grep -q 
 check "no RuntimeDirectory= (it deletes the activation socket on stop)" \
         sh -c '! grep -q "^RuntimeDirectory=" "$1" "$2"' - "$svc" "$sock"
 check "service sets LimitNOFILE=" has "$svc" 'LimitNOFILE=[0-9]+$'
+check "service filters system calls: @system-service, not @privileged, EPERM" sh -c \
+        'grep -q "^SystemCallFilter=@system-service$" "$1" && grep -q "^SystemCallFilter=~@privileged$" "$1" &&
+         grep -q "^SystemCallErrorNumber=EPERM$" "$1"' - "$svc"
+check "service allows AF_UNIX sockets only (metrics-tcp.conf adds inet)" \
+        sh -c '[ "$(grep "^RestrictAddressFamilies=" "$1")" = "RestrictAddressFamilies=AF_UNIX" ]' - "$svc"
+check "service sets RemoveIPC=yes and PrivateMounts=yes" \
+        sh -c 'grep -q "^RemoveIPC=yes$" "$1" && grep -q "^PrivateMounts=yes$" "$1"' - "$svc"
+# ProtectProc= would hide the clients' /proc/PID/stat (session_start_time).
+if grep -q '"/proc/%" PRIu32 "/stat"' "$ROOT"/daemon/*.c; then
+        check "no ProtectProc= (the daemon reads clients' /proc/PID/stat)" \
+                sh -c '! grep -q "^ProtectProc=" "$1"' - "$svc"
+fi
 if grep -q 'WATCHDOG=1' "$ROOT"/daemon/*.c; then
         check "daemon sends WATCHDOG=1, so the service sets WatchdogSec=" has "$svc" 'WatchdogSec='
 else
@@ -179,6 +226,9 @@ activate() {    # starts systemd-socket-activate; it execs gpuipcd on the first 
         done
 }
 echo "== systemd-socket-activate -l $S $DAEMON"
+# The log exists before the first start: the wait in activate() reads it
+# while the background shell may not have opened it yet.
+: >"$TMP/act.log"
 activate
 check "activation: ping through the passed socket" ping_ok
 check "activation: the daemon answering is the activated process (pid $apid)" \

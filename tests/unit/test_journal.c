@@ -1,9 +1,12 @@
 /* test_journal.c: the fd store's journal (length- and hash-framed records
  * in a memfd), written, read back and walked, intact and damaged. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -341,4 +344,47 @@ Test(journal, slurp_bad_fd)
 
         cr_assert_eq(journal_slurp(-1, &buf, &len), -EBADF);
         cr_assert_null(buf);
+}
+
+/* A short write: a memfd that may not grow past one page takes the part of
+ * a record that fits and refuses the rest (the page-by-page write stops at
+ * the seal), as a memfd does when memory runs out. */
+static void seal_at_page(unsigned seals)
+{
+        int fd = memfd_create("test-journal-sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(ftruncate(fd, 4096), 0);
+        cr_assert_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
+        journal_close(&J);
+        J.fd = fd;
+        J.len = 4000;
+}
+
+Test(journal, short_write_cuts_the_torn_record)
+{
+        uint8_t body[200];
+        struct stat st;
+
+        memset(body, 'z', sizeof(body));
+        seal_at_page(F_SEAL_GROW);
+        cr_assert_eq(journal_append(&J, body, sizeof(body)), -ENOSPC);
+        cr_assert_eq(J.len, 4000, "a failed append does not count");
+        cr_assert_geq(J.fd, 0, "the journal stays open: its tail is intact");
+        cr_assert_eq(fstat(J.fd, &st), 0);
+        cr_assert_eq(st.st_size, 4000, "the torn record was cut off");
+}
+
+/* When the torn record cannot be cut off (here: F_SEAL_SHRINK), the journal
+ * is closed, so that no later record follows the torn bytes. */
+Test(journal, short_write_uncut_closes_the_journal)
+{
+        uint8_t body[200];
+
+        memset(body, 'z', sizeof(body));
+        seal_at_page(F_SEAL_GROW | F_SEAL_SHRINK);
+        cr_assert_eq(journal_append(&J, body, sizeof(body)), -ENOSPC);
+        cr_assert_eq(J.fd, -1, "closed: its tail is torn");
+        cr_assert_eq(J.len, 0);
+        cr_assert_eq(journal_append(&J, "x", 1), -EBADF);
 }

@@ -7,9 +7,11 @@ package calls into the C library except through :data:`lib`.
 Lookup order for the shared library:
 
 1. ``$GPUIPC_LIBRARY`` (a path),
-2. the build tree: walking up from this package, the first
-   ``build/libgpuipc.so.1`` found,
-3. the installed prefix: ``ctypes.util.find_library("gpuipc")``, then plain
+2. next to this package: ``libgpuipc.so.1`` in its directory, where the
+   platform wheel (``make wheel``) puts it,
+3. the build tree: walking up from this package, the first
+   ``build/libgpuipc.so.1`` found (never from an installed package),
+4. the system: ``ctypes.util.find_library("gpuipc")``, then plain
    ``libgpuipc.so.1`` (the dynamic loader's search path).
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ import ctypes.util
 import os
 from ctypes import (POINTER, Structure, c_char_p, c_int, c_int64, c_size_t, c_uint,
                     c_uint32, c_uint64, c_void_p)
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 PROTOCOL_VERSION = 1
 DEFAULT_SOCKET = "/run/gpuipcd/gpuipcd.sock"
@@ -267,6 +269,9 @@ def _candidates() -> List[str]:
     if env:
         return [env]
     d = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(d, "libgpuipc.so.1")
+    if os.path.exists(bundled):
+        out.append(bundled)
     # An installed package uses the installed library, never a build tree
     # that happens to lie above it.
     installed = any(part in ("site-packages", "dist-packages") for part in d.split(os.sep))
@@ -286,7 +291,7 @@ def _candidates() -> List[str]:
     return out
 
 
-def _load() -> ctypes.CDLL:
+def _load() -> Tuple[ctypes.CDLL, str]:
     errors = []
     for path in _candidates():
         try:
@@ -298,14 +303,12 @@ def _load() -> ctypes.CDLL:
             fn = getattr(dll, name)
             fn.restype = restype
             fn.argtypes = argtypes
-        dll._gpuipc_path = path  # type: ignore[attr-defined]
-        return dll
+        return dll, path
     raise ImportError("gpuipc: cannot load libgpuipc.so.1 (set GPUIPC_LIBRARY to its path): "
                       + "; ".join(errors))
 
 
-lib = _load()
-library_path: str = lib._gpuipc_path  # type: ignore[attr-defined]
+lib, library_path = _load()
 
 
 def strerror(code: int) -> str:

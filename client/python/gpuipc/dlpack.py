@@ -21,7 +21,7 @@ import ctypes
 import threading
 from ctypes import (POINTER, Structure, c_char_p, c_int, c_int32, c_int64, c_uint8, c_uint16,
                     c_uint32, c_uint64, c_void_p)
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 # DLDeviceType
 kDLCPU = 1
@@ -201,6 +201,7 @@ def make_capsule(ptr: int, shape: Sequence[int], strides_bytes: Optional[Sequenc
                 raise ValueError(f"stride {s} is not a multiple of the item size {itemsize}")
             el.append(s // itemsize)
         c_strides = (c_int64 * max(ndim, 1))(*el)
+    m: Union[DLManagedTensorVersioned, DLManagedTensor]
     if versioned:
         m = DLManagedTensorVersioned()
         m.version.major = DLPACK_MAJOR

@@ -55,10 +55,14 @@ import java.util.regex.Pattern;
  * hour by the daemon.
  *
  * <h2>Native library</h2>
- * The JNI library {@code libgpuipc_jni.so} (libgpuipc linked in statically;
- * it needs only msgpack-c at run time) is loaded from the file named by the
- * system property {@code org.gpuipc.library}, else through
- * {@code java.library.path}. CUDA is reached as libgpuipc does: by dlopen of
+ * The JNI library {@code libgpuipc_jni.so} (libgpuipc linked in statically)
+ * is loaded from the file named by the system property
+ * {@code org.gpuipc.library}, else from the jar itself (the jar that
+ * {@code make java} builds carries it, with msgpack-c linked in too, under
+ * {@code org/gpuipc/native/linux-ARCH/}), else from
+ * {@code /usr/lib/TRIPLET/jni} (the Debian package libgpuipc-jni), else
+ * through {@code java.library.path}. So {@code java -cp gpuipc.jar} needs
+ * no setting. CUDA is reached as libgpuipc does: by dlopen of
  * {@code libcuda.so.1} or of {@code $GPUIPC_LIBCUDA}.
  */
 public final class GpuIpcClient implements AutoCloseable {

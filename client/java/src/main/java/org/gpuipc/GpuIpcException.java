@@ -76,8 +76,11 @@ public class GpuIpcException extends Exception {
             Map.entry(ECONNREFUSED, "ECONNREFUSED"), Map.entry(ENAMETOOLONG, "ENAMETOOLONG"),
             Map.entry(EIO, "EIO"));
 
+    /** The negative errno libgpuipc returned (serialized with the exception). */
     private final int code;
+    /** The operation that failed, e.g. {@code "lookup"}. */
     private final String operation;
+    /** The daemon's own explanation, or {@code ""}. */
     private final String daemonMessage;
 
     /**

@@ -1,22 +1,105 @@
 package org.gpuipc;
 
+import java.io.IOException;
+import java.io.InputStream;
 import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
+import java.util.Locale;
 
 /**
  * The JNI entry points of libgpuipc_jni. Handles are the C pointers as
  * longs; every method taking a client handle must be called with that
  * client's monitor held (see {@link GpuIpcClient}).
+ *
+ * <p>The library is loaded, in order, from: the file named by the system
+ * property {@value #LIBRARY_PROPERTY}; the jar, where {@code make java} puts
+ * it under {@code org/gpuipc/native/linux-ARCH/} (ARCH as {@code os.arch}
+ * says: amd64, aarch64), copied to a private temporary file that is deleted
+ * once loaded; {@code /usr/lib/TRIPLET/jni/libgpuipc_jni.so}, where the
+ * Debian package libgpuipc-jni installs it; {@code java.library.path}.
  */
 final class Native {
-    /** System property naming the JNI library file; else {@code System.loadLibrary("gpuipc_jni")}. */
+    /** System property naming the JNI library file; it wins over every other place. */
     static final String LIBRARY_PROPERTY = "org.gpuipc.library";
+    /** Where the jar carries the library, below the platform folder. */
+    static final String RESOURCE_DIR = "/org/gpuipc/native/";
+    static final String LIBRARY_FILE = "libgpuipc_jni.so";
+
+    /** Where the library was loaded from, for messages and tests. */
+    static final String LOADED_FROM;
 
     static {
+        LOADED_FROM = loadLibrary();
+    }
+
+    /** {@code linux-amd64}, {@code linux-aarch64}...: the folder in the jar. */
+    static String platform() {
+        return System.getProperty("os.name", "").toLowerCase(Locale.ROOT).replace(' ', '-')
+                + "-" + System.getProperty("os.arch", "");
+    }
+
+    /** The Debian multiarch triplet of this JVM's architecture, or null. */
+    static String triplet() {
+        switch (System.getProperty("os.arch", "")) {
+        case "amd64":
+        case "x86_64":
+            return "x86_64-linux-gnu";
+        case "aarch64":
+            return "aarch64-linux-gnu";
+        case "ppc64le":
+            return "powerpc64le-linux-gnu";
+        default:
+            return null;
+        }
+    }
+
+    private static String loadLibrary() {
         String path = System.getProperty(LIBRARY_PROPERTY);
-        if (path != null && !path.isEmpty())
+        if (path != null && !path.isEmpty()) {
             System.load(path);
-        else
+            return path;
+        }
+        String resource = RESOURCE_DIR + platform() + "/" + LIBRARY_FILE;
+        try (InputStream in = Native.class.getResourceAsStream(resource)) {
+            if (in != null)
+                return loadCopy(in, resource);
+        } catch (IOException e) {
+            throw new UnsatisfiedLinkError("gpuipc: cannot extract " + resource + " from the jar: " + e);
+        }
+        String t = triplet();
+        if (t != null) {
+            Path system = Paths.get("/usr/lib", t, "jni", LIBRARY_FILE);
+            if (Files.isRegularFile(system)) {
+                System.load(system.toString());
+                return system.toString();
+            }
+        }
+        try {
             System.loadLibrary("gpuipc_jni");
+        } catch (UnsatisfiedLinkError e) {
+            UnsatisfiedLinkError u = new UnsatisfiedLinkError("gpuipc: no " + LIBRARY_FILE
+                    + " in the jar (" + resource + "), in /usr/lib/" + t + "/jni or on java.library.path;"
+                    + " set -D" + LIBRARY_PROPERTY + "=PATH: " + e.getMessage());
+            u.initCause(e);
+            throw u;
+        }
+        return "java.library.path";
+    }
+
+    /* The copy is private (createTempFile makes it rw-------) and deleted
+     * once loaded: the mapping keeps it alive, and no file is left behind. */
+    private static String loadCopy(InputStream in, String resource) throws IOException {
+        Path tmp = Files.createTempFile("gpuipc_jni-", ".so");
+        try {
+            Files.copy(in, tmp, StandardCopyOption.REPLACE_EXISTING);
+            System.load(tmp.toString());
+        } finally {
+            Files.deleteIfExists(tmp);
+        }
+        return "jar:" + resource;
     }
 
     private Native() {

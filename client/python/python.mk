@@ -26,8 +26,15 @@ check-python: $(LIBSO) $(DAEMON) $(CUDA_DOUBLE)
 		if [ $$rc = 5 ]; then echo "check-python: pytest collected no tests" >&2; fi; \
 		exit $$rc
 
-CHECK_EXTRA += check-python
-.PHONY: check-python
+# The package ships py.typed: its own annotations must hold (mypy, from
+# Debian's mypy package, which make deps and .ci/run install).
+check-mypy:
+	@echo "== mypy client/python/gpuipc"
+	$(Q)command -v mypy >/dev/null || { echo "check-mypy: mypy is missing (make deps)" >&2; exit 1; }
+	$(Q)cd client/python && mypy --no-incremental gpuipc
+
+CHECK_EXTRA += check-python check-mypy
+.PHONY: check-python check-mypy
 
 # The wheel (make wheel): a platform wheel, py3-none-linux_<arch>, carrying
 # libgpuipc.so.1 next to the package, where the loader looks first.  The

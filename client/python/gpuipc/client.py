@@ -56,7 +56,7 @@ class _Conn:
         with self.lock:
             if self.ptr is None and not closed_ok:
                 raise Error(-107, "the client is closed")  # ENOTCONN
-            return fn(self.ptr)
+            return fn(0 if self.ptr is None else self.ptr)
 
     def call_checked(self, fn: Callable[[int], int], op: str) -> int:
         """Runs fn; on a negative result raises the matching Error with the
@@ -212,7 +212,7 @@ class Client:
             raise Unreachable(r, msg or f"cannot connect to gpuipcd at {where}: "
                               f"{_lib.strerror(r)}", "connect")
         self.socket = where
-        self._conn = _Conn(out.value)
+        self._conn = _Conn(out.value or 0)
         self._finalizer = weakref.finalize(self, self._conn.close)
 
     # ---- connection
@@ -274,7 +274,7 @@ class Client:
         r = _lib.lib.gpuipc_hostbuf_new(nbytes, byref(out))
         if r < 0:
             raise error_for(r, _lib.strerror(r), "hostbuf_new")
-        return HostBuffer(out.value, nbytes, dt, shape)
+        return HostBuffer(out.value or 0, nbytes, dt, shape)
 
     def alloc_device(self, shape_or_nbytes: ShapeLike, dtype: Any = "uint8", *,
                      device: int = 0) -> DeviceBuffer:
@@ -289,7 +289,7 @@ class Client:
                                                                      byref(out)))
         if r < 0:
             raise error_for(r, _lib.strerror(r), "cudabuf_new")
-        return DeviceBuffer(out.value, nbytes, int(device), dt, shape)
+        return DeviceBuffer(out.value or 0, nbytes, int(device), dt, shape)
 
     def register(self, name: str, obj: Any, meta: Optional[Mapping[str, str]] = None, *,
                  ephemeral: bool = False, event: Optional[int] = None,
@@ -570,7 +570,7 @@ class Client:
                 finally:
                     self._conn.call(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, -1), True)
             try:
-                return View(self._conn, out.value, writable, sync)
+                return View(self._conn, out.value or 0, writable, sync)
             except BaseException:
                 _lib.lib.gpuipc_view_release(out.value)
                 raise
@@ -751,7 +751,7 @@ def _host_source(obj: Any) -> Tuple[memoryview, str, Tuple[int, ...]]:
             raise TypeError("object arrays cannot be shared")
         shape = tuple(arr.shape)
         d = typestr_to_dtype(arr.dtype.str)
-        return memoryview(arr.reshape(-1).view(_np.uint8)), d, shape
+        return arr.reshape(-1).view(_np.uint8).data, d, shape
     d = format_to_dtype(mv.format)
     shape = tuple(mv.shape or ())
     if not mv.c_contiguous:

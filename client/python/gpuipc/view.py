@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from . import _lib
 from . import dlpack as _dlpack
@@ -30,7 +30,7 @@ from . import dlpack as _dlpack
 try:  # optional
     import numpy as _np
 except ImportError:  # pragma: no cover - exercised by the no-numpy test
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 # ---- dtypes ---------------------------------------------------------------
 
@@ -266,7 +266,7 @@ class _Holder:
     __slots__ = ("_free", "_lock", "exports", "closed", "done", "__weakref__")
 
     def __init__(self, free: Callable[[], Any]) -> None:
-        self._free = free
+        self._free: Optional[Callable[[], Any]] = free
         self._lock = threading.Lock()
         self.exports = 0
         self.closed = False
@@ -439,11 +439,12 @@ class _Memory:
         if self.is_device:
             raise TypeError("device memory cannot be a numpy array; use cupy/torch "
                             "(__cuda_array_interface__ or __dlpack__)")
+        shape: Tuple[int, ...]
         if raw:
             dt, shape, strides = "uint8", (self._nbytes,), None
         else:
             dt, shape, strides = self._layout()
-        a = _np.ndarray(shape, dtype=_np.dtype(dt), buffer=self._ctypes_export(),
+        a: Any = _np.ndarray(shape, dtype=_np.dtype(dt), buffer=cast(Any, self._ctypes_export()),
                         offset=0, strides=strides)
         if self._readonly:
             a.flags.writeable = False
@@ -582,9 +583,10 @@ class View(_Memory):
     @property
     def info(self) -> Info:
         """The registration as it was at lookup time."""
-        if self._box[0] is None:
-            self._box[0] = Info.from_c(_lib.lib.gpuipc_view_info(self._handle))
-        return self._box[0]
+        info = self._box[0]
+        if info is None:
+            info = self._box[0] = Info.from_c(_lib.lib.gpuipc_view_info(self._handle))
+        return info
 
     @property
     def name(self) -> str:

@@ -14,32 +14,21 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include <msgpack.h>
+#include "proto.h"
 
 struct conn;
 struct reg;
-struct req;
 
-#define ACCESS_IDS_MAX   32u    /* uids, and gids, one rule may list */
-#define ACCESS_GROUP_MAX 32u    /* bytes of a group name */
 #define PEER_GROUPS_MAX  256u   /* supplementary groups kept per peer */
 
-struct reg_access {
-        bool public_;
-        bool has_group;
-        uint32_t group_gid;
-        uint32_t n_uids, n_gids;
-        uint32_t uids[ACCESS_IDS_MAX];
-        uint32_t gids[ACCESS_IDS_MAX];
-        char group[ACCESS_GROUP_MAX + 1];
-};
-
-/* Validates the request's access map (absent: owner only, *ret NULL) and
- * takes its group's gid from group_gid, or resolves the name with NSS when
- * the request has none.  -EINVAL (or -ENOMEM) with req_fail() otherwise. */
-int access_parse(struct req *q, struct reg_access **ret);
-/* Packs r's rule as the record's access map. */
-void access_pack(msgpack_packer *pk, const struct reg *r);
+/* Validates the access map of request map req (absent: owner only, *ret
+ * NULL) and takes its group's gid from group_gid, or resolves the name with
+ * NSS when the request has none.  -EINVAL or -ENOMEM, with the reason in
+ * why (why_len bytes). */
+int access_parse(const msgpack_object *req, struct proto_access **ret, char *why,
+                 size_t why_len);
+/* Sets the admin group (set false: none, root only). */
+void access_set_admin_group(bool set, gid_t gid);
 
 /* Reads the supplementary groups of the peer of socket fd into groups
  * (PEER_GROUPS_MAX entries): the first PEER_GROUPS_MAX, in the kernel's

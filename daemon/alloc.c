@@ -11,10 +11,10 @@
 /* The hashed key: kind, device, then the kind's identity. */
 struct key {
         uint8_t kind;
-        uint8_t device[ALLOC_UUID_LEN];
-        uint8_t handle[ALLOC_HANDLE_LEN];
+        uint8_t device[PROTO_UUID_LEN];
+        uint8_t handle[PROTO_IPC_HANDLE_LEN];
         uint64_t buffer_id;
-        uint8_t alloc_key[ALLOC_KEY_LEN];
+        uint8_t alloc_key[PROTO_ALLOC_KEY_LEN];
 };
 
 void alloc_table_init(struct alloc_table *T)
@@ -62,32 +62,32 @@ void alloc_table_done(struct alloc_table *T)
  * choose handles that collide. */
 static uint64_t key_hash(const struct key *k)
 {
-        uint8_t buf[1 + ALLOC_UUID_LEN + ALLOC_HANDLE_LEN + 8];
+        uint8_t buf[1 + PROTO_UUID_LEN + PROTO_IPC_HANDLE_LEN + 8];
         size_t n = 0;
 
         buf[n++] = k->kind;
-        memcpy(buf + n, k->device, ALLOC_UUID_LEN);
-        n += ALLOC_UUID_LEN;
+        memcpy(buf + n, k->device, PROTO_UUID_LEN);
+        n += PROTO_UUID_LEN;
         if (by_handle(k->kind)) {
-                memcpy(buf + n, k->handle, ALLOC_HANDLE_LEN);
-                n += ALLOC_HANDLE_LEN;
+                memcpy(buf + n, k->handle, PROTO_IPC_HANDLE_LEN);
+                n += PROTO_IPC_HANDLE_LEN;
                 memcpy(buf + n, &k->buffer_id, 8);
                 n += 8;
         } else {
-                memcpy(buf + n, k->alloc_key, ALLOC_KEY_LEN);
-                n += ALLOC_KEY_LEN;
+                memcpy(buf + n, k->alloc_key, PROTO_ALLOC_KEY_LEN);
+                n += PROTO_ALLOC_KEY_LEN;
         }
         return hmap_hash_str(buf, n);
 }
 
 static bool key_eq(const struct alloc *a, const struct key *k)
 {
-        if (a->kind != k->kind || memcmp(a->device, k->device, ALLOC_UUID_LEN) != 0)
+        if (a->kind != k->kind || memcmp(a->device, k->device, PROTO_UUID_LEN) != 0)
                 return false;
         if (by_handle(k->kind))
                 return a->buffer_id == k->buffer_id &&
-                       memcmp(a->handle, k->handle, ALLOC_HANDLE_LEN) == 0;
-        return memcmp(a->key, k->alloc_key, ALLOC_KEY_LEN) == 0;
+                       memcmp(a->handle, k->handle, PROTO_IPC_HANDLE_LEN) == 0;
+        return memcmp(a->key, k->alloc_key, PROTO_ALLOC_KEY_LEN) == 0;
 }
 
 static struct alloc *find(const struct alloc_table *T, const struct key *k, uint64_t h)
@@ -125,10 +125,10 @@ static int get(struct alloc_table *T, const struct key *k, uint64_t size, bool c
         if (!a)
                 return -ENOMEM;
         a->kind = k->kind;
-        memcpy(a->device, k->device, ALLOC_UUID_LEN);
-        memcpy(a->handle, k->handle, ALLOC_HANDLE_LEN);
+        memcpy(a->device, k->device, PROTO_UUID_LEN);
+        memcpy(a->handle, k->handle, PROTO_IPC_HANDLE_LEN);
         a->buffer_id = k->buffer_id;
-        memcpy(a->key, k->alloc_key, ALLOC_KEY_LEN);
+        memcpy(a->key, k->alloc_key, PROTO_ALLOC_KEY_LEN);
         a->size = size;
         a->uid = uid;
         a->fd = -1;
@@ -145,28 +145,28 @@ static int get(struct alloc_table *T, const struct key *k, uint64_t size, bool c
         return 0;
 }
 
-int alloc_get_ipc(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                  const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
+int alloc_get_ipc(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                  const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t buffer_id,
                   uint64_t size, struct alloc **ret)
 {
         struct key k = { .kind = PROTO_KIND_CUDA_IPC, .buffer_id = buffer_id };
         bool created;
 
-        memcpy(k.device, device, ALLOC_UUID_LEN);
-        memcpy(k.handle, handle, ALLOC_HANDLE_LEN);
+        memcpy(k.device, device, PROTO_UUID_LEN);
+        memcpy(k.handle, handle, PROTO_IPC_HANDLE_LEN);
         return get(T, &k, size, false, ALLOC_UID_NOBODY, ret, &created);
 }
 
-int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                  const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size,
+int alloc_get_vmm(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                  const uint8_t key[PROTO_ALLOC_KEY_LEN], int *fd, uint64_t size,
                   struct alloc **ret)
 {
         return alloc_get_vmm_as(T, device, key, fd, size, ALLOC_UID_NOBODY, ret);
 }
 
 /* An entry that keeps an fd, keyed by a key the producer drew. */
-static int get_keyed(struct alloc_table *T, uint8_t kind, const uint8_t device[ALLOC_UUID_LEN],
-                     const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
+static int get_keyed(struct alloc_table *T, uint8_t kind, const uint8_t device[PROTO_UUID_LEN],
+                     const uint8_t key[PROTO_ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
                      struct alloc **ret)
 {
         struct key k = { .kind = kind };
@@ -174,8 +174,8 @@ static int get_keyed(struct alloc_table *T, uint8_t kind, const uint8_t device[A
         bool created;
         int r;
 
-        memcpy(k.device, device, ALLOC_UUID_LEN);
-        memcpy(k.alloc_key, key, ALLOC_KEY_LEN);
+        memcpy(k.device, device, PROTO_UUID_LEN);
+        memcpy(k.alloc_key, key, PROTO_ALLOC_KEY_LEN);
         r = get(T, &k, size, true, uid, &a, &created);
         if (r < 0)
                 return r;
@@ -188,22 +188,22 @@ static int get_keyed(struct alloc_table *T, uint8_t kind, const uint8_t device[A
         return 0;
 }
 
-int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                     const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
+int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                     const uint8_t key[PROTO_ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
                      struct alloc **ret)
 {
         return get_keyed(T, PROTO_KIND_CUDA_VMM, device, key, fd, size, uid, ret);
 }
 
-int alloc_get_pool_entry(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                         const uint8_t pool_key[ALLOC_KEY_LEN], int *fd, uint32_t uid,
+int alloc_get_pool_entry(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                         const uint8_t pool_key[PROTO_ALLOC_KEY_LEN], int *fd, uint32_t uid,
                          struct alloc **ret)
 {
         return get_keyed(T, ALLOC_KIND_POOL, device, pool_key, fd, 0, uid, ret);
 }
 
 int alloc_get_pool_ptr(struct alloc_table *T, struct alloc *pool,
-                       const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
+                       const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t buffer_id,
                        uint64_t size, struct alloc **ret)
 {
         struct key k = { .kind = PROTO_KIND_CUDA_POOL, .buffer_id = buffer_id };
@@ -211,8 +211,8 @@ int alloc_get_pool_ptr(struct alloc_table *T, struct alloc *pool,
         bool created;
         int r;
 
-        memcpy(k.device, pool->device, ALLOC_UUID_LEN);
-        memcpy(k.handle, handle, ALLOC_HANDLE_LEN);
+        memcpy(k.device, pool->device, PROTO_UUID_LEN);
+        memcpy(k.handle, handle, PROTO_IPC_HANDLE_LEN);
         r = get(T, &k, size, false, ALLOC_UID_NOBODY, &a, &created);
         if (r < 0)
                 return r;
@@ -227,9 +227,9 @@ int alloc_get_pool_ptr(struct alloc_table *T, struct alloc *pool,
         return 0;
 }
 
-int alloc_get_pool(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                   const uint8_t pool_key[ALLOC_KEY_LEN], int *fd,
-                   const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id, uint64_t size,
+int alloc_get_pool(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                   const uint8_t pool_key[PROTO_ALLOC_KEY_LEN], int *fd,
+                   const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t buffer_id, uint64_t size,
                    uint32_t uid, struct alloc **ret)
 {
         struct alloc *pool;

@@ -30,10 +30,8 @@
 #include <sys/types.h>
 
 #include "hmap.h"
+#include "wire.h"
 
-#define ALLOC_UUID_LEN   16u
-#define ALLOC_HANDLE_LEN 64u
-#define ALLOC_KEY_LEN    16u
 #define ALLOC_UID_NOBODY UINT32_MAX     /* a creator no peer matches */
 /* The kind of a pool's own entry: it holds the pool's exported fd and is
  * shared by the entries of the pool's pointers (PROTO_KIND_CUDA_POOL). */
@@ -48,9 +46,9 @@ struct alloc {
         uint32_t uid;                   /* cuda-vmm, pool: the creator's; only it may join */
         int fd;                         /* cuda-vmm, pool: kept; else -1 */
         uint8_t kind;                   /* PROTO_KIND_CUDA_*, or ALLOC_KIND_POOL */
-        uint8_t device[ALLOC_UUID_LEN];
-        uint8_t handle[ALLOC_HANDLE_LEN];       /* cuda-ipc; cuda-pool: export data */
-        uint8_t key[ALLOC_KEY_LEN];             /* cuda-vmm, pool */
+        uint8_t device[PROTO_UUID_LEN];
+        uint8_t handle[PROTO_IPC_HANDLE_LEN];       /* cuda-ipc; cuda-pool: export data */
+        uint8_t key[PROTO_ALLOC_KEY_LEN];             /* cuda-vmm, pool */
         struct alloc *pool;             /* cuda-pool: its pool's entry */
         /* cuda-ipc, cuda-pool: the producer promised not to free the
          * allocation before the daemon says `unmapped` (register's
@@ -75,24 +73,24 @@ void alloc_table_done(struct alloc_table *T);
 
 /* Takes a reference on the cuda-ipc allocation of that key, creating its
  * entry on first use.  -EINVAL when it exists with another size, -ENOMEM. */
-int alloc_get_ipc(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                  const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
+int alloc_get_ipc(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                  const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t buffer_id,
                   uint64_t size, struct alloc **ret);
 /* Takes a reference on the cuda-vmm allocation of that key, whose exported
  * fd is *fd.  *fd is always consumed on success: kept by a new entry, or
  * closed as a duplicate of an existing one (then *fd is set to -1 either
  * way).  On failure *fd is left alone.  -EINVAL when the key exists with
  * another size, -ENOMEM. */
-int alloc_get_vmm(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                  const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size,
+int alloc_get_vmm(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                  const uint8_t key[PROTO_ALLOC_KEY_LEN], int *fd, uint64_t size,
                   struct alloc **ret);
 /* alloc_get_vmm() for a peer of uid: a key already in the table is joined
  * only by the uid that created its entry (-EPERM otherwise), since alloc.key
  * is shown to every consumer and a squatter could otherwise claim a key
  * first with another fd.  alloc_get_vmm() creates entries no peer may join
  * (adopt's, under fresh random keys). */
-int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                     const uint8_t key[ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
+int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                     const uint8_t key[PROTO_ALLOC_KEY_LEN], int *fd, uint64_t size, uint32_t uid,
                      struct alloc **ret);
 /* Takes a reference on the cuda-pool pointer of (device, handle,
  * buffer_id), creating its entry on first use, and through it one on the
@@ -101,18 +99,18 @@ int alloc_get_vmm_as(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN]
  * failure it is set to -1 where it was consumed, else left alone.  A pool
  * key already known is joined only by the uid that created it (-EPERM);
  * -EINVAL when the pointer is known with another size or another pool. */
-int alloc_get_pool(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                   const uint8_t pool_key[ALLOC_KEY_LEN], int *fd,
-                   const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id, uint64_t size,
+int alloc_get_pool(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                   const uint8_t pool_key[PROTO_ALLOC_KEY_LEN], int *fd,
+                   const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t buffer_id, uint64_t size,
                    uint32_t uid, struct alloc **ret);
 /* The two steps of alloc_get_pool(), for restore: the pool's entry (as
  * alloc_get_vmm_as(), size 0), then a pointer entry of that pool, which
  * takes a reference of its own on pool when it is new. */
-int alloc_get_pool_entry(struct alloc_table *T, const uint8_t device[ALLOC_UUID_LEN],
-                         const uint8_t pool_key[ALLOC_KEY_LEN], int *fd, uint32_t uid,
+int alloc_get_pool_entry(struct alloc_table *T, const uint8_t device[PROTO_UUID_LEN],
+                         const uint8_t pool_key[PROTO_ALLOC_KEY_LEN], int *fd, uint32_t uid,
                          struct alloc **ret);
 int alloc_get_pool_ptr(struct alloc_table *T, struct alloc *pool,
-                       const uint8_t handle[ALLOC_HANDLE_LEN], uint64_t buffer_id,
+                       const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t buffer_id,
                        uint64_t size, struct alloc **ret);
 /* Adds holder h to a: 1 when added, 0 when h holds a already; -ENOMEM. */
 int alloc_hold_add(struct alloc *a, void *h);

@@ -26,7 +26,7 @@ static const struct key {
 } keys[] = {
 #define F(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
         { { "socket", "PATH", "socket to listen on (default: $GPUIPC_SOCKET, else "
-            "/run/gpuipcd/gpuipcd.sock)" }, T_STR, F(socket_path), 0, 0 },
+            PROTO_DEFAULT_SOCKET ")" }, T_STR, F(socket_path), 0, 0 },
         { { "socket-mode", "OCTAL", "permissions of the socket (default 0660)" },
           T_OCTAL, F(socket_mode), 0, 07777 },
         { { "max-frame", "SIZE", "largest frame body, 1K to 16M (default 64K)" },
@@ -112,7 +112,7 @@ void config_defaults(struct config *cfg)
         };
         snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s",
                  env && *env && strlen(env) < sizeof(cfg->socket_path) ? env
-                                                                     : "/run/gpuipcd/gpuipcd.sock");
+                                                                     : PROTO_DEFAULT_SOCKET);
 }
 
 const struct config_key_info *config_keys(size_t *ret_n)

@@ -130,9 +130,10 @@ static int fail(struct cuda *cu, CUresult res, const char *call, char *why, size
         return cuda_result_errno(res);
 }
 
-int gpu_copy_to_vmm(struct gpu *g, const uint8_t uuid[16], const uint8_t handle[64],
-                    uint64_t offset, uint64_t size, int *ret_fd, uint64_t *ret_alloc_size,
-                    char *why, size_t why_len)
+int gpu_copy_to_vmm(struct gpu *g, const uint8_t uuid[PROTO_UUID_LEN],
+                    const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t offset,
+                    uint64_t size, int *ret_fd, uint64_t *ret_alloc_size, char *why,
+                    size_t why_len)
 {
         CUmemAllocationProp prop = { 0 };
         CUmemAccessDesc access = { 0 };
@@ -267,9 +268,10 @@ bool gpu_available(const struct gpu *g, const char **ret_reason, int *ret_driver
         return false;
 }
 
-int gpu_copy_to_vmm(struct gpu *g, const uint8_t uuid[16], const uint8_t handle[64],
-                    uint64_t offset, uint64_t size, int *ret_fd, uint64_t *ret_alloc_size,
-                    char *why, size_t why_len)
+int gpu_copy_to_vmm(struct gpu *g, const uint8_t uuid[PROTO_UUID_LEN],
+                    const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t offset,
+                    uint64_t size, int *ret_fd, uint64_t *ret_alloc_size, char *why,
+                    size_t why_len)
 {
         snprintf(why, why_len, "no usable CUDA driver in gpuipcd: %s", g->why);
         return -ENOTSUP;

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wire.h"
+
 struct gpu;
 
 /* Loads the driver and logs one line saying whether it was found.  Fails
@@ -29,8 +31,9 @@ bool gpu_available(const struct gpu *g, const char **ret_reason, int *ret_driver
  * returns the exported POSIX fd, which alone keeps the new memory alive.
  * -ENOTSUP when CUDA is unusable or the device is not visible; otherwise
  * the errno of the failed driver call.  why says what failed. */
-int gpu_copy_to_vmm(struct gpu *g, const uint8_t uuid[16], const uint8_t handle[64],
-                    uint64_t offset, uint64_t size, int *ret_fd, uint64_t *ret_alloc_size,
-                    char *why, size_t why_len);
+int gpu_copy_to_vmm(struct gpu *g, const uint8_t uuid[PROTO_UUID_LEN],
+                    const uint8_t handle[PROTO_IPC_HANDLE_LEN], uint64_t offset,
+                    uint64_t size, int *ret_fd, uint64_t *ret_alloc_size, char *why,
+                    size_t why_len);
 
 #endif

@@ -60,7 +60,7 @@ unsigned reg_cuda_fds(const struct reg_cuda *rc, int *fds)
         return rc->n_chunks;
 }
 
-int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[ALLOC_HANDLE_LEN])
+int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[PROTO_IPC_HANDLE_LEN])
 {
         uint32_t slot;
 
@@ -78,7 +78,7 @@ int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[ALLOC_HANDLE_LEN])
                 slot = (rc->rel_head + rc->rel_n) % REG_CUDA_EVENTS_MAX;
                 rc->rel_n++;
         }
-        memcpy(rc->rel[slot], ev, ALLOC_HANDLE_LEN);
+        memcpy(rc->rel[slot], ev, PROTO_IPC_HANDLE_LEN);
         return 0;
 }
 
@@ -104,7 +104,7 @@ static void pack_alloc(msgpack_packer *pk, const struct alloc *a, bool with_key)
         if (with_key) {
                 /* What consumers key their imports by: the fd cannot. */
                 proto_pack_str(pk, "key");
-                msgpack_pack_bin_with_body(pk, a->pool ? a->pool->key : a->key, ALLOC_KEY_LEN);
+                msgpack_pack_bin_with_body(pk, a->pool ? a->pool->key : a->key, PROTO_ALLOC_KEY_LEN);
         }
 }
 
@@ -131,12 +131,12 @@ void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_han
                 proto_pack_ku64(pk, "buffer_id", rc->alloc->buffer_id);
                 if (with_handle) {
                         proto_pack_str(pk, "handle");
-                        msgpack_pack_bin_with_body(pk, rc->alloc->handle, ALLOC_HANDLE_LEN);
+                        msgpack_pack_bin_with_body(pk, rc->alloc->handle, PROTO_IPC_HANDLE_LEN);
                 }
         }
         if (rc->has_event) {
                 proto_pack_str(pk, "event");
-                msgpack_pack_bin_with_body(pk, rc->event, ALLOC_HANDLE_LEN);
+                msgpack_pack_bin_with_body(pk, rc->event, PROTO_IPC_HANDLE_LEN);
         }
 }
 
@@ -148,7 +148,7 @@ uint32_t reg_cuda_pack_events(msgpack_packer *pk, struct reg_cuda *rc)
         msgpack_pack_array(pk, rc->rel_n);
         for (uint32_t i = 0; i < rc->rel_n; i++)
                 msgpack_pack_bin_with_body(pk, rc->rel[(rc->rel_head + i) % REG_CUDA_EVENTS_MAX],
-                                           ALLOC_HANDLE_LEN);
+                                           PROTO_IPC_HANDLE_LEN);
         rc->rel_n = rc->rel_head = rc->rel_dropped = 0;
         return dropped;
 }

@@ -29,10 +29,10 @@ struct reg_cuda {
         /* Why the library copied the buffer into this cuda-vmm memory at
          * register time (GPUIPC_REGISTER_COPY), or NULL; freed with rc. */
         char *copied;
-        uint8_t device[ALLOC_UUID_LEN];
-        uint8_t event[ALLOC_HANDLE_LEN];        /* the producer's, if has_event */
+        uint8_t device[PROTO_UUID_LEN];
+        uint8_t event[PROTO_IPC_HANDLE_LEN];        /* the producer's, if has_event */
         bool has_event;
-        uint8_t (*rel)[ALLOC_HANDLE_LEN];       /* ring of release events */
+        uint8_t (*rel)[PROTO_IPC_HANDLE_LEN];       /* ring of release events */
         uint32_t rel_n, rel_head;               /* count, oldest slot */
         uint32_t rel_dropped;                   /* overwritten since last sent */
 };
@@ -51,7 +51,7 @@ unsigned reg_cuda_fds(const struct reg_cuda *rc, int *fds);
 /* Drops the allocation references and frees rc; NULL-safe. */
 void reg_cuda_free(struct alloc_table *T, struct reg_cuda *rc);
 /* Keeps a release event for the next released event; -ENOMEM. */
-int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[ALLOC_HANDLE_LEN]);
+int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[PROTO_IPC_HANDLE_LEN]);
 /* Sets rc->copied to a copy of the len bytes at s; -ENOMEM. */
 int reg_cuda_set_copied(struct reg_cuda *rc, const char *s, size_t len);
 

@@ -41,8 +41,8 @@ static void on_released(struct reg *r, void *userdata)
         daemon_send_released(conn_from_party(r->owner), r);
 }
 
-/* Bytes of one packed release event: a bin8 of ALLOC_HANDLE_LEN bytes. */
-#define RELEASE_EVENT_PACKED (2u + ALLOC_HANDLE_LEN)
+/* Bytes of one packed release event: a bin8 of PROTO_IPC_HANDLE_LEN bytes. */
+#define RELEASE_EVENT_PACKED (2u + PROTO_IPC_HANDLE_LEN)
 
 /* Forgets the oldest release events of rc that would not fit one frame of
  * max_frame after base bytes, so the released event always goes out (with

@@ -13,7 +13,7 @@
 
 #include <uv.h>
 
-#include "gpuipc.h"
+#include "access.h"
 #include "busypoll.h"
 #include "config.h"
 #include "daemon.h"
@@ -268,7 +268,7 @@ static int resolve_admin_group(const struct config *cfg)
         struct group *g;
 
         if (!cfg->admin_group[0]) {
-                ops_admin_set_group(false, 0);
+                access_set_admin_group(false, 0);
                 return 0;
         }
         errno = 0;
@@ -278,7 +278,7 @@ static int resolve_admin_group(const struct config *cfg)
                           errno ? strerror(errno) : "no such group");
                 return -ENOENT;
         }
-        ops_admin_set_group(true, g->gr_gid);
+        access_set_admin_group(true, g->gr_gid);
         return 0;
 }
 

@@ -161,7 +161,8 @@ void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_hand
                 proto_pack_ku64(pk, "expires_ms", r->expires_ms);
         if (holders_max > 0)
                 pack_holders(pk, r, holders_max);
-        access_pack(pk, r);
+        proto_pack_str(pk, "access");
+        proto_access_pack(pk, r->access);
         reg_cuda_pack_record(pk, r, with_handle);
 }
 
@@ -245,8 +246,8 @@ int op_hello(struct req *q)
                 return req_fail(q, -EINVAL, "client is longer than 64 bytes");
 
         r = proto_get_bin(q->m, "resume", &token, &token_len);
-        if (r == -EINVAL || (r == 0 && token_len != REG_SESSION_LEN))
-                return req_fail(q, -EINVAL, "resume must be a bin of %u bytes", REG_SESSION_LEN);
+        if (r == -EINVAL || (r == 0 && token_len != PROTO_SESSION_LEN))
+                return req_fail(q, -EINVAL, "resume must be a bin of %u bytes", PROTO_SESSION_LEN);
         want_resume = r == 0;
         if (!c->hello) {
                 if (want_resume && session_resume(c->d, c, token, &missed)) {
@@ -266,8 +267,8 @@ int op_hello(struct req *q)
         proto_pack_ku64(&o.pk, "max_fds", PROTO_MAX_FDS);
         proto_pack_ku64(&o.pk, "pid", (uint64_t)getpid());
         proto_pack_str(&o.pk, "session");
-        msgpack_pack_bin(&o.pk, REG_SESSION_LEN);
-        msgpack_pack_bin_body(&o.pk, c->party.session, REG_SESSION_LEN);
+        msgpack_pack_bin(&o.pk, PROTO_SESSION_LEN);
+        msgpack_pack_bin_body(&o.pk, c->party.session, PROTO_SESSION_LEN);
         proto_pack_kbool(&o.pk, "fdstore", persist_enabled());
         if (want_resume)
                 proto_pack_kbool(&o.pk, "resumed", resumed);

@@ -91,7 +91,5 @@ int op_stats(struct req *q);
 int op_watch(struct req *q);
 int op_revoke(struct req *q);
 int op_metrics(struct req *q);
-/* Members of gid may revoke (set false: root only). */
-void ops_admin_set_group(bool set, gid_t gid);
 
 #endif

@@ -23,7 +23,7 @@ int op_adopt(struct req *q)
         struct alloc *a, *old;
         struct proto_out o;
         uint64_t alloc_size = 0;
-        uint8_t key[ALLOC_KEY_LEN];
+        uint8_t key[PROTO_ALLOC_KEY_LEN];
         uint32_t leases;
         struct target t;
         struct reg *r;

@@ -199,9 +199,9 @@ int op_release(struct req *q)
                 return req_fail(q, -EINVAL, k == -ENOENT ? "lease is required"
                                                          : "lease must be a uint");
         k = proto_get_bin(q->m, "event", &ev, &ev_len);
-        if (k == -EINVAL || (k == 0 && ev_len != ALLOC_HANDLE_LEN))
+        if (k == -EINVAL || (k == 0 && ev_len != PROTO_IPC_HANDLE_LEN))
                 return req_fail(q, -EINVAL, "event must be a bin of %u bytes",
-                                ALLOC_HANDLE_LEN);
+                                PROTO_IPC_HANDLE_LEN);
         l = registry_find_lease(R, id);
         if (!l || l->holder != &q->c->party)
                 return req_fail(q, -ENOENT, "no lease %" PRIu64 " held by this connection", id);

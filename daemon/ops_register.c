@@ -332,7 +332,7 @@ int op_register(struct req *q)
                 if (k < 0)
                         goto out;
         }
-        k = access_parse(q, &p.access);
+        k = access_parse(q->m, &p.access, q->msg, sizeof(q->msg));
         if (k < 0)
                 goto out;
         k = check_uid_limits(q, &p);

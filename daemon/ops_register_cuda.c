@@ -25,7 +25,7 @@ static int get_bin_exact(struct req *q, const char *key, size_t want, const uint
 
 static int get_handle(struct req *q, const char *key, const uint8_t **ret)
 {
-        return get_bin_exact(q, key, ALLOC_HANDLE_LEN, ret);
+        return get_bin_exact(q, key, PROTO_IPC_HANDLE_LEN, ret);
 }
 
 /* `chunks` of a cuda-vmm registration over several VMM allocations: the
@@ -54,10 +54,10 @@ static int register_chunks(struct req *q, const msgpack_object *a, const uint8_t
                 size_t len = 0;
 
                 if (m->type != MSGPACK_OBJECT_MAP ||
-                    proto_get_bin(m, "key", &key, &len) < 0 || len != ALLOC_KEY_LEN ||
+                    proto_get_bin(m, "key", &key, &len) < 0 || len != PROTO_ALLOC_KEY_LEN ||
                     proto_get_u64(m, "size", &size) < 0 || size == 0)
                         return req_fail(q, -EINVAL, "chunks[%u] must be a map {key: bin of %u "
-                                        "bytes, size: uint >= 1}", i, ALLOC_KEY_LEN);
+                                        "bytes, size: uint >= 1}", i, PROTO_ALLOC_KEY_LEN);
                 if (size > alloc_size - total)
                         return req_fail(q, -EINVAL, "the chunks' sizes add up to more than "
                                         "alloc_size %" PRIu64, alloc_size);
@@ -98,11 +98,11 @@ static int register_fd_kind(struct req *q, struct reg_params *p, const uint8_t u
                 if (chunks)
                         return register_chunks(q, chunks, uuid, alloc_size, rc);
         }
-        r = get_bin_exact(q, keyname, ALLOC_KEY_LEN, &key);
+        r = get_bin_exact(q, keyname, PROTO_ALLOC_KEY_LEN, &key);
         if (r == -ENOENT)
                 return req_fail(q, -EINVAL, "%s is required for %s (%u random bytes the "
                                 "producer drew for the %s)", keyname, proto_kind_name(p->kind),
-                                ALLOC_KEY_LEN,
+                                PROTO_ALLOC_KEY_LEN,
                                 p->kind == PROTO_KIND_CUDA_POOL ? "pool" : "allocation");
         if (r < 0)
                 return r;
@@ -115,7 +115,7 @@ static int register_fd_kind(struct req *q, struct reg_params *p, const uint8_t u
         r = get_handle(q, "handle", &handle);
         if (r == -ENOENT)
                 return req_fail(q, -EINVAL, "handle is required for cuda-pool (the %u bytes "
-                                "of cuMemPoolExportPointer)", ALLOC_HANDLE_LEN);
+                                "of cuMemPoolExportPointer)", PROTO_IPC_HANDLE_LEN);
         if (r < 0)
                 return r;
         r = proto_get_u64(q->m, "buffer_id", &buffer_id);
@@ -192,7 +192,7 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 return req_fail(q, -ENOMEM, "out of memory");
         memcpy(rc->device, uuid, sizeof(uuid));
         if (event) {
-                memcpy(rc->event, event, ALLOC_HANDLE_LEN);
+                memcpy(rc->event, event, PROTO_IPC_HANDLE_LEN);
                 rc->has_event = true;
         }
         if (copied && reg_cuda_set_copied(rc, copied, copied_len) < 0) {

@@ -145,27 +145,6 @@ static void pack_bin(msgpack_packer *pk, const char *key, const void *p, size_t 
         msgpack_pack_bin_body(pk, p, n);
 }
 
-static void pack_u64_array(msgpack_packer *pk, const char *key, const uint32_t *v, uint32_t n)
-{
-        proto_pack_str(pk, key);
-        msgpack_pack_array(pk, n);
-        for (uint32_t i = 0; i < n; i++)
-                msgpack_pack_uint64(pk, v[i]);
-}
-
-static void pack_access(msgpack_packer *pk, const struct reg_access *a)
-{
-        proto_pack_str(pk, "access");
-        msgpack_pack_map(pk, 3 + 2 * a->has_group);
-        proto_pack_kbool(pk, "public", a->public_);
-        pack_u64_array(pk, "uids", a->uids, a->n_uids);
-        pack_u64_array(pk, "gids", a->gids, a->n_gids);
-        if (a->has_group) {
-                proto_pack_kstr(pk, "group", a->group);
-                proto_pack_ku64(pk, "group_gid", a->group_gid);
-        }
-}
-
 /* An allocation entry's fields, flat in the map being packed (7). */
 static void pack_alloc_fields(msgpack_packer *pk, const struct alloc *a)
 {
@@ -174,8 +153,8 @@ static void pack_alloc_fields(msgpack_packer *pk, const struct alloc *a)
         proto_pack_ku64(pk, "asize", a->size);
         proto_pack_ku64(pk, "buffer_id", a->buffer_id);
         proto_pack_ku64(pk, "auid", a->uid);
-        pack_bin(pk, "handle", a->handle, ALLOC_HANDLE_LEN);
-        pack_bin(pk, "key", a->key, ALLOC_KEY_LEN);
+        pack_bin(pk, "handle", a->handle, PROTO_IPC_HANDLE_LEN);
+        pack_bin(pk, "key", a->key, PROTO_ALLOC_KEY_LEN);
 }
 
 static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
@@ -185,10 +164,10 @@ static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
         proto_pack_str(pk, "cuda");
         msgpack_pack_map(pk, 8 + rc->has_event + (rc->n_chunks > 1) + (a->pool != NULL) +
                          (rc->copied != NULL) + a->cacheable);
-        pack_bin(pk, "device", rc->device, ALLOC_UUID_LEN);
+        pack_bin(pk, "device", rc->device, PROTO_UUID_LEN);
         pack_alloc_fields(pk, a);
         if (rc->has_event)
-                pack_bin(pk, "event", rc->event, ALLOC_HANDLE_LEN);
+                pack_bin(pk, "event", rc->event, PROTO_IPC_HANDLE_LEN);
         if (rc->n_chunks > 1) {
                 /* The chunks after the first, in address order. */
                 proto_pack_str(pk, "chunks");
@@ -235,11 +214,13 @@ static void pack_reg(msgpack_packer *pk, const struct reg *r)
         proto_pack_ku64(pk, "gid", r->gid);
         proto_pack_kstr(pk, "exe", exe ? exe : "");
         if (r->owner)
-                pack_bin(pk, "session", r->owner->session, REG_SESSION_LEN);
+                pack_bin(pk, "session", r->owner->session, PROTO_SESSION_LEN);
         if (r->meta_len > 0)
                 pack_bin(pk, "meta", r->meta, r->meta_len);
-        if (r->access)
-                pack_access(pk, r->access);
+        if (r->access) {
+                proto_pack_str(pk, "access");
+                proto_access_pack(pk, r->access);
+        }
         if (r->cuda)
                 pack_cuda(pk, r->cuda);
         if (r->expires_ms)
@@ -250,7 +231,7 @@ static void pack_session(msgpack_packer *pk, const struct reg_party *p)
 {
         msgpack_pack_map(pk, 6);
         proto_pack_kstr(pk, "t", "S");
-        pack_bin(pk, "session", p->session, REG_SESSION_LEN);
+        pack_bin(pk, "session", p->session, PROTO_SESSION_LEN);
         proto_pack_ku64(pk, "pid", p->pid);
         proto_pack_ku64(pk, "uid", p->uid);
         proto_pack_ku64(pk, "gid", p->gid);
@@ -263,7 +244,7 @@ static void pack_lease(msgpack_packer *pk, const struct lease *l)
         proto_pack_kstr(pk, "t", "L");
         proto_pack_ku64(pk, "id", l->id);
         proto_pack_ku64(pk, "reg", l->reg->id);
-        pack_bin(pk, "session", l->holder->session, REG_SESSION_LEN);
+        pack_bin(pk, "session", l->holder->session, PROTO_SESSION_LEN);
 }
 
 static void pack_id(msgpack_packer *pk, const char *type, uint64_t id)
@@ -298,7 +279,7 @@ static void pack_missed(msgpack_packer *pk, const struct reg_party *p, uint64_t 
 {
         msgpack_pack_map(pk, 4);
         proto_pack_kstr(pk, "t", "M");
-        pack_bin(pk, "session", p->session, REG_SESSION_LEN);
+        pack_bin(pk, "session", p->session, PROTO_SESSION_LEN);
         proto_pack_ku64(pk, "id", id);
         proto_pack_str(pk, "name");
         proto_pack_strn(pk, name, len);
@@ -509,7 +490,7 @@ void persist_session_end(struct daemon *d, const struct reg_party *p)
                 return;
         msgpack_pack_map(&x.pk, 2);
         proto_pack_kstr(&x.pk, "t", "E");
-        pack_bin(&x.pk, "session", p->session, REG_SESSION_LEN);
+        pack_bin(&x.pk, "session", p->session, PROTO_SESSION_LEN);
         rec_end(&x);
 }
 

@@ -18,13 +18,12 @@
 #include <stdint.h>
 
 #include "hmap.h"
+#include "wire.h"
 
 struct registry;
 struct lease;
 struct reg_cuda;
-struct reg_access;
-
-#define REG_SESSION_LEN 16u
+struct proto_access;
 
 struct reg_party {
         struct reg *owned;              /* registrations it registered */
@@ -35,7 +34,7 @@ struct reg_party {
         bool detached;                  /* a session kept over a restart, no connection */
         uint64_t start_time;            /* of the peer's process, when known */
         uint64_t pidns, ipcns;          /* its PID and IPC namespaces (inodes), 0: unknown */
-        uint8_t session[REG_SESSION_LEN];       /* its resume token (session.c) */
+        uint8_t session[PROTO_SESSION_LEN];       /* its resume token (session.c) */
 };
 
 struct reg {
@@ -50,7 +49,7 @@ struct reg {
         uint64_t expires_ms;            /* Unix ms its TTL ends (ttl.c); 0: none */
         const uint8_t *meta;            /* one packed msgpack map, or NULL */
         struct reg_cuda *cuda;          /* CUDA kinds: the daemon's, freed in freed */
-        struct reg_access *access;      /* extra readers; NULL: owner only; freed with r */
+        struct proto_access *access;      /* extra readers; NULL: owner only; freed with r */
         uint64_t charged;               /* bytes counted against the owner's uid */
         struct lease *held;             /* its leases, newest first */
         uint64_t lease_mark;            /* leases with a smaller id are marked */
@@ -94,7 +93,7 @@ struct reg_params {
         bool ephemeral;
         bool revocable;
         struct reg_cuda *cuda;          /* owned by the registration on success */
-        struct reg_access *access;      /* one malloc block, owned likewise */
+        struct proto_access *access;      /* one malloc block, owned likewise */
         int fd;                         /* owned by the registration on success */
         uint64_t id;                    /* restore: this id; 0 for the next one */
         uint32_t pid, uid, gid;         /* restore: the credentials of an ownerless one */

@@ -80,14 +80,14 @@ static int stored_fd(struct restore_ctx *x, const char *name)
         return -1;
 }
 
-static int get_token(const msgpack_object *m, uint8_t token[REG_SESSION_LEN])
+static int get_token(const msgpack_object *m, uint8_t token[PROTO_SESSION_LEN])
 {
         const uint8_t *b;
         size_t n;
 
-        if (proto_get_bin(m, "session", &b, &n) < 0 || n != REG_SESSION_LEN)
+        if (proto_get_bin(m, "session", &b, &n) < 0 || n != PROTO_SESSION_LEN)
                 return -EINVAL;
-        memcpy(token, b, REG_SESSION_LEN);
+        memcpy(token, b, PROTO_SESSION_LEN);
         return 0;
 }
 
@@ -112,47 +112,19 @@ static int get_fixed_bin(const msgpack_object *m, const char *key, uint8_t *out,
         return 0;
 }
 
-static int get_ids(const msgpack_object *m, const char *key, uint32_t *out, uint32_t *ret_n)
+static int decode_access(const msgpack_object *m, struct proto_access **ret)
 {
-        const msgpack_object *a;
+        struct proto_access *a = malloc(sizeof(*a));
+        char why[128];
 
-        if (proto_get_array(m, key, &a) < 0 || a->via.array.size > ACCESS_IDS_MAX)
-                return -EINVAL;
-        for (uint32_t i = 0; i < a->via.array.size; i++) {
-                uint64_t v;
-                if (proto_obj_u64(&a->via.array.ptr[i], &v) < 0 || v > UINT32_MAX)
-                        return -EINVAL;
-                out[i] = (uint32_t)v;
-        }
-        *ret_n = a->via.array.size;
-        return 0;
-}
-
-static int decode_access(const msgpack_object *m, struct reg_access **ret)
-{
-        struct reg_access *a;
-        const char *g;
-        size_t glen;
-
-        a = calloc(1, sizeof(*a));
         if (!a)
                 return -ENOMEM;
-        if (proto_get_bool(m, "public", &a->public_) < 0 ||
-            get_ids(m, "uids", a->uids, &a->n_uids) < 0 ||
-            get_ids(m, "gids", a->gids, &a->n_gids) < 0)
-                goto bad;
-        if (proto_get_str(m, "group", &g, &glen) == 0) {
-                if (glen == 0 || glen > ACCESS_GROUP_MAX ||
-                    get_u32(m, "group_gid", &a->group_gid) < 0)
-                        goto bad;
-                memcpy(a->group, g, glen);
-                a->has_group = true;
+        if (proto_access_decode(m, PROTO_ACCESS_FULL, a, why, sizeof(why)) < 0) {
+                free(a);
+                return -EINVAL;
         }
         *ret = a;
         return 0;
-bad:
-        free(a);
-        return -EINVAL;
 }
 
 /* One allocation entry of a CUDA record (the fields pack_alloc_fields()
@@ -162,7 +134,7 @@ static int decode_entry(struct restore_ctx *x, const msgpack_object *m, uint64_t
                         const uint8_t device[], struct alloc *pool, struct alloc **ret)
 {
         struct alloc_table *T = &x->d->allocs;
-        uint8_t handle[ALLOC_HANDLE_LEN], key[ALLOC_KEY_LEN];
+        uint8_t handle[PROTO_IPC_HANDLE_LEN], key[PROTO_ALLOC_KEY_LEN];
         uint64_t aid, akind, asize, buffer_id, saved;
         uint32_t auid;
         char name[32];
@@ -226,7 +198,7 @@ static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t
         struct alloc *pool;
         int r;
 
-        if (get_fixed_bin(m, "device", device, ALLOC_UUID_LEN) < 0)
+        if (get_fixed_bin(m, "device", device, PROTO_UUID_LEN) < 0)
                 return -EINVAL;
         if (want_kind != PROTO_KIND_CUDA_POOL)
                 return decode_entry(x, m, want_kind, device, NULL, ret);
@@ -278,7 +250,7 @@ static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t 
                 free(rc);
                 return r;
         }
-        rc->has_event = get_fixed_bin(m, "event", rc->event, ALLOC_HANDLE_LEN) == 0;
+        rc->has_event = get_fixed_bin(m, "event", rc->event, PROTO_IPC_HANDLE_LEN) == 0;
         if (proto_get_bool(m, "cacheable", &cacheable) == 0 && cacheable)
                 rc->alloc->cacheable = true;
         r = proto_get_array(m, "chunks", &chunks);
@@ -304,7 +276,7 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
         struct reg_params p = { .fd = -1 };
         const msgpack_object *sub;
         struct reg_party *owner = NULL;
-        uint8_t token[REG_SESSION_LEN];
+        uint8_t token[PROTO_SESSION_LEN];
         const char *exe = "", *why;
         char fdname[32], exe_buf[WATCH_EXE_MAX + 1];
         size_t exe_len = 0;
@@ -388,7 +360,7 @@ static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
 {
         struct reg *r;
         const msgpack_object *sub;
-        uint8_t device[ALLOC_UUID_LEN];
+        uint8_t device[PROTO_UUID_LEN];
         struct alloc *a, *old;
         uint64_t id, kind, offset;
         bool ephemeral, revocable;
@@ -417,13 +389,13 @@ static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
         r->fd = kind == PROTO_KIND_CUDA_VMM ? a->fd : -1;
         r->ephemeral = ephemeral;
         r->revocable = revocable;
-        r->cuda->has_event = get_fixed_bin(sub, "event", r->cuda->event, ALLOC_HANDLE_LEN) == 0;
+        r->cuda->has_event = get_fixed_bin(sub, "event", r->cuda->event, PROTO_IPC_HANDLE_LEN) == 0;
         return 0;
 }
 
 static int apply_lease(struct restore_ctx *x, const msgpack_object *m)
 {
-        uint8_t token[REG_SESSION_LEN];
+        uint8_t token[PROTO_SESSION_LEN];
         struct reg_party *holder;
         uint64_t id, reg_id;
         struct lease *l;
@@ -447,7 +419,7 @@ static int apply_lease(struct restore_ctx *x, const msgpack_object *m)
 
 static int apply_missed(struct restore_ctx *x, const msgpack_object *m)
 {
-        uint8_t token[REG_SESSION_LEN];
+        uint8_t token[PROTO_SESSION_LEN];
         struct reg_party *p;
         const char *name;
         size_t len;
@@ -465,7 +437,7 @@ static int apply_missed(struct restore_ctx *x, const msgpack_object *m)
 
 static int apply_session(struct restore_ctx *x, const msgpack_object *m)
 {
-        uint8_t token[REG_SESSION_LEN];
+        uint8_t token[PROTO_SESSION_LEN];
         uint32_t pid, uid, gid;
         uint64_t start_time;
         int k;
@@ -500,7 +472,7 @@ static int apply_header(struct restore_ctx *x, const msgpack_object *m)
 int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
 {
         struct registry *R = x->d->reg;
-        uint8_t token[REG_SESSION_LEN];
+        uint8_t token[PROTO_SESSION_LEN];
         struct proto_msg m;
         struct reg_party *p;
         const char *t;

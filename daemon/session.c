@@ -29,9 +29,9 @@ struct dsession {
 static uv_timer_t grace_timer;
 static bool grace_on;
 
-static uint64_t token_hash(const uint8_t token[REG_SESSION_LEN])
+static uint64_t token_hash(const uint8_t token[PROTO_SESSION_LEN])
 {
-        return hmap_hash_str(token, REG_SESSION_LEN);
+        return hmap_hash_str(token, PROTO_SESSION_LEN);
 }
 
 uint64_t session_start_time(uint32_t pid)
@@ -68,24 +68,24 @@ uint64_t session_start_time(uint32_t pid)
 
 int session_new_token(struct reg_party *p)
 {
-        if (getrandom(p->session, REG_SESSION_LEN, GRND_NONBLOCK) != (ssize_t)REG_SESSION_LEN)
+        if (getrandom(p->session, PROTO_SESSION_LEN, GRND_NONBLOCK) != (ssize_t)PROTO_SESSION_LEN)
                 return -EIO;
         return 0;
 }
 
-static struct dsession *find(struct daemon *d, const uint8_t token[REG_SESSION_LEN])
+static struct dsession *find(struct daemon *d, const uint8_t token[PROTO_SESSION_LEN])
 {
         uint64_t h = token_hash(token);
 
         for (struct hmap_node *n = hmap_bucket(&d->detached, h); n; n = n->next) {
                 struct dsession *s = container_of(n, struct dsession, node);
-                if (n->hash == h && memcmp(s->party.session, token, REG_SESSION_LEN) == 0)
+                if (n->hash == h && memcmp(s->party.session, token, PROTO_SESSION_LEN) == 0)
                         return s;
         }
         return NULL;
 }
 
-struct reg_party *session_detached_add(struct daemon *d, const uint8_t token[REG_SESSION_LEN],
+struct reg_party *session_detached_add(struct daemon *d, const uint8_t token[PROTO_SESSION_LEN],
                                        uint32_t pid, uint32_t uid, uint32_t gid,
                                        uint64_t start_time, int *ret_err)
 {
@@ -102,7 +102,7 @@ struct reg_party *session_detached_add(struct daemon *d, const uint8_t token[REG
         }
         reg_party_init(&s->party, pid, uid, gid);
         s->party.detached = true;
-        memcpy(s->party.session, token, REG_SESSION_LEN);
+        memcpy(s->party.session, token, PROTO_SESSION_LEN);
         s->d = d;
         s->start_time = start_time;
         s->pidfd = -1;
@@ -115,7 +115,7 @@ struct reg_party *session_detached_add(struct daemon *d, const uint8_t token[REG
         return &s->party;
 }
 
-struct reg_party *session_detached_find(struct daemon *d, const uint8_t token[REG_SESSION_LEN])
+struct reg_party *session_detached_find(struct daemon *d, const uint8_t token[PROTO_SESSION_LEN])
 {
         struct dsession *s = find(d, token);
 
@@ -302,7 +302,7 @@ void session_watch_all(struct daemon *d)
                  d->n_detached, timed, d->cfg.resume_grace_ms);
 }
 
-bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SESSION_LEN],
+bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[PROTO_SESSION_LEN],
                     struct session_missed **ret_missed)
 {
         struct dsession *s = find(d, token);
@@ -314,7 +314,7 @@ bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SE
         s->missed = s->missed_tail = NULL;
         s->n_missed = 0;
         registry_party_move(d->reg, &s->party, &c->party);
-        memcpy(c->party.session, token, REG_SESSION_LEN);
+        memcpy(c->party.session, token, PROTO_SESSION_LEN);
         c->party.start_time = s->start_time;
         log_info("connection %" PRIu64 " (pid %u) resumed its session: %u registrations, "
                  "%u leases", c->id, c->party.pid, c->party.n_live, c->party.n_leases);

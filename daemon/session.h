@@ -31,10 +31,10 @@ uint64_t session_start_time(uint32_t pid);
 /* Restore: a detached session for this token and peer.  Returns its party
  * (the registry may link registrations and leases to it), or NULL with
  * -ENOMEM / -EEXIST in *ret_err. */
-struct reg_party *session_detached_add(struct daemon *d, const uint8_t token[REG_SESSION_LEN],
+struct reg_party *session_detached_add(struct daemon *d, const uint8_t token[PROTO_SESSION_LEN],
                                        uint32_t pid, uint32_t uid, uint32_t gid,
                                        uint64_t start_time, int *ret_err);
-struct reg_party *session_detached_find(struct daemon *d, const uint8_t token[REG_SESSION_LEN]);
+struct reg_party *session_detached_find(struct daemon *d, const uint8_t token[PROTO_SESSION_LEN]);
 /* Ends a detached session now, as if its connection closed; unresumed
  * logs it (a replayed end of a connection that closed is not news). */
 void session_detached_end(struct daemon *d, struct reg_party *p, bool unresumed);
@@ -46,7 +46,7 @@ void session_watch_all(struct daemon *d);
  * c's peer (pid and uid), c takes over what it owns and holds and its
  * token, and *ret_missed the released events it missed (for
  * session_send_missed()).  Returns true when resumed. */
-bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[REG_SESSION_LEN],
+bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[PROTO_SESSION_LEN],
                     struct session_missed **ret_missed);
 /* A released event for a detached session, kept for its resume. */
 struct session_missed {

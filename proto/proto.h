@@ -20,23 +20,7 @@
 
 #include <msgpack.h>
 
-#define PROTO_VERSION         1u
-#define PROTO_HDR_LEN         4u           /* big-endian u32 length prefix */
-#define PROTO_MAX_FRAME       65536u       /* default cap on a frame body */
-#define PROTO_MAX_FRAME_LIMIT (16u << 20)  /* cap that no setting may exceed */
-#define PROTO_MAX_DEPTH       8u           /* nesting of maps and arrays */
-#define PROTO_MAX_FDS         64u          /* fds declared by one frame */
-#define PROTO_MAX_PENDING_FDS 72u          /* fds received, not yet claimed */
-#define PROTO_CHUNKS_MAX      PROTO_MAX_FDS /* VMM chunks of one cuda-vmm registration */
-#define PROTO_UNHOLD_MAX      1024u        /* allocation ids in one unhold */
-#define PROTO_NAME_MAX        255u         /* bytes in a registration name */
-#define PROTO_NAME_MAX_SEGMENTS 16u
-#define PROTO_DTYPE_MAX       32u
-#define PROTO_NDIM_MAX        32u
-#define PROTO_USER_MAX_ENTRIES 32u
-#define PROTO_USER_KEY_MAX    64u
-#define PROTO_USER_VALUE_MAX  1024u
-#define PROTO_WAIT_MAX_MS     3600000u     /* longest lookup wait: one hour */
+#include "wire.h"
 
 /* Buffer kinds (docs/protocol.md, "Buffer kinds"). */
 enum proto_kind {
@@ -127,6 +111,53 @@ void proto_pack_ki64(msgpack_packer *pk, const char *key, int64_t val);
 void proto_pack_kbool(msgpack_packer *pk, const char *key, bool val);
 /* An error reply body: "error": {"code": ..., "message": ...}. */
 void proto_pack_error(msgpack_packer *pk, int err, const char *message);
+
+/* A map whose entry count is written by proto_map_end(), for a packer onto
+ * a msgpack_sbuffer (a proto_out's, or the journal's): the proto_map_k*
+ * helpers pack a key and its value and count the entry; after
+ * proto_map_key() the caller packs the value itself.  Maps nest; each
+ * ends before the one it is in.  The bytes are msgpack_pack_map()'s. */
+struct proto_map {
+        msgpack_packer *pk;
+        msgpack_sbuffer *sb;
+        size_t at;                      /* of the header in sb */
+        uint32_t n;                     /* entries so far */
+};
+
+void proto_map_begin(struct proto_map *m, msgpack_packer *pk);
+void proto_map_end(struct proto_map *m);
+void proto_map_key(struct proto_map *m, const char *key);
+void proto_map_kstr(struct proto_map *m, const char *key, const char *val);
+void proto_map_kstrn(struct proto_map *m, const char *key, const char *val, size_t len);
+void proto_map_ku64(struct proto_map *m, const char *key, uint64_t val);
+void proto_map_ki64(struct proto_map *m, const char *key, int64_t val);
+void proto_map_kbool(struct proto_map *m, const char *key, bool val);
+void proto_map_kbin(struct proto_map *m, const char *key, const void *p, size_t len);
+
+/* ---- access rules ------------------------------------------------------- */
+
+/* Who besides the owner and root may look a registration up. */
+struct proto_access {
+        bool public_;                   /* everyone */
+        bool has_group;                 /* group and group_gid hold a group */
+        uint32_t group_gid;
+        uint32_t n_uids, n_gids;
+        uint32_t uids[PROTO_ACCESS_IDS_MAX];
+        uint32_t gids[PROTO_ACCESS_IDS_MAX];
+        char group[PROTO_ACCESS_GROUP_MAX + 1];         /* "" for none */
+};
+
+/* The access map {public, uids, gids[, group, group_gid]}; NULL packs the
+ * owner-only rule.  The caller packs the key. */
+void proto_access_pack(msgpack_packer *pk, const struct proto_access *a);
+/* Every key must be there, group_gid too where group is (the journal). */
+#define PROTO_ACCESS_FULL 1u
+/* Decodes and checks access map m into a.  Without PROTO_ACCESS_FULL every
+ * key is optional, and a group without group_gid leaves group set and
+ * has_group false, for the daemon to resolve.  -EINVAL with a reason in
+ * why (why_len bytes). */
+int proto_access_decode(const msgpack_object *m, unsigned flags, struct proto_access *a,
+                        char *why, size_t why_len);
 
 /* ---- incoming byte stream -> frames ------------------------------------- */
 

@@ -61,24 +61,24 @@ GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a)
                 return gpuipc__fail(c, -EINVAL, "an access rule lists at most %d uids and "
                                     "%d gids", GPUIPC_ACCESS_IDS_MAX, GPUIPC_ACCESS_IDS_MAX);
         glen = a->group ? strlen(a->group) : 0;
-        if (a->group && (glen == 0 || glen >= sizeof(n.group)))
+        if (a->group && (glen == 0 || glen >= sizeof(n.rule.group)))
                 return gpuipc__fail(c, -EINVAL, "access group names are 1 to %zu bytes",
-                                    sizeof(n.group) - 1);
+                                    sizeof(n.rule.group) - 1);
         if (a->group) {
-                int r = resolve_group(c, a->group, &n.group_gid);
+                int r = resolve_group(c, a->group, &n.rule.group_gid);
                 if (r < 0)
                         return r;
+                memcpy(n.rule.group, a->group, glen + 1);
+                n.rule.has_group = true;
         }
         n.set = true;
-        n.public_ = a->public_ != 0;
-        n.n_uids = a->n_uids;
-        n.n_gids = a->n_gids;
+        n.rule.public_ = a->public_ != 0;
+        n.rule.n_uids = a->n_uids;
+        n.rule.n_gids = a->n_gids;
         if (a->n_uids)
-                memcpy(n.uids, a->uids, a->n_uids * sizeof(uint32_t));
+                memcpy(n.rule.uids, a->uids, a->n_uids * sizeof(uint32_t));
         if (a->n_gids)
-                memcpy(n.gids, a->gids, a->n_gids * sizeof(uint32_t));
-        if (a->group)
-                memcpy(n.group, a->group, glen + 1);
+                memcpy(n.rule.gids, a->gids, a->n_gids * sizeof(uint32_t));
         c->access = n;
         return 0;
 }
@@ -107,18 +107,5 @@ void gpuipc__access_pack(msgpack_packer *pk, const gpuipc_client *c)
         if (!a->set)
                 return;
         proto_pack_str(pk, "access");
-        msgpack_pack_map(pk, a->group[0] ? 5 : 3);
-        proto_pack_kbool(pk, "public", a->public_);
-        proto_pack_str(pk, "uids");
-        msgpack_pack_array(pk, a->n_uids);
-        for (uint32_t i = 0; i < a->n_uids; i++)
-                msgpack_pack_uint32(pk, a->uids[i]);
-        proto_pack_str(pk, "gids");
-        msgpack_pack_array(pk, a->n_gids);
-        for (uint32_t i = 0; i < a->n_gids; i++)
-                msgpack_pack_uint32(pk, a->gids[i]);
-        if (a->group[0]) {
-                proto_pack_kstr(pk, "group", a->group);
-                proto_pack_ku64(pk, "group_gid", a->group_gid);
-        }
+        proto_access_pack(pk, &a->rule);
 }

@@ -270,8 +270,8 @@ int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply)
         proto_pack_kstr(&o.pk, "client", "libgpuipc " GPUIPC_VERSION);
         if (c->has_session) {
                 proto_pack_str(&o.pk, "resume");
-                msgpack_pack_bin(&o.pk, GPUIPC__SESSION_LEN);
-                msgpack_pack_bin_body(&o.pk, c->session, GPUIPC__SESSION_LEN);
+                msgpack_pack_bin(&o.pk, PROTO_SESSION_LEN);
+                msgpack_pack_bin_body(&o.pk, c->session, PROTO_SESSION_LEN);
         }
         r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
         if (r < 0)
@@ -292,8 +292,8 @@ int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply)
         c->state_kept = false;
         (void)proto_get_bool(rp.msg.root, "fdstore", &c->state_kept);
         if (proto_get_bin(rp.msg.root, "session", &session, &slen) == 0 &&
-            slen == GPUIPC__SESSION_LEN) {
-                memcpy(c->session, session, GPUIPC__SESSION_LEN);
+            slen == PROTO_SESSION_LEN) {
+                memcpy(c->session, session, PROTO_SESSION_LEN);
                 c->has_session = true;
         }
         if (ret_reply) {

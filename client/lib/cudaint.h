@@ -14,11 +14,15 @@
 #include "internal.h"
 #include "cuda_drv.h"
 
+/* The driver's handle and UUID sizes are the wire's. */
+_Static_assert(CUDA_IPC_HANDLE_LEN == PROTO_IPC_HANDLE_LEN, "IPC handle length");
+_Static_assert(CUDA_UUID_LEN == PROTO_UUID_LEN, "UUID length");
+
 #ifdef GPUIPC_HAVE_CUDA_H
 
 #define GPUIPC__CU_MAX_DEVICES 64
 /* A cuda-vmm allocation's identity on the wire (alloc_key, alloc.key). */
-#define GPUIPC__ALLOC_KEY_LEN 16
+#define GPUIPC__ALLOC_KEY_LEN PROTO_ALLOC_KEY_LEN
 
 /* The loaded, initialised driver.  -ENOTSUP when there is none; with c,
  * gpuipc_errmsg() then says why ("CUDA driver unavailable: ..."). */

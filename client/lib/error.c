@@ -55,5 +55,5 @@ const char *gpuipc_default_socket(void)
 {
         const char *s = getenv("GPUIPC_SOCKET");
 
-        return s && *s ? s : GPUIPC_DEFAULT_SOCKET;
+        return s && *s ? s : PROTO_DEFAULT_SOCKET;
 }

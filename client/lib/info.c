@@ -86,7 +86,7 @@ void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m)
 struct rec {
         gpuipc_info info;               /* the scalar fields */
         const msgpack_object *name, *device, *dtype, *shape, *strides, *user, *exe;
-        const msgpack_object *uids, *gids, *group;      /* of access */
+        struct proto_access access;
         const msgpack_object *copied;
         const msgpack_object *holders;  /* array of maps, or NULL */
         size_t bytes;                   /* size of the block to allocate */
@@ -238,40 +238,16 @@ static int parse_cuda(const msgpack_object *reg, struct rec *r)
         return 0;
 }
 
-/* An optional array of uint32: absent is fine. */
-static int opt_ids(const msgpack_object *map, const char *key, const msgpack_object **ret,
-                   uint32_t *ret_n)
-{
-        const msgpack_object *o = proto_get(map, key);
-
-        *ret = NULL;
-        *ret_n = 0;
-        if (!o || o->type == MSGPACK_OBJECT_NIL)
-                return 0;
-        if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > GPUIPC_ACCESS_IDS_MAX)
-                return -EBADMSG;
-        for (uint32_t i = 0; i < o->via.array.size; i++)
-                if (o->via.array.ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-                    o->via.array.ptr[i].via.u64 > UINT32_MAX)
-                        return -EBADMSG;
-        *ret = o;
-        *ret_n = o->via.array.size;
-        return 0;
-}
-
 /* access {public, uids, gids, group, group_gid}. */
 static int parse_access(const msgpack_object *acc, struct rec *r)
 {
-        bool pub = false;
+        char why[128];
 
-        if (proto_get_bool(acc, "public", &pub) == -EINVAL ||
-            opt_ids(acc, "uids", &r->uids, &r->info.n_access_uids) < 0 ||
-            opt_ids(acc, "gids", &r->gids, &r->info.n_access_gids) < 0 ||
-            opt_str(acc, "group", &r->group) < 0)
+        if (proto_access_decode(acc, 0, &r->access, why, sizeof(why)) < 0)
                 return -EBADMSG;
-        if (r->group && r->group->via.str.size > 32)
-                return -EBADMSG;
-        r->info.access_public = pub;
+        r->info.access_public = r->access.public_;
+        r->info.n_access_uids = r->access.n_uids;
+        r->info.n_access_gids = r->access.n_gids;
         r->bytes += ((size_t)r->info.n_access_uids + r->info.n_access_gids) * sizeof(uint32_t);
         return 0;
 }
@@ -347,7 +323,7 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
         if (parse_holders(reg, r) < 0)
                 return -EBADMSG;
         r->bytes += str_bytes(r->name) + str_bytes(r->device) + str_bytes(r->dtype) +
-                    str_bytes(r->exe) + str_bytes(r->group) + str_bytes(r->copied);
+                    str_bytes(r->exe) + strlen(r->access.group) + 1 + str_bytes(r->copied);
         return 0;
 }
 
@@ -412,13 +388,12 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         info->device = put_str(&pos, r.device);
         info->dtype = put_str(&pos, r.dtype);
         info->owner_exe = put_str(&pos, r.exe);
-        for (uint32_t i = 0; i < r.info.n_access_uids; i++)
-                uids[i] = (uint32_t)r.uids->via.array.ptr[i].via.u64;
-        for (uint32_t i = 0; i < r.info.n_access_gids; i++)
-                gids[i] = (uint32_t)r.gids->via.array.ptr[i].via.u64;
+        memcpy(uids, r.access.uids, r.info.n_access_uids * sizeof(uint32_t));
+        memcpy(gids, r.access.gids, r.info.n_access_gids * sizeof(uint32_t));
         info->access_uids = r.info.n_access_uids ? uids : NULL;
         info->access_gids = r.info.n_access_gids ? gids : NULL;
-        info->access_group = put_str(&pos, r.group);
+        info->access_group = strcpy(pos, r.access.group);
+        pos += strlen(pos) + 1;
         info->copied = put_str(&pos, r.copied);
         for (uint32_t i = 0; i < r.info.n_holders; i++) {
                 const msgpack_object *h = &r.holders->via.array.ptr[i], *exe = NULL;

@@ -19,10 +19,14 @@
 #define GPUIPC__RELEASED_MAX 1024u     /* remembered `released` events */
 #define GPUIPC__LIST_MAX     (16u << 20) /* records one gpuipc_list may hold */
 #define GPUIPC__REVOKED_MAX  256u      /* remembered `revoked` registration ids */
-#define GPUIPC__EVENT_LEN    64u       /* a CUipcEventHandle on the wire */
-#define GPUIPC__SESSION_LEN  16u
+#define GPUIPC__EVENT_LEN    PROTO_IPC_HANDLE_LEN /* a CUipcEventHandle on the wire */
 #define GPUIPC__RECONNECT_MS 10000     /* default of $GPUIPC_RECONNECT_MS */
 #define GPUIPC__UNMAPPED_MAX 256u      /* remembered `unmapped` events and cacheable regs */
+
+/* The public header repeats these wire constants (proto/wire.h). */
+_Static_assert(GPUIPC_PROTOCOL_VERSION == PROTO_VERSION, "protocol version");
+_Static_assert(GPUIPC_ACCESS_IDS_MAX == PROTO_ACCESS_IDS_MAX, "access ids");
+_Static_assert(sizeof(GPUIPC_DEFAULT_SOCKET) == sizeof(PROTO_DEFAULT_SOCKET), "socket path");
 
 struct gpuipc__rec;
 
@@ -53,12 +57,7 @@ struct gpuipc__relev {
 /* The access rule of later registrations, copied from gpuipc_access_set. */
 struct gpuipc__access {
         bool set;
-        bool public_;
-        uint32_t n_uids, n_gids;
-        uint32_t uids[GPUIPC_ACCESS_IDS_MAX];
-        uint32_t gids[GPUIPC_ACCESS_IDS_MAX];
-        char group[33];
-        uint32_t group_gid;             /* group resolved here (getgrnam_r) */
+        struct proto_access rule;       /* its group resolved here (getgrnam_r) */
 };
 
 struct gpuipc_client {
@@ -98,7 +97,7 @@ struct gpuipc_client {
         bool leases_incomplete;         /* a lease id could not be recorded */
         uint64_t local_ids;             /* client-local registration ids handed out */
         uint32_t epoch;                 /* lease id space: +1 per restart without state */
-        uint8_t session[GPUIPC__SESSION_LEN];
+        uint8_t session[PROTO_SESSION_LEN];
         const char *cur_op;             /* op of the request last built (static) */
         struct gpuipc__rec *recs;       /* what a reconnect re-establishes */
         struct gpuipc__lease *leases;   /* leases held, unordered */

@@ -281,7 +281,7 @@ static void check_state(void)
 
 /* Ends every detached session, as their processes' exits would. */
 struct tokens {
-        uint8_t (*t)[REG_SESSION_LEN];
+        uint8_t (*t)[PROTO_SESSION_LEN];
         unsigned n;
 };
 
@@ -289,12 +289,12 @@ static void collect_token(const struct reg_party *p, void *data)
 {
         struct tokens *t = data;
 
-        memcpy(t->t[t->n++], p->session, REG_SESSION_LEN);
+        memcpy(t->t[t->n++], p->session, PROTO_SESSION_LEN);
 }
 
 static void end_sessions(void)
 {
-        struct tokens t = { .t = calloc(session_detached_count(&D) + 1, REG_SESSION_LEN) };
+        struct tokens t = { .t = calloc(session_detached_count(&D) + 1, PROTO_SESSION_LEN) };
 
         if (!t.t)
                 abort();

@@ -112,7 +112,7 @@ static int reopen(int fd)
 
 Test(alloc, vmm_identity_is_the_key_not_the_inode)
 {
-        static const uint8_t k1[ALLOC_KEY_LEN] = { 1 }, k2[ALLOC_KEY_LEN] = { 2 };
+        static const uint8_t k1[PROTO_ALLOC_KEY_LEN] = { 1 }, k2[PROTO_ALLOC_KEY_LEN] = { 2 };
         int fd = memfd_create("nvidiactl", MFD_CLOEXEC);
         int same_file = reopen(fd), dup1 = reopen(fd), on_dev1 = reopen(fd);
         int keep = fd, keep2 = same_file;
@@ -125,7 +125,7 @@ Test(alloc, vmm_identity_is_the_key_not_the_inode)
         cr_assert_eq(alloc_get_vmm(&T, dev0, k1, &fd, 2 << 20, &a), 0);
         cr_assert_eq(fd, -1);
         cr_assert_eq(a->fd, keep, "the first registration's fd is kept");
-        cr_assert_eq(memcmp(a->key, k1, ALLOC_KEY_LEN), 0);
+        cr_assert_eq(memcmp(a->key, k1, PROTO_ALLOC_KEY_LEN), 0);
         /* The same inode with another key: another allocation, even with
          * another size. */
         cr_assert_eq(alloc_get_vmm(&T, dev0, k2, &same_file, 4 << 20, &c), 0);
@@ -155,7 +155,7 @@ Test(alloc, vmm_identity_is_the_key_not_the_inode)
 
 Test(alloc, vmm_failure_leaves_the_fd_alone)
 {
-        static const uint8_t k1[ALLOC_KEY_LEN] = { 1 };
+        static const uint8_t k1[PROTO_ALLOC_KEY_LEN] = { 1 };
         int fd = memfd_create("vmm", 0), dup1 = reopen(fd);
         struct alloc *a, *b = NULL;
 
@@ -364,7 +364,7 @@ Test(registry_cuda, mark_fires_early_while_newer_leases_remain)
 /* A known alloc_key is joined only by its creator's uid (no squatting). */
 Test(alloc, vmm_key_joined_only_by_its_creator_uid)
 {
-        static const uint8_t k1[ALLOC_KEY_LEN] = { 9 };
+        static const uint8_t k1[PROTO_ALLOC_KEY_LEN] = { 9 };
         int fd = memfd_create("vmm", 0), other = reopen(fd), same = reopen(fd);
         struct alloc *a, *b = NULL, *c = NULL;
 

@@ -14,6 +14,7 @@
 
 #include <criterion/criterion.h>
 
+#include "gpuipc.h"
 #include "proto.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -67,6 +68,15 @@ static void check_bad(const char *b, size_t n, const char *why_part, const char 
 }
 
 /* ---- proto_check: accepted ---------------------------------------------- */
+
+/* The public header repeats these (client/lib/internal.h asserts the
+ * numbers; a string's bytes need a run-time check). */
+Test(wire, public_copies_agree)
+{
+        cr_assert_str_eq(GPUIPC_DEFAULT_SOCKET, PROTO_DEFAULT_SOCKET);
+        cr_assert_eq(GPUIPC_PROTOCOL_VERSION, PROTO_VERSION);
+        cr_assert_eq(GPUIPC_ACCESS_IDS_MAX, PROTO_ACCESS_IDS_MAX);
+}
 
 Test(check, accepts_every_type)
 {

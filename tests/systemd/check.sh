@@ -214,7 +214,8 @@ wait_gone() {   # wait_gone PID: up to 10 s
         ! kill -0 "$1" 2>/dev/null
 }
 activate() {    # starts systemd-socket-activate; it execs gpuipcd on the first connection
-        n0=$(grep -c '^Listening on' "$TMP/act.log" 2>/dev/null)
+        : >> "$TMP/act.log"     # exists before the background job opens it
+        n0=$(grep -c '^Listening on' "$TMP/act.log")
         env -u GPUIPC_SOCKET -u NOTIFY_SOCKET systemd-socket-activate -l "$S" "$DAEMON" \
                 >>"$TMP/act.log" 2>&1 &
         apid=$!

@@ -445,15 +445,14 @@ void conn_pack_error_event(struct proto_out *o, int err, const char *message, bo
         proto_pack_kbool(&o->pk, "fatal", fatal);
 }
 
-void conn_pack_reg_event(struct proto_out *o, const char *event, uint64_t id, const char *name,
-                         size_t name_len, uint32_t more)
+void conn_pack_reg_event(struct proto_out *o, struct proto_map *m, const char *event,
+                         uint64_t id, const char *name, size_t name_len)
 {
         proto_out_init(o);
-        msgpack_pack_map(&o->pk, 3 + more);
-        proto_pack_kstr(&o->pk, "event", event);
-        proto_pack_ku64(&o->pk, "id", id);
-        proto_pack_str(&o->pk, "name");
-        proto_pack_strn(&o->pk, name, name_len);
+        proto_map_begin(m, &o->pk);
+        proto_map_kstr(m, "event", event);
+        proto_map_ku64(m, "id", id);
+        proto_map_kstrn(m, "name", name, name_len);
 }
 
 void conn_send_error_event(struct conn *c, int err, const char *message, bool fatal)

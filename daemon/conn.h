@@ -95,10 +95,10 @@ int conn_send_fds(struct conn *c, struct proto_out *o, struct reg *pin, const in
                   unsigned nfds);
 /* Starts o as an error event frame (the one place that packs them). */
 void conn_pack_error_event(struct proto_out *o, int err, const char *message, bool fatal);
-/* Starts o as an event about a registration, {event, id, name}, with room
- * for `more` fields the caller packs next (released, revoked). */
-void conn_pack_reg_event(struct proto_out *o, const char *event, uint64_t id, const char *name,
-                         size_t name_len, uint32_t more);
+/* Starts o as an event about a registration, {event, id, name}, in map m:
+ * the caller adds its fields (released, revoked) and ends m. */
+void conn_pack_reg_event(struct proto_out *o, struct proto_map *m, const char *event,
+                         uint64_t id, const char *name, size_t name_len);
 /* Queues an error event; with fatal, dooms the connection after it. */
 void conn_send_error_event(struct conn *c, int err, const char *message, bool fatal);
 /* Writes what the socket takes now. */

@@ -82,33 +82,24 @@ int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[PROTO_IPC_HANDLE_L
         return 0;
 }
 
-uint32_t reg_cuda_record_fields(const struct reg *r, bool with_handle)
-{
-        const struct reg_cuda *rc = r->cuda;
-
-        if (!rc)
-                return 0;
-        return 2 + (r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL) *
-                   (1 + with_handle) + rc->has_event + (rc->n_chunks > 1) + (rc->copied != NULL);
-}
-
 /* {id, size, regs} of entry a, and with_key its key. */
 static void pack_alloc(msgpack_packer *pk, const struct alloc *a, bool with_key)
 {
-        msgpack_pack_map(pk, 3 + with_key + a->cacheable);
+        struct proto_map m;
+
+        proto_map_begin(&m, pk);
         if (a->cacheable)
-                proto_pack_kbool(pk, "cacheable", true);
-        proto_pack_ku64(pk, "id", a->id);
-        proto_pack_ku64(pk, "size", a->size);
-        proto_pack_ku64(pk, "regs", a->regs);
-        if (with_key) {
-                /* What consumers key their imports by: the fd cannot. */
-                proto_pack_str(pk, "key");
-                msgpack_pack_bin_with_body(pk, a->pool ? a->pool->key : a->key, PROTO_ALLOC_KEY_LEN);
-        }
+                proto_map_kbool(&m, "cacheable", true);
+        proto_map_ku64(&m, "id", a->id);
+        proto_map_ku64(&m, "size", a->size);
+        proto_map_ku64(&m, "regs", a->regs);
+        /* What consumers key their imports by: the fd cannot. */
+        if (with_key)
+                proto_map_kbin(&m, "key", a->pool ? a->pool->key : a->key, PROTO_ALLOC_KEY_LEN);
+        proto_map_end(&m);
 }
 
-void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_handle)
+void reg_cuda_pack_record(struct proto_map *m, const struct reg *r, bool with_handle)
 {
         const struct reg_cuda *rc = r->cuda;
         char uuid[CUDA_UUID_STR_LEN + 1];
@@ -116,35 +107,30 @@ void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_han
         if (!rc)
                 return;
         cuda_uuid_format(rc->device, uuid);
-        proto_pack_kstr(pk, "device", uuid);
-        proto_pack_str(pk, "alloc");
-        pack_alloc(pk, rc->alloc, with_handle && r->kind != PROTO_KIND_CUDA_IPC);
+        proto_map_kstr(m, "device", uuid);
+        proto_map_key(m, "alloc");
+        pack_alloc(m->pk, rc->alloc, with_handle && r->kind != PROTO_KIND_CUDA_IPC);
         if (rc->n_chunks > 1) {
-                proto_pack_str(pk, "chunks");
-                msgpack_pack_array(pk, rc->n_chunks);
+                proto_map_key(m, "chunks");
+                msgpack_pack_array(m->pk, rc->n_chunks);
                 for (uint32_t i = 0; i < rc->n_chunks; i++)
-                        pack_alloc(pk, rc->chunks[i], with_handle);
+                        pack_alloc(m->pk, rc->chunks[i], with_handle);
         }
         if (rc->copied)
-                proto_pack_kstr(pk, "copied", rc->copied);
+                proto_map_kstr(m, "copied", rc->copied);
         if (r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL) {
-                proto_pack_ku64(pk, "buffer_id", rc->alloc->buffer_id);
-                if (with_handle) {
-                        proto_pack_str(pk, "handle");
-                        msgpack_pack_bin_with_body(pk, rc->alloc->handle, PROTO_IPC_HANDLE_LEN);
-                }
+                proto_map_ku64(m, "buffer_id", rc->alloc->buffer_id);
+                if (with_handle)
+                        proto_map_kbin(m, "handle", rc->alloc->handle, PROTO_IPC_HANDLE_LEN);
         }
-        if (rc->has_event) {
-                proto_pack_str(pk, "event");
-                msgpack_pack_bin_with_body(pk, rc->event, PROTO_IPC_HANDLE_LEN);
-        }
+        if (rc->has_event)
+                proto_map_kbin(m, "event", rc->event, PROTO_IPC_HANDLE_LEN);
 }
 
 uint32_t reg_cuda_pack_events(msgpack_packer *pk, struct reg_cuda *rc)
 {
         uint32_t dropped = rc->rel_dropped;
 
-        proto_pack_str(pk, "events");
         msgpack_pack_array(pk, rc->rel_n);
         for (uint32_t i = 0; i < rc->rel_n; i++)
                 msgpack_pack_bin_with_body(pk, rc->rel[(rc->rel_head + i) % REG_CUDA_EVENTS_MAX],

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include <msgpack.h>
+#include "proto.h"
 
 #include "alloc.h"
 #include "registry.h"
@@ -55,12 +55,11 @@ int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[PROTO_IPC_HANDLE_L
 /* Sets rc->copied to a copy of the len bytes at s; -ENOMEM. */
 int reg_cuda_set_copied(struct reg_cuda *rc, const char *s, size_t len);
 
-/* Record fields of a CUDA registration (device, alloc, buffer_id, event,
- * and with_handle, for lookup replies: handle, alloc.key): how many, then
- * packing them. */
-uint32_t reg_cuda_record_fields(const struct reg *r, bool with_handle);
-void reg_cuda_pack_record(msgpack_packer *pk, const struct reg *r, bool with_handle);
-/* Packs "events" (oldest first) and forgets them.  Returns how many were
+/* Packs the record fields of a CUDA registration into record map m
+ * (device, alloc, buffer_id, event, and with_handle, for lookup replies:
+ * handle, alloc.key); nothing for a host one. */
+void reg_cuda_pack_record(struct proto_map *m, const struct reg *r, bool with_handle);
+/* Packs the events array (oldest first) and forgets them.  Returns how many were
  * dropped over the cap since the last call. */
 uint32_t reg_cuda_pack_events(msgpack_packer *pk, struct reg_cuda *rc);
 

@@ -64,20 +64,25 @@ void daemon_send_released(struct conn *c, struct reg *r)
 {
         bool events = r->cuda && r->cuda->rel_n > 0;
         struct proto_out o;
+        struct proto_map m;
         uint32_t dropped;
 
         if (c->closed)
                 return;
-        conn_pack_reg_event(&o, "released", r->id, r->name, r->name_len, events);
+        conn_pack_reg_event(&o, &m, "released", r->id, r->name, r->name_len);
         if (events) {
-                /* the body so far, the "events" key and an array32 header */
-                trim_events(r->cuda, o.sb.size - PROTO_HDR_LEN + 7 + 5, c->d->cfg.max_frame);
+                /* The body so far (its map header will be a fixmap, 2 bytes
+                 * less than the builder's for now), the "events" key and an
+                 * array32 header. */
+                trim_events(r->cuda, o.sb.size - PROTO_HDR_LEN - 2 + 7 + 5, c->d->cfg.max_frame);
+                proto_map_key(&m, "events");
                 dropped = reg_cuda_pack_events(&o.pk, r->cuda);
                 if (dropped > 0)
                         log_info("registration %" PRIu64 " (%s): %u release events over the "
                                  "cap of %u or max_frame dropped; the owner gets the newest",
                                  r->id, r->name, dropped, REG_CUDA_EVENTS_MAX);
         }
+        proto_map_end(&m);
         (void)conn_send(c, &o, NULL);
         proto_out_free(&o);
 }
@@ -88,14 +93,16 @@ static void on_revoked(struct reg *r, struct lease *l, void *userdata)
 {
         struct conn *c;
         struct proto_out o;
+        struct proto_map m;
 
         if (l->holder->detached)
                 return;
         c = conn_from_party(l->holder);
         if (c->closed)
                 return;
-        conn_pack_reg_event(&o, "revoked", r->id, r->name, r->name_len, 1);
-        proto_pack_kstr(&o.pk, "reason", "the owner's connection ended; the memory may be gone");
+        conn_pack_reg_event(&o, &m, "revoked", r->id, r->name, r->name_len);
+        proto_map_kstr(&m, "reason", "the owner's connection ended; the memory may be gone");
+        proto_map_end(&m);
         (void)conn_send(c, &o, NULL);
         proto_out_free(&o);
 }

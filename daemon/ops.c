@@ -65,6 +65,13 @@ void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields)
         proto_pack_ku64(&o->pk, "seq", seq);
 }
 
+void reply_begin(struct proto_out *o, struct proto_map *m, uint64_t seq)
+{
+        proto_out_init(o);
+        proto_map_begin(m, &o->pk);
+        proto_map_ku64(m, "seq", seq);
+}
+
 void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message)
 {
         struct proto_out o;
@@ -118,7 +125,6 @@ static void pack_holders(msgpack_packer *pk, const struct reg *r, uint32_t max)
 
         for (const struct lease *l = r->held; l && n < max; l = l->rnext)
                 n++;
-        proto_pack_str(pk, "holders");
         msgpack_pack_array(pk, n);
         for (const struct lease *l = r->held; l && i < n; l = l->rnext, i++) {
                 msgpack_pack_map(pk, 5);
@@ -133,37 +139,40 @@ static void pack_holders(msgpack_packer *pk, const struct reg *r, uint32_t max)
 void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_handle,
                          uint32_t holders_max)
 {
-        msgpack_pack_map(pk, (r->meta ? 12 : 11) + reg_cuda_record_fields(r, with_handle) +
-                         (r->expires_ms != 0) + (holders_max > 0));
-        proto_pack_ku64(pk, "id", r->id);
-        proto_pack_str(pk, "name");
-        proto_pack_strn(pk, r->name, r->name_len);
-        proto_pack_kstr(pk, "kind", proto_kind_name(r->kind));
-        proto_pack_ku64(pk, "size", r->size);
-        proto_pack_ku64(pk, "offset", r->offset);
+        struct proto_map m;
+
+        proto_map_begin(&m, pk);
+        proto_map_ku64(&m, "id", r->id);
+        proto_map_kstrn(&m, "name", r->name, r->name_len);
+        proto_map_kstr(&m, "kind", proto_kind_name(r->kind));
+        proto_map_ku64(&m, "size", r->size);
+        proto_map_ku64(&m, "offset", r->offset);
         if (r->meta) {
                 /* Validated and packed once, at register time. */
-                proto_pack_str(pk, "meta");
+                proto_map_key(&m, "meta");
                 pk->callback(pk->data, (const char *)r->meta, r->meta_len);
         }
-        proto_pack_str(pk, "owner");
+        proto_map_key(&m, "owner");
         msgpack_pack_map(pk, 5);
         proto_pack_ku64(pk, "pid", r->pid);
         proto_pack_ku64(pk, "uid", r->uid);
         proto_pack_ku64(pk, "gid", r->gid);
         proto_pack_kbool(pk, "connected", r->owner != NULL);
         proto_pack_kstr(pk, "exe", watch_reg_exe(r->id));
-        proto_pack_ku64(pk, "created_ms", r->created_ms);
-        proto_pack_ku64(pk, "leases", r->leases);
-        proto_pack_kbool(pk, "ephemeral", r->ephemeral);
-        proto_pack_kstr(pk, "state", r->live ? "live" : "unregistered");
+        proto_map_ku64(&m, "created_ms", r->created_ms);
+        proto_map_ku64(&m, "leases", r->leases);
+        proto_map_kbool(&m, "ephemeral", r->ephemeral);
+        proto_map_kstr(&m, "state", r->live ? "live" : "unregistered");
         if (r->expires_ms)
-                proto_pack_ku64(pk, "expires_ms", r->expires_ms);
-        if (holders_max > 0)
+                proto_map_ku64(&m, "expires_ms", r->expires_ms);
+        if (holders_max > 0) {
+                proto_map_key(&m, "holders");
                 pack_holders(pk, r, holders_max);
-        proto_pack_str(pk, "access");
+        }
+        proto_map_key(&m, "access");
         proto_access_pack(pk, r->access);
-        reg_cuda_pack_record(pk, r, with_handle);
+        reg_cuda_pack_record(&m, r, with_handle);
+        proto_map_end(&m);
 }
 
 int req_target(struct req *q, struct target *ret)
@@ -195,28 +204,22 @@ static uint32_t resume_list_cap(const struct conn *c)
         return (c->d->cfg.max_frame - 512) / 20;
 }
 
-/* How many of regs and leases the hello reply carries (0 to 2): a list
- * that does not fit is left out whole, since a client reads a missing id
- * as gone. */
-static uint32_t resumed_lists(const struct conn *c)
-{
-        return (c->party.n_live <= resume_list_cap(c)) + (c->party.n_leases <= resume_list_cap(c));
-}
-
-static void pack_resumed(msgpack_packer *pk, const struct conn *c)
+/* The regs and leases lists of a resumed hello's reply: a list that does
+ * not fit is left out whole, since a client reads a missing id as gone. */
+static void pack_resumed(struct proto_map *m, const struct conn *c)
 {
         if (c->party.n_live <= resume_list_cap(c)) {
-                proto_pack_str(pk, "regs");
-                msgpack_pack_array(pk, c->party.n_live);
+                proto_map_key(m, "regs");
+                msgpack_pack_array(m->pk, c->party.n_live);
                 for (const struct reg *r = c->party.owned; r; r = r->own_next)
                         if (r->live)
-                                msgpack_pack_uint64(pk, r->id);
+                                msgpack_pack_uint64(m->pk, r->id);
         }
         if (c->party.n_leases <= resume_list_cap(c)) {
-                proto_pack_str(pk, "leases");
-                msgpack_pack_array(pk, c->party.n_leases);
+                proto_map_key(m, "leases");
+                msgpack_pack_array(m->pk, c->party.n_leases);
                 for (const struct lease *l = c->party.leases; l; l = l->next)
-                        msgpack_pack_uint64(pk, l->id);
+                        msgpack_pack_uint64(m->pk, l->id);
         }
 }
 
@@ -229,6 +232,7 @@ int op_hello(struct req *q)
         bool want_resume, resumed = false;
         struct session_missed *missed = NULL;
         struct proto_out o;
+        struct proto_map m;
         uint64_t v;
         int r;
 
@@ -260,20 +264,19 @@ int op_hello(struct req *q)
                 }
         }
 
-        reply_start(&o, q->seq, 7 + want_resume + (resumed ? resumed_lists(c) : 0));
-        proto_pack_ku64(&o.pk, "version", v < PROTO_VERSION ? v : PROTO_VERSION);
-        proto_pack_kstr(&o.pk, "server", SERVER_NAME);
-        proto_pack_ku64(&o.pk, "max_frame", c->d->cfg.max_frame);
-        proto_pack_ku64(&o.pk, "max_fds", PROTO_MAX_FDS);
-        proto_pack_ku64(&o.pk, "pid", (uint64_t)getpid());
-        proto_pack_str(&o.pk, "session");
-        msgpack_pack_bin(&o.pk, PROTO_SESSION_LEN);
-        msgpack_pack_bin_body(&o.pk, c->party.session, PROTO_SESSION_LEN);
-        proto_pack_kbool(&o.pk, "fdstore", persist_enabled());
+        reply_begin(&o, &m, q->seq);
+        proto_map_ku64(&m, "version", v < PROTO_VERSION ? v : PROTO_VERSION);
+        proto_map_kstr(&m, "server", SERVER_NAME);
+        proto_map_ku64(&m, "max_frame", c->d->cfg.max_frame);
+        proto_map_ku64(&m, "max_fds", PROTO_MAX_FDS);
+        proto_map_ku64(&m, "pid", (uint64_t)getpid());
+        proto_map_kbin(&m, "session", c->party.session, PROTO_SESSION_LEN);
+        proto_map_kbool(&m, "fdstore", persist_enabled());
         if (want_resume)
-                proto_pack_kbool(&o.pk, "resumed", resumed);
+                proto_map_kbool(&m, "resumed", resumed);
         if (resumed)
-                pack_resumed(&o.pk, c);
+                pack_resumed(&m, c);
+        proto_map_end(&m);
         r = reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);
         /* What the session missed while detached follows the reply. */
@@ -301,14 +304,12 @@ int op_stats(struct req *q)
 {
         struct daemon *d = q->c->d;
         const struct registry_counters *k = registry_counters(d->reg);
-        uint32_t nkinds = 1;
+        struct proto_map bytes, gpu;
         struct proto_out o;
         const char *reason;
         int driver;
         bool cuda;
 
-        for (unsigned i = 1; i < _PROTO_KIND_MAX; i++)
-                nkinds += k->bytes[i] > 0;
         cuda = gpu_available(d->gpu, &reason, &driver);
         reply_start(&o, q->seq, 13);
         proto_pack_kstr(&o.pk, "server", SERVER_NAME);
@@ -319,21 +320,23 @@ int op_stats(struct req *q)
         proto_pack_ku64(&o.pk, "registrations", k->registrations);
         proto_pack_ku64(&o.pk, "leases", k->leases);
         proto_pack_str(&o.pk, "bytes");
-        msgpack_pack_map(&o.pk, nkinds);
+        proto_map_begin(&bytes, &o.pk);
         for (unsigned i = 0; i < _PROTO_KIND_MAX; i++)
                 if (i == PROTO_KIND_HOST || k->bytes[i] > 0)
-                        proto_pack_ku64(&o.pk, proto_kind_name(i), k->bytes[i]);
+                        proto_map_ku64(&bytes, proto_kind_name(i), k->bytes[i]);
+        proto_map_end(&bytes);
         proto_pack_ku64(&o.pk, "requests", d->requests);
         proto_pack_ku64(&o.pk, "errors", d->errors);
         proto_pack_ku64(&o.pk, "copies", d->copies);
         proto_pack_ku64(&o.pk, "copied_bytes", d->copied_bytes);
         proto_pack_str(&o.pk, "cuda");
-        msgpack_pack_map(&o.pk, 1 + (!cuda && reason) + (cuda && driver > 0));
-        proto_pack_kbool(&o.pk, "available", cuda);
+        proto_map_begin(&gpu, &o.pk);
+        proto_map_kbool(&gpu, "available", cuda);
         if (!cuda && reason)
-                proto_pack_kstr(&o.pk, "reason", reason);
+                proto_map_kstr(&gpu, "reason", reason);
         if (cuda && driver > 0)
-                proto_pack_ku64(&o.pk, "driver_version", (uint64_t)driver);
+                proto_map_ku64(&gpu, "driver_version", (uint64_t)driver);
+        proto_map_end(&gpu);
         (void)reply_send(q->c, q->seq, &o, NULL);
         proto_out_free(&o);
         return 0;

@@ -37,6 +37,9 @@ int req_fail_name(struct req *q, const char *what, const char *name, size_t len,
 
 /* Starts a reply map of nfields fields besides seq, and packs seq. */
 void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields);
+/* reply_start() for a reply whose fields the caller counts into m (with
+ * the proto_map_k* helpers), then ends with proto_map_end(m). */
+void reply_begin(struct proto_out *o, struct proto_map *m, uint64_t seq);
 /* Sends a finished reply, counting it; a reply over max_frame is turned
  * into a too_large error. */
 int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin);

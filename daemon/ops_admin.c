@@ -56,6 +56,7 @@ static void send_revoked(struct reg *r, struct lease *l, const struct conn *by)
         struct conn *h;
         char reason[160];
         struct proto_out o;
+        struct proto_map m;
 
         if (l->holder->detached)
                 return;
@@ -65,9 +66,10 @@ static void send_revoked(struct reg *r, struct lease *l, const struct conn *by)
         snprintf(reason, sizeof(reason), "revoked by an administrator (pid %" PRIu32 ", uid %"
                  PRIu32 "); the lease is gone, stop using the view", by->party.pid,
                  by->party.uid);
-        conn_pack_reg_event(&o, "revoked", r->id, r->name, r->name_len, 2);
-        proto_pack_ku64(&o.pk, "lease", l->id);
-        proto_pack_kstr(&o.pk, "reason", reason);
+        conn_pack_reg_event(&o, &m, "revoked", r->id, r->name, r->name_len);
+        proto_map_ku64(&m, "lease", l->id);
+        proto_map_kstr(&m, "reason", reason);
+        proto_map_end(&m);
         (void)conn_send(h, &o, NULL);
         proto_out_free(&o);
 }

@@ -40,6 +40,7 @@ static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writ
 {
         struct registry *R = c->d->reg;
         struct proto_out o;
+        struct proto_map m;
         bool has_fd = r->kind != PROTO_KIND_CUDA_IPC && !peer_has(c, r, have);
         int fds[PROTO_MAX_FDS];
         unsigned nfds = 1;
@@ -95,14 +96,15 @@ static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writ
          * lease, until `uncache` (holds.h).  Not held is not an error: the
          * consumer then closes its mapping with the view. */
         held = cache && holds_apply(r) && holds_take(c, r) == 0;
-        reply_start(&o, seq, 2 + has_fd + held);
-        proto_pack_ku64(&o.pk, "lease", l->id);
-        proto_pack_str(&o.pk, "reg");
+        reply_begin(&o, &m, seq);
+        proto_map_ku64(&m, "lease", l->id);
+        proto_map_key(&m, "reg");
         pack_record_ex(&o.pk, r, true);
         if (has_fd)
-                proto_pack_ku64(&o.pk, "fds", nfds);
+                proto_map_ku64(&m, "fds", nfds);
         if (held)
-                proto_pack_kbool(&o.pk, "held", true);
+                proto_map_kbool(&m, "held", true);
+        proto_map_end(&m);
         /* The queued frame pins r, so the fds outlive a release or an
          * unregister that comes before the kernel has taken them.  A
          * cuda-ipc record carries a handle instead of an fd. */

@@ -22,6 +22,7 @@ int op_list(struct req *q)
         msgpack_sbuffer sb;
         msgpack_packer pk;
         struct proto_out o;
+        struct proto_map m;
         int k;
 
         k = proto_get_str(q->m, "prefix", &prefix, &plen);
@@ -81,13 +82,14 @@ int op_list(struct req *q)
                 return req_fail(q, -ENOMEM, "out of memory listing registrations");
         }
 
-        reply_start(&o, q->seq, more ? 2 : 1);
-        proto_pack_str(&o.pk, "regs");
+        reply_begin(&o, &m, q->seq);
+        proto_map_key(&m, "regs");
         msgpack_pack_array(&o.pk, count);
         if (count > 0)
                 msgpack_sbuffer_write(&o.sb, sb.data, sb.size);
         if (more)
-                proto_pack_ku64(&o.pk, "next", last->id);
+                proto_map_ku64(&m, "next", last->id);
+        proto_map_end(&m);
         msgpack_sbuffer_destroy(&sb);
         (void)reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);

@@ -16,114 +16,17 @@
 #include "quota.h"
 #include "waits.h"
 
-static int pack_int_array(struct req *q, msgpack_packer *pk, const msgpack_object *a,
-                          const char *what, bool nonneg)
-{
-        msgpack_pack_array(pk, a->via.array.size);
-        for (uint32_t i = 0; i < a->via.array.size; i++) {
-                int64_t v;
-                if (proto_obj_i64(&a->via.array.ptr[i], &v) < 0 || (nonneg && v < 0))
-                        return req_fail(q, -EINVAL, "meta.%s entries must be integers%s", what,
-                                        nonneg ? " >= 0" : "");
-                msgpack_pack_int64(pk, v);
-        }
-        return 0;
-}
-
-static bool utf8(const msgpack_object *o)
-{
-        return proto_utf8_valid(o->via.str.ptr, o->via.str.size) == o->via.str.size;
-}
-
-static int check_user(struct req *q, const msgpack_object *u)
-{
-        if (u->via.map.size > PROTO_USER_MAX_ENTRIES)
-                return req_fail(q, -EINVAL, "meta.user has more than %u entries",
-                                PROTO_USER_MAX_ENTRIES);
-        for (uint32_t i = 0; i < u->via.map.size; i++) {
-                const msgpack_object *k = &u->via.map.ptr[i].key, *v = &u->via.map.ptr[i].val;
-                if (k->type != MSGPACK_OBJECT_STR || v->type != MSGPACK_OBJECT_STR)
-                        return req_fail(q, -EINVAL, "meta.user must map str to str");
-                if (k->via.str.size > PROTO_USER_KEY_MAX)
-                        return req_fail(q, -EINVAL, "meta.user key longer than %u bytes",
-                                        PROTO_USER_KEY_MAX);
-                if (v->via.str.size > PROTO_USER_VALUE_MAX)
-                        return req_fail(q, -EINVAL, "meta.user value longer than %u bytes",
-                                        PROTO_USER_VALUE_MAX);
-                if (!utf8(k) || !utf8(v))
-                        return req_fail(q, -EINVAL, "meta.user %s %u is not valid UTF-8",
-                                        utf8(k) ? "value" : "key", i);
-        }
-        return 0;
-}
-
 int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb)
 {
-        const msgpack_object *shape = NULL, *strides = NULL, *user = NULL;
-        const char *dtype = NULL;
-        size_t dtype_len = 0;
-        uint32_t n = 0, ndim;
+        struct proto_meta m;
         msgpack_packer pk;
-        int r;
 
-        r = proto_get_str(meta, "dtype", &dtype, &dtype_len);
-        if (r == -EINVAL)
-                return req_fail(q, -EINVAL, "meta.dtype must be a str");
-        if (r == 0 && dtype_len > PROTO_DTYPE_MAX)
-                return req_fail(q, -EINVAL, "meta.dtype is longer than %u bytes",
-                                PROTO_DTYPE_MAX);
-        if (r == 0 && proto_utf8_valid(dtype, dtype_len) != dtype_len)
-                return req_fail(q, -EINVAL, "meta.dtype is not valid UTF-8");
-        n += r == 0;
-        r = proto_get_array(meta, "shape", &shape);
-        if (r == -EINVAL)
-                return req_fail(q, -EINVAL, "meta.shape must be an array of int");
-        ndim = shape ? shape->via.array.size : 0;
-        if (ndim > PROTO_NDIM_MAX)
-                return req_fail(q, -EINVAL, "meta.shape has more than %u entries",
-                                PROTO_NDIM_MAX);
-        n += r == 0;
-        r = proto_get_array(meta, "strides", &strides);
-        if (r == -EINVAL)
-                return req_fail(q, -EINVAL, "meta.strides must be an array of int");
-        if (strides && strides->via.array.size != ndim)
-                return req_fail(q, -EINVAL, "meta.strides must have as many entries as "
-                                "meta.shape (%u)", ndim);
-        n += r == 0;
-        r = proto_get_map(meta, "user", &user);
-        if (r == -EINVAL)
-                return req_fail(q, -EINVAL, "meta.user must be a map of str to str");
-        if (user && check_user(q, user) < 0)
+        if (proto_meta_check(meta, &m, q->msg, sizeof(q->msg)) < 0)
                 return -EINVAL;
-        n += r == 0;
-        if (n == 0)
+        if (proto_meta_empty(&m))
                 return 0;
-
         msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-        msgpack_pack_map(&pk, n);
-        if (dtype) {
-                proto_pack_str(&pk, "dtype");
-                proto_pack_strn(&pk, dtype, dtype_len);
-        }
-        if (shape) {
-                proto_pack_str(&pk, "shape");
-                if (pack_int_array(q, &pk, shape, "shape", true) < 0)
-                        return -EINVAL;
-        }
-        if (strides) {
-                proto_pack_str(&pk, "strides");
-                if (pack_int_array(q, &pk, strides, "strides", false) < 0)
-                        return -EINVAL;
-        }
-        if (user) {
-                proto_pack_str(&pk, "user");
-                msgpack_pack_map(&pk, user->via.map.size);
-                for (uint32_t i = 0; i < user->via.map.size; i++) {
-                        const msgpack_object_kv *kv = &user->via.map.ptr[i];
-                        proto_pack_strn(&pk, kv->key.via.str.ptr, kv->key.via.str.size);
-                        proto_pack_strn(&pk, kv->val.via.str.ptr, kv->val.via.str.size);
-                }
-        }
+        proto_meta_pack(&pk, &m);
         if (!sb->data)
                 return req_fail(q, -ENOMEM, "out of memory packing meta");
         return 0;
@@ -319,6 +222,7 @@ int op_register(struct req *q)
         bool ephemeral_given = false, shared_write = false;
         msgpack_sbuffer sb;
         struct proto_out o;
+        struct proto_map m;
         struct reg *existing, *r;
         const char *why;
         int k, ro_fd = -1;
@@ -421,12 +325,12 @@ int op_register(struct req *q)
          * do next (a release) is read before this handler returns, so the
          * producer's reply still comes before any event about r. */
         waits_wake(d, r);
-        reply_start(&o, q->seq, 2 + (r->cuda != NULL));
-        proto_pack_ku64(&o.pk, "id", r->id);
-        proto_pack_str(&o.pk, "name");
-        proto_pack_strn(&o.pk, r->name, r->name_len);
+        reply_begin(&o, &m, q->seq);
+        proto_map_ku64(&m, "id", r->id);
+        proto_map_kstrn(&m, "name", r->name, r->name_len);
         if (r->cuda)    /* what `unmapped` events name */
-                proto_pack_ku64(&o.pk, "alloc", r->cuda->alloc->id);
+                proto_map_ku64(&m, "alloc", r->cuda->alloc->id);
+        proto_map_end(&m);
         (void)reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);
         log_debug("registered %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u", r->name,

@@ -145,86 +145,90 @@ static void pack_bin(msgpack_packer *pk, const char *key, const void *p, size_t 
         msgpack_pack_bin_body(pk, p, n);
 }
 
-/* An allocation entry's fields, flat in the map being packed (7). */
-static void pack_alloc_fields(msgpack_packer *pk, const struct alloc *a)
+/* An allocation entry's fields, flat in map m. */
+static void pack_alloc_fields(struct proto_map *m, const struct alloc *a)
 {
-        proto_pack_ku64(pk, "alloc", a->id);
-        proto_pack_ku64(pk, "akind", a->kind);
-        proto_pack_ku64(pk, "asize", a->size);
-        proto_pack_ku64(pk, "buffer_id", a->buffer_id);
-        proto_pack_ku64(pk, "auid", a->uid);
-        pack_bin(pk, "handle", a->handle, PROTO_IPC_HANDLE_LEN);
-        pack_bin(pk, "key", a->key, PROTO_ALLOC_KEY_LEN);
+        proto_map_ku64(m, "alloc", a->id);
+        proto_map_ku64(m, "akind", a->kind);
+        proto_map_ku64(m, "asize", a->size);
+        proto_map_ku64(m, "buffer_id", a->buffer_id);
+        proto_map_ku64(m, "auid", a->uid);
+        proto_map_kbin(m, "handle", a->handle, PROTO_IPC_HANDLE_LEN);
+        proto_map_kbin(m, "key", a->key, PROTO_ALLOC_KEY_LEN);
+}
+
+/* An allocation entry as a map of its own. */
+static void pack_alloc(msgpack_packer *pk, const struct alloc *a)
+{
+        struct proto_map m;
+
+        proto_map_begin(&m, pk);
+        pack_alloc_fields(&m, a);
+        proto_map_end(&m);
 }
 
 static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
 {
         const struct alloc *a = rc->alloc;
+        struct proto_map m;
 
-        proto_pack_str(pk, "cuda");
-        msgpack_pack_map(pk, 8 + rc->has_event + (rc->n_chunks > 1) + (a->pool != NULL) +
-                         (rc->copied != NULL) + a->cacheable);
-        pack_bin(pk, "device", rc->device, PROTO_UUID_LEN);
-        pack_alloc_fields(pk, a);
+        proto_map_begin(&m, pk);
+        proto_map_kbin(&m, "device", rc->device, PROTO_UUID_LEN);
+        pack_alloc_fields(&m, a);
         if (rc->has_event)
-                pack_bin(pk, "event", rc->event, PROTO_IPC_HANDLE_LEN);
+                proto_map_kbin(&m, "event", rc->event, PROTO_IPC_HANDLE_LEN);
         if (rc->n_chunks > 1) {
                 /* The chunks after the first, in address order. */
-                proto_pack_str(pk, "chunks");
+                proto_map_key(&m, "chunks");
                 msgpack_pack_array(pk, rc->n_chunks - 1);
-                for (uint32_t i = 1; i < rc->n_chunks; i++) {
-                        msgpack_pack_map(pk, 7);
-                        pack_alloc_fields(pk, rc->chunks[i]);
-                }
+                for (uint32_t i = 1; i < rc->n_chunks; i++)
+                        pack_alloc(pk, rc->chunks[i]);
         }
         if (a->pool) {
-                proto_pack_str(pk, "pool");
-                msgpack_pack_map(pk, 7);
-                pack_alloc_fields(pk, a->pool);
+                proto_map_key(&m, "pool");
+                pack_alloc(pk, a->pool);
         }
         if (rc->copied)
-                proto_pack_kstr(pk, "copied", rc->copied);
+                proto_map_kstr(&m, "copied", rc->copied);
         if (a->cacheable)
-                proto_pack_kbool(pk, "cacheable", true);
+                proto_map_kbool(&m, "cacheable", true);
+        proto_map_end(&m);
 }
 
 static void pack_reg(msgpack_packer *pk, const struct reg *r)
 {
         const char *exe = watch_reg_exe(r->id);
-        uint32_t n = 13;
+        struct proto_map m;
 
-        n += r->owner != NULL;
-        n += r->meta_len > 0;
-        n += r->access != NULL;
-        n += r->cuda != NULL;
-        n += r->expires_ms != 0;
-        msgpack_pack_map(pk, n);
-        proto_pack_kstr(pk, "t", "A");
-        proto_pack_ku64(pk, "id", r->id);
-        proto_pack_str(pk, "name");
-        proto_pack_strn(pk, r->name, r->name_len);
-        proto_pack_ku64(pk, "kind", r->kind);
-        proto_pack_ku64(pk, "size", r->size);
-        proto_pack_ku64(pk, "offset", r->offset);
-        proto_pack_ku64(pk, "created_ms", r->created_ms);
-        proto_pack_kbool(pk, "ephemeral", r->ephemeral);
-        proto_pack_kbool(pk, "revocable", r->revocable);
-        proto_pack_ku64(pk, "pid", r->pid);
-        proto_pack_ku64(pk, "uid", r->uid);
-        proto_pack_ku64(pk, "gid", r->gid);
-        proto_pack_kstr(pk, "exe", exe ? exe : "");
+        proto_map_begin(&m, pk);
+        proto_map_kstr(&m, "t", "A");
+        proto_map_ku64(&m, "id", r->id);
+        proto_map_kstrn(&m, "name", r->name, r->name_len);
+        proto_map_ku64(&m, "kind", r->kind);
+        proto_map_ku64(&m, "size", r->size);
+        proto_map_ku64(&m, "offset", r->offset);
+        proto_map_ku64(&m, "created_ms", r->created_ms);
+        proto_map_kbool(&m, "ephemeral", r->ephemeral);
+        proto_map_kbool(&m, "revocable", r->revocable);
+        proto_map_ku64(&m, "pid", r->pid);
+        proto_map_ku64(&m, "uid", r->uid);
+        proto_map_ku64(&m, "gid", r->gid);
+        proto_map_kstr(&m, "exe", exe ? exe : "");
         if (r->owner)
-                pack_bin(pk, "session", r->owner->session, PROTO_SESSION_LEN);
+                proto_map_kbin(&m, "session", r->owner->session, PROTO_SESSION_LEN);
         if (r->meta_len > 0)
-                pack_bin(pk, "meta", r->meta, r->meta_len);
+                proto_map_kbin(&m, "meta", r->meta, r->meta_len);
         if (r->access) {
-                proto_pack_str(pk, "access");
+                proto_map_key(&m, "access");
                 proto_access_pack(pk, r->access);
         }
-        if (r->cuda)
+        if (r->cuda) {
+                proto_map_key(&m, "cuda");
                 pack_cuda(pk, r->cuda);
+        }
         if (r->expires_ms)
-                proto_pack_ku64(pk, "expires_ms", r->expires_ms);
+                proto_map_ku64(&m, "expires_ms", r->expires_ms);
+        proto_map_end(&m);
 }
 
 static void pack_session(msgpack_packer *pk, const struct reg_party *p)
@@ -658,6 +662,7 @@ void persist_cuda_changed(struct daemon *d, const struct reg *r)
         proto_pack_ku64(&x.pk, "offset", r->offset);
         proto_pack_kbool(&x.pk, "ephemeral", r->ephemeral);
         proto_pack_kbool(&x.pk, "revocable", r->revocable);
+        proto_pack_str(&x.pk, "cuda");
         pack_cuda(&x.pk, r->cuda);
         rec_end(&x);
 }

@@ -112,6 +112,23 @@ static int get_fixed_bin(const msgpack_object *m, const char *key, uint8_t *out,
         return 0;
 }
 
+/* The meta a record carries goes out as it is in every record of the
+ * registration: it must be what register would have kept. */
+static int check_meta(const uint8_t *b, size_t len)
+{
+        struct proto_meta meta;
+        struct proto_msg msg;
+        char why[128];
+        int r;
+
+        r = proto_decode(b, len, &msg, NULL);
+        if (r < 0)
+                return r == -ENOMEM ? r : -EINVAL;
+        r = proto_meta_check(msg.root, &meta, why, sizeof(why));
+        proto_msg_free(&msg);
+        return r;
+}
+
 static int decode_access(const msgpack_object *m, struct proto_access **ret)
 {
         struct proto_access *a = malloc(sizeof(*a));
@@ -313,6 +330,8 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
         }
         if (proto_get_bin(m, "meta", &p.meta, &p.meta_len) == -EINVAL)
                 return -EINVAL;
+        if (p.meta_len > 0 && (k = check_meta(p.meta, p.meta_len)) < 0)
+                return k;
         if (proto_get_map(m, "access", &sub) == 0 && (k = decode_access(sub, &p.access)) < 0)
                 return k;
         if (p.kind == PROTO_KIND_HOST) {

@@ -171,8 +171,10 @@ void session_send_missed(struct conn *c, struct session_missed *m)
         while (m) {
                 struct session_missed *next = m->next;
                 struct proto_out o;
+                struct proto_map map;
 
-                conn_pack_reg_event(&o, "released", m->id, m->name, m->name_len, 0);
+                conn_pack_reg_event(&o, &map, "released", m->id, m->name, m->name_len);
+                proto_map_end(&map);
                 (void)conn_send(c, &o, NULL);
                 proto_out_free(&o);
                 free(m);

@@ -216,6 +216,7 @@ static void emit(const char *type, const struct reg *r, const struct lease *l, u
                  uint32_t uid, uint32_t leases)
 {
         struct proto_out o;
+        struct proto_map m;
         bool packed = false;
 
         for (struct watcher *w = watchers; w; w = w->next) {
@@ -224,20 +225,20 @@ static void emit(const char *type, const struct reg *r, const struct lease *l, u
                         continue;
                 if (!packed) {
                         proto_out_init(&o);
-                        msgpack_pack_map(&o.pk, 10 + (l != NULL));
-                        proto_pack_kstr(&o.pk, "event", "watch");
-                        proto_pack_kstr(&o.pk, "type", type);
-                        proto_pack_ku64(&o.pk, "id", r->id);
-                        proto_pack_str(&o.pk, "name");
-                        proto_pack_strn(&o.pk, r->name, r->name_len);
-                        proto_pack_kstr(&o.pk, "kind", proto_kind_name(r->kind));
-                        proto_pack_ku64(&o.pk, "size", r->size);
-                        proto_pack_ku64(&o.pk, "leases", leases);
-                        proto_pack_ku64(&o.pk, "pid", pid);
-                        proto_pack_ku64(&o.pk, "uid", uid);
-                        proto_pack_ku64(&o.pk, "time_ms", now_unix_ms());
+                        proto_map_begin(&m, &o.pk);
+                        proto_map_kstr(&m, "event", "watch");
+                        proto_map_kstr(&m, "type", type);
+                        proto_map_ku64(&m, "id", r->id);
+                        proto_map_kstrn(&m, "name", r->name, r->name_len);
+                        proto_map_kstr(&m, "kind", proto_kind_name(r->kind));
+                        proto_map_ku64(&m, "size", r->size);
+                        proto_map_ku64(&m, "leases", leases);
+                        proto_map_ku64(&m, "pid", pid);
+                        proto_map_ku64(&m, "uid", uid);
+                        proto_map_ku64(&m, "time_ms", now_unix_ms());
                         if (l)
-                                proto_pack_ku64(&o.pk, "lease", l->id);
+                                proto_map_ku64(&m, "lease", l->id);
+                        proto_map_end(&m);
                         packed = true;
                 }
                 /* conn_send finishes o in place: send a copy to each. */

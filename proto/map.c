@@ -43,6 +43,11 @@ void proto_map_end(struct proto_map *m)
         }
 }
 
+void proto_map_add(struct proto_map *m)
+{
+        m->n++;
+}
+
 void proto_map_key(struct proto_map *m, const char *key)
 {
         m->n++;

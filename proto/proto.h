@@ -127,12 +127,36 @@ struct proto_map {
 void proto_map_begin(struct proto_map *m, msgpack_packer *pk);
 void proto_map_end(struct proto_map *m);
 void proto_map_key(struct proto_map *m, const char *key);
+/* Counts one entry whose key and value the caller packs. */
+void proto_map_add(struct proto_map *m);
 void proto_map_kstr(struct proto_map *m, const char *key, const char *val);
 void proto_map_kstrn(struct proto_map *m, const char *key, const char *val, size_t len);
 void proto_map_ku64(struct proto_map *m, const char *key, uint64_t val);
 void proto_map_ki64(struct proto_map *m, const char *key, int64_t val);
 void proto_map_kbool(struct proto_map *m, const char *key, bool val);
 void proto_map_kbin(struct proto_map *m, const char *key, const void *p, size_t len);
+
+/* ---- buffer metadata ---------------------------------------------------- */
+
+/* The parts of a meta map, pointing into it; NULL when absent. */
+struct proto_meta {
+        const msgpack_object *dtype, *shape, *strides, *user;
+};
+
+/* Checks meta map m: dtype a str of at most PROTO_DTYPE_MAX bytes of UTF-8,
+ * shape at most PROTO_NDIM_MAX ints >= 0, strides as many ints, user at
+ * most PROTO_USER_MAX_ENTRIES pairs of UTF-8 strs (keys PROTO_USER_KEY_MAX
+ * bytes, values PROTO_USER_VALUE_MAX); other keys are ignored.  -EINVAL
+ * with a reason in why (why_len bytes). */
+int proto_meta_check(const msgpack_object *m, struct proto_meta *ret, char *why,
+                     size_t why_len);
+static inline bool proto_meta_empty(const struct proto_meta *m)
+{
+        return !m->dtype && !m->shape && !m->strides && !m->user;
+}
+/* Packs a checked meta as the daemon keeps it: the known keys in the
+ * order above, numbers as msgpack ints. */
+void proto_meta_pack(msgpack_packer *pk, const struct proto_meta *m);
 
 /* ---- access rules ------------------------------------------------------- */
 

@@ -55,29 +55,35 @@ uint32_t gpuipc__meta_keys(const gpuipc_meta *m)
                (m->n_user > 0);
 }
 
-static void pack_i64_array(msgpack_packer *pk, const char *key, const int64_t *v, uint32_t n)
+static void pack_i64_array(struct proto_map *map, const char *key, const int64_t *v,
+                           uint32_t n)
 {
-        proto_pack_str(pk, key);
-        msgpack_pack_array(pk, n);
+        proto_map_key(map, key);
+        msgpack_pack_array(map->pk, n);
         for (uint32_t i = 0; i < n; i++)
-                msgpack_pack_int64(pk, v[i]);
+                msgpack_pack_int64(map->pk, v[i]);
 }
 
+/* The keys match gpuipc__meta_keys(), which callers count the meta by. */
 void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m)
 {
-        msgpack_pack_map(pk, gpuipc__meta_keys(m));
+        struct proto_map map, user;
+
+        proto_map_begin(&map, pk);
         if (m->dtype && m->dtype[0])
-                proto_pack_kstr(pk, "dtype", m->dtype);
+                proto_map_kstr(&map, "dtype", m->dtype);
         if (m->ndim > 0)
-                pack_i64_array(pk, "shape", m->shape, m->ndim);
+                pack_i64_array(&map, "shape", m->shape, m->ndim);
         if (m->ndim > 0 && m->strides)
-                pack_i64_array(pk, "strides", m->strides, m->ndim);
+                pack_i64_array(&map, "strides", m->strides, m->ndim);
         if (m->n_user > 0) {
-                proto_pack_str(pk, "user");
-                msgpack_pack_map(pk, m->n_user);
+                proto_map_key(&map, "user");
+                proto_map_begin(&user, pk);
                 for (uint32_t i = 0; i < m->n_user; i++)
-                        proto_pack_kstr(pk, m->user_keys[i], m->user_values[i]);
+                        proto_map_kstr(&user, m->user_keys[i], m->user_values[i]);
+                proto_map_end(&user);
         }
+        proto_map_end(&map);
 }
 
 /* ---- wire -> gpuipc_info ----------------------------------------------- */
@@ -135,42 +141,23 @@ static int opt_u64(const msgpack_object *map, const char *key, uint64_t *ret)
 
 static int parse_meta(const msgpack_object *meta, struct rec *r)
 {
-        const msgpack_object *o;
+        struct proto_meta m;
+        char why[128];
 
-        if (opt_str(meta, "dtype", &r->dtype) < 0)
+        if (proto_meta_check(meta, &m, why, sizeof(why)) < 0)
                 return -EBADMSG;
-        if (r->dtype && r->dtype->via.str.size > PROTO_DTYPE_MAX)
-                return -EBADMSG;
-        if (proto_get_array(meta, "shape", &o) == 0) {
-                if (o->via.array.size > PROTO_NDIM_MAX)
-                        return -EBADMSG;
-                r->shape = o;
-                r->info.ndim = o->via.array.size;
-        }
-        if (proto_get_array(meta, "strides", &o) == 0) {
-                if (o->via.array.size != r->info.ndim)
-                        return -EBADMSG;
-                r->strides = r->info.ndim > 0 ? o : NULL;
-        }
-        for (uint32_t i = 0; i < r->info.ndim; i++) {
-                int64_t v;
-                if (proto_obj_i64(&r->shape->via.array.ptr[i], &v) < 0 || v < 0)
-                        return -EBADMSG;
-                if (r->strides && proto_obj_i64(&r->strides->via.array.ptr[i], &v) < 0)
-                        return -EBADMSG;
-        }
+        r->dtype = m.dtype;
+        r->shape = m.shape;
+        r->info.ndim = m.shape ? m.shape->via.array.size : 0;
+        r->strides = r->info.ndim > 0 ? m.strides : NULL;
         r->bytes += 2 * (size_t)r->info.ndim * sizeof(int64_t);
-        if (proto_get_map(meta, "user", &o) == 0) {
-                if (o->via.map.size > PROTO_USER_MAX_ENTRIES)
-                        return -EBADMSG;
-                for (uint32_t i = 0; i < o->via.map.size; i++) {
-                        const msgpack_object_kv *kv = &o->via.map.ptr[i];
-                        if (kv->key.type != MSGPACK_OBJECT_STR || kv->val.type != MSGPACK_OBJECT_STR)
-                                return -EBADMSG;
+        if (m.user) {
+                for (uint32_t i = 0; i < m.user->via.map.size; i++) {
+                        const msgpack_object_kv *kv = &m.user->via.map.ptr[i];
                         r->bytes += str_bytes(&kv->key) + str_bytes(&kv->val);
                 }
-                r->user = o;
-                r->info.n_user = o->via.map.size;
+                r->user = m.user;
+                r->info.n_user = m.user->via.map.size;
                 r->bytes += 2 * (size_t)r->info.n_user * sizeof(char *);
         }
         return 0;

@@ -579,16 +579,18 @@ static int fake_reply(gpuipc_client *c, uint64_t seq, bool with_id, uint64_t id,
                       struct gpuipc__reply *ret)
 {
         struct proto_out o;
+        struct proto_map m;
         uint8_t *buf;
         size_t len;
         int k;
 
         proto_out_init(&o);
-        msgpack_pack_map(&o.pk, 2 + with_id);
-        proto_pack_ku64(&o.pk, "seq", seq);
-        proto_pack_ku64(&o.pk, "leases", 0);
+        proto_map_begin(&m, &o.pk);
+        proto_map_ku64(&m, "seq", seq);
+        proto_map_ku64(&m, "leases", 0);
         if (with_id)
-                proto_pack_ku64(&o.pk, "id", id);
+                proto_map_ku64(&m, "id", id);
+        proto_map_end(&m);
         k = proto_out_finish(&o, c->max_frame);
         buf = k < 0 ? NULL : proto_out_release(&o, &len);
         proto_out_free(&o);

@@ -230,6 +230,7 @@ Test(reg_cuda, release_events_keep_the_newest_64)
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         msgpack_pack_map(&pk, 1);
+        proto_pack_str(&pk, "events");
         cr_assert_eq(reg_cuda_pack_events(&pk, rc), 6);
         cr_assert_eq(rc->rel_n, 0);
         msgpack_unpacked_init(&up);

@@ -1435,3 +1435,184 @@ Test(utf8, valid_and_invalid)
                 cr_expect_eq(proto_utf8_valid(cases[i].s, cases[i].len), cases[i].ok,
                              "case %zu", i);
 }
+
+/* ---- proto_map: the bytes of msgpack_pack_map(count) --------------------- */
+
+static void pack_entries(msgpack_packer *pk, uint32_t from, uint32_t n)
+{
+        for (uint32_t i = from; i < from + n; i++)
+                proto_pack_ku64(pk, "k", i);
+}
+
+Test(map, count_patched_as_msgpack_packs_it)
+{
+        static const uint32_t counts[] = { 0, 1, 15, 16, 17, 255, 300, 65535 };
+
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+                msgpack_sbuffer a, b;
+                msgpack_packer pa, pb;
+                struct proto_map m;
+
+                msgpack_sbuffer_init(&a);
+                msgpack_sbuffer_init(&b);
+                msgpack_packer_init(&pa, &a, msgpack_sbuffer_write);
+                msgpack_packer_init(&pb, &b, msgpack_sbuffer_write);
+                msgpack_pack_str_with_body(&pa, "before", 6);
+                msgpack_pack_map(&pa, counts[c]);
+                pack_entries(&pa, 0, counts[c]);
+                msgpack_pack_str_with_body(&pb, "before", 6);
+                proto_map_begin(&m, &pb);
+                for (uint32_t i = 0; i < counts[c]; i++)
+                        proto_map_ku64(&m, "k", i);
+                proto_map_end(&m);
+                cr_assert_eq(b.size, a.size, "count %u", counts[c]);
+                cr_assert(memcmp(a.data, b.data, a.size) == 0, "count %u", counts[c]);
+                msgpack_sbuffer_destroy(&a);
+                msgpack_sbuffer_destroy(&b);
+        }
+}
+
+Test(map, nested_maps_end_inside_out)
+{
+        msgpack_sbuffer a, b;
+        msgpack_packer pa, pb;
+        struct proto_map outer, inner;
+
+        msgpack_sbuffer_init(&a);
+        msgpack_sbuffer_init(&b);
+        msgpack_packer_init(&pa, &a, msgpack_sbuffer_write);
+        msgpack_packer_init(&pb, &b, msgpack_sbuffer_write);
+        msgpack_pack_map(&pa, 18);
+        pack_entries(&pa, 0, 3);
+        proto_pack_str(&pa, "in");
+        msgpack_pack_map(&pa, 2);
+        pack_entries(&pa, 3, 2);
+        pack_entries(&pa, 5, 14);
+
+        proto_map_begin(&outer, &pb);
+        for (uint32_t i = 0; i < 3; i++)
+                proto_map_ku64(&outer, "k", i);
+        proto_map_key(&outer, "in");
+        proto_map_begin(&inner, &pb);
+        for (uint32_t i = 3; i < 5; i++)
+                proto_map_ku64(&inner, "k", i);
+        proto_map_end(&inner);
+        for (uint32_t i = 5; i < 19; i++)
+                proto_map_ku64(&outer, "k", i);
+        proto_map_end(&outer);
+        cr_assert_eq(b.size, a.size);
+        cr_assert(memcmp(a.data, b.data, a.size) == 0);
+        msgpack_sbuffer_destroy(&a);
+        msgpack_sbuffer_destroy(&b);
+}
+
+/* ---- the access rule and meta codecs --------------------------------------- */
+
+static int decode_packed(msgpack_sbuffer *sb, struct proto_msg *m)
+{
+        return proto_decode((const uint8_t *)sb->data, sb->size, m, NULL);
+}
+
+Test(access, round_trip_and_journal_form)
+{
+        struct proto_access a = { .public_ = true, .has_group = true, .group_gid = 1234,
+                                  .n_uids = 2, .uids = { 1, 4294967294u }, .n_gids = 1,
+                                  .gids = { 7 }, .group = "video" }, b;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        struct proto_msg m;
+        char why[128];
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        proto_access_pack(&pk, &a);
+        cr_assert_eq(decode_packed(&sb, &m), 0);
+        cr_assert_eq(m.root->via.map.size, 5);
+        cr_assert_eq(proto_access_decode(m.root, PROTO_ACCESS_FULL, &b, why, sizeof(why)), 0,
+                     "%s", why);
+        cr_assert(memcmp(&a, &b, sizeof(a)) == 0);
+        proto_msg_free(&m);
+        msgpack_sbuffer_destroy(&sb);
+
+        /* NULL: the owner-only rule, which the journal form must carry too. */
+        msgpack_sbuffer_init(&sb);
+        proto_access_pack(&pk, NULL);
+        cr_assert_eq(decode_packed(&sb, &m), 0);
+        cr_assert_eq(m.root->via.map.size, 3);
+        cr_assert_eq(proto_access_decode(m.root, PROTO_ACCESS_FULL, &b, why, sizeof(why)), 0);
+        cr_assert(!b.public_ && !b.has_group && b.n_uids == 0 && b.n_gids == 0);
+        proto_msg_free(&m);
+        msgpack_sbuffer_destroy(&sb);
+}
+
+static int decode_access_bytes(const char *bytes, size_t len, unsigned flags,
+                               struct proto_access *a, char *why, size_t why_len)
+{
+        struct proto_msg m;
+        int r = proto_decode((const uint8_t *)bytes, len, &m, NULL);
+
+        cr_assert_eq(r, 0);
+        r = proto_access_decode(m.root, flags, a, why, why_len);
+        proto_msg_free(&m);
+        return r;
+}
+
+Test(access, reasons)
+{
+        /* {"uids": "x"}, {"uids": [4294967295]}, {"group": ""},
+         * {"group_gid": 5}, {"group": "g"} */
+        static const struct { const char *bytes; size_t len; unsigned flags; int ret;
+                              const char *why; } cases[] = {
+                { "\x81\xa4uids\xa1x", 8, 0, -EINVAL, "access.uids must be an array of uint" },
+                { "\x81\xa4uids\x91\xce\xff\xff\xff\xff", 12, 0, -EINVAL,
+                  "access.uids entries must be uints below 4294967295" },
+                { "\x81\xa5group\xa0", 8, 0, -EINVAL,
+                  "access.group must be a group name of 1 to 32 bytes of UTF-8" },
+                { "\x81\xa9group_gid\x05", 12, 0, -EINVAL,
+                  "access.group_gid needs access.group, the name it stands for" },
+                { "\x81\xa5group\xa1g", 9, 0, 0, "" },
+                { "\x81\xa5group\xa1g", 9, PROTO_ACCESS_FULL, -EINVAL,
+                  "access.uids must be an array of uint" },
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                struct proto_access a;
+                char why[128] = "";
+                int r = decode_access_bytes(cases[i].bytes, cases[i].len, cases[i].flags, &a,
+                                            why, sizeof(why));
+                cr_expect_eq(r, cases[i].ret, "case %zu", i);
+                cr_expect_str_eq(why, cases[i].why, "case %zu", i);
+                if (r == 0)
+                        cr_expect(strcmp(a.group, "g") == 0 && !a.has_group);
+        }
+}
+
+Test(meta, check_and_canonical_pack)
+{
+        /* {"x": 1, "strides": [8, -1], "shape": [2, 3], "dtype": "f4"} */
+        static const char in[] = "\x84\xa1x\x01\xa7strides\x92\x08\xff\xa5shape\x92\x02\x03"
+                                 "\xa5" "dtype\xa2" "f4";
+        static const char want[] = "\x83\xa5" "dtype\xa2" "f4\xa5shape\x92\x02\x03"
+                                   "\xa7strides\x92\x08\xff";
+        struct proto_meta meta;
+        struct proto_msg m;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        char why[128];
+
+        cr_assert_eq(proto_decode((const uint8_t *)in, sizeof(in) - 1, &m, NULL), 0);
+        cr_assert_eq(proto_meta_check(m.root, &meta, why, sizeof(why)), 0, "%s", why);
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        proto_meta_pack(&pk, &meta);
+        cr_assert_eq(sb.size, sizeof(want) - 1);
+        cr_assert(memcmp(sb.data, want, sb.size) == 0);
+        msgpack_sbuffer_destroy(&sb);
+        proto_msg_free(&m);
+
+        /* {"shape": [-1]} */
+        cr_assert_eq(proto_decode((const uint8_t *)"\x81\xa5shape\x91\xff", 9, &m, NULL), 0);
+        cr_assert_eq(proto_meta_check(m.root, &meta, why, sizeof(why)), -EINVAL);
+        cr_expect_str_eq(why, "meta.shape entries must be integers >= 0");
+        proto_msg_free(&m);
+}

@@ -1,11 +1,12 @@
 /* conn.h: one client connection: socket I/O, fds, the output queue.
  *
  * Reads are drained with recvmsg() from a uv_poll_t callback and cut into
- * frames for ops_dispatch().  Replies go to an output queue that is written
- * with sendmsg() at the end of each read batch; the socket is polled for
- * writability only while bytes are left over.  A chunk that carries an fd
- * pins its registration, so the fd stays open until the kernel has it even if
- * the lease or registration ends first. */
+ * frames for the daemon's dispatch hook (conn.c).  Replies go to an output
+ * queue (outq.c) that is written with sendmsg() at the end of each read
+ * batch; the socket is polled for writability only while bytes are left
+ * over.  A chunk that carries an fd pins its registration, so the fd stays
+ * open until the kernel has it even if the lease or registration ends
+ * first. */
 #ifndef GPUIPCD_CONN_H
 #define GPUIPCD_CONN_H
 
@@ -81,6 +82,8 @@ void conn_hello_done(struct conn *c);
 void conn_close(struct conn *c);
 /* Closes the connection at the next safe point. */
 void conn_doom(struct conn *c);
+/* Polls c's socket for events (UV_READABLE, UV_WRITABLE). */
+void conn_set_events(struct conn *c, int events);
 
 /* Finishes o as a frame and queues it, pinning pin (may be NULL) whose fd
  * goes with the frame.  -EMSGSIZE if the body exceeds max_frame (nothing is

@@ -1,178 +1,14 @@
-/* daemon.c: the daemon's shared state and the registry's callbacks. */
-#include <errno.h>
-#include <inttypes.h>
-#include <time.h>
-#include <unistd.h>
-
+/* daemon.c: the daemon's shared state: set up and torn down. */
 #include "conn.h"
 #include "cuda_ctx.h"
-#include "cuda_reg.h"
 #include "daemon.h"
-#include "holds.h"
-#include "log.h"
-#include "persist.h"
-#include "session.h"
+#include "dispatch.h"
+#include "observers.h"
 #include "quota.h"
-#include "watch.h"
-
-uint64_t now_unix_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* The last lease went: tell the owner it may reuse the memory.  Runs inside
- * registry calls, so it only queues. */
-static void on_released(struct reg *r, void *userdata)
-{
-        struct daemon *d = userdata;
-
-        if (d->restoring)
-                return;         /* the event went out before the restart */
-        if (r->owner->detached) {
-                /* A session waiting to be resumed gets it then; a
-                 * connection closing for a restart never lost the lease. */
-                if (!d->stopping)
-                        session_note_released(d, r->owner, r->id, r->name, r->name_len);
-                return;
-        }
-        daemon_send_released(conn_from_party(r->owner), r);
-}
-
-/* Bytes of one packed release event: a bin8 of PROTO_IPC_HANDLE_LEN bytes. */
-#define RELEASE_EVENT_PACKED (2u + PROTO_IPC_HANDLE_LEN)
-
-/* Forgets the oldest release events of rc that would not fit one frame of
- * max_frame after base bytes, so the released event always goes out (with
- * the newest events, as past REG_CUDA_EVENTS_MAX). */
-static void trim_events(struct reg_cuda *rc, size_t base, uint32_t max_frame)
-{
-        size_t fit = base < max_frame ? (max_frame - base) / RELEASE_EVENT_PACKED : 0;
-        uint32_t k;
-
-        if (rc->rel_n <= fit)
-                return;
-        k = rc->rel_n - (uint32_t)fit;
-        rc->rel_head = (rc->rel_head + k) % REG_CUDA_EVENTS_MAX;
-        rc->rel_n -= k;
-        rc->rel_dropped += k;
-}
-
-void daemon_send_released(struct conn *c, struct reg *r)
-{
-        bool events = r->cuda && r->cuda->rel_n > 0;
-        struct proto_out o;
-        struct proto_map m;
-        uint32_t dropped;
-
-        if (c->closed)
-                return;
-        conn_pack_reg_event(&o, &m, "released", r->id, r->name, r->name_len);
-        if (events) {
-                /* The body so far (its map header will be a fixmap, 2 bytes
-                 * less than the builder's for now), the "events" key and an
-                 * array32 header. */
-                trim_events(r->cuda, o.sb.size - PROTO_HDR_LEN - 2 + 7 + 5, c->d->cfg.max_frame);
-                proto_map_key(&m, "events");
-                dropped = reg_cuda_pack_events(&o.pk, r->cuda);
-                if (dropped > 0)
-                        log_info("registration %" PRIu64 " (%s): %u release events over the "
-                                 "cap of %u or max_frame dropped; the owner gets the newest",
-                                 r->id, r->name, dropped, REG_CUDA_EVENTS_MAX);
-        }
-        proto_map_end(&m);
-        (void)conn_send(c, &o, NULL);
-        proto_out_free(&o);
-}
-
-/* The owner of a cuda-ipc registration is gone, and with it perhaps the
- * memory: tell the holder of lease l to stop using its view. */
-static void on_revoked(struct reg *r, struct lease *l, void *userdata)
-{
-        struct conn *c;
-        struct proto_out o;
-        struct proto_map m;
-
-        if (l->holder->detached)
-                return;
-        c = conn_from_party(l->holder);
-        if (c->closed)
-                return;
-        conn_pack_reg_event(&o, &m, "revoked", r->id, r->name, r->name_len);
-        proto_map_kstr(&m, "reason", "the owner's connection ended; the memory may be gone");
-        proto_map_end(&m);
-        (void)conn_send(c, &o, NULL);
-        proto_out_free(&o);
-}
-
-static void on_freed(struct reg *r, void *userdata)
-{
-        struct daemon *d = userdata;
-
-        log_debug("freeing registration %" PRIu64 " (%s)", r->id, r->name);
-        persist_freed(d, r);
-        quota_uncharge(d, r);
-        quota_fds_uncharge(d, r);
-        watch_reg_freed(r);
-        if (r->cuda) {
-                holds_reg_freeing(d, r);
-                /* A cuda-vmm fd is the allocation entry's, shared. */
-                reg_cuda_free(&d->allocs, r->cuda);
-                r->cuda = NULL;
-        } else if (r->fd >= 0) {
-                close(r->fd);
-        }
-        if (r->ro_fd >= 0)
-                close(r->ro_fd);
-        r->fd = r->ro_fd = -1;
-}
-
-/* The per-uid counts, then the watchers. */
-static void on_added(struct reg *r, void *userdata)
-{
-        quota_reg(userdata, r->uid, 1);
-        quota_charge(userdata, r);
-        quota_fds_charge(userdata, r, persist_enabled());
-        watch_on_added(r, userdata);
-        persist_added(userdata, r);
-        ttl_add(userdata, r);
-}
-
-static void on_removed(struct reg *r, void *userdata)
-{
-        quota_reg(userdata, r->uid, -1);
-        ttl_remove(userdata, r);
-        watch_on_removed(r, userdata);
-        persist_removed(userdata, r);
-}
-
-static void on_leased(struct reg *r, struct lease *l, void *userdata)
-{
-        quota_lease(userdata, l->holder->uid, 1);
-        watch_on_leased(r, l, userdata);
-        persist_leased(userdata, l);
-}
-
-static void on_unleased(struct reg *r, struct lease *l, void *userdata)
-{
-        quota_lease(userdata, l->holder->uid, -1);
-        watch_on_unleased(r, l, userdata);
-        persist_unleased(userdata, l);
-}
+#include "session.h"
 
 int daemon_init(struct daemon *d)
 {
-        static const struct registry_callbacks cb = {
-                .released = on_released,
-                .freed = on_freed,
-                .revoked = on_revoked,
-                .added = on_added,
-                .removed = on_removed,
-                .leased = on_leased,
-                .unleased = on_unleased,
-        };
         int r;
 
         hmap_init(&d->waits);
@@ -180,10 +16,11 @@ int daemon_init(struct daemon *d)
         hmap_init(&d->uids);
         alloc_table_init(&d->allocs);
         d->start_ms = uv_now(d->loop);
+        d->dispatch = ops_dispatch;
         r = gpu_new(&d->gpu);
         if (r < 0)
                 return r;
-        r = registry_new(&cb, d, &d->reg);
+        r = registry_new(&daemon_observers, d, &d->reg);
         if (r < 0)
                 d->gpu = gpu_free(d->gpu);
         return r;

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <uv.h>
 
@@ -43,18 +44,26 @@ struct daemon {
         uint64_t out_total;             /* unsent reply bytes of all connections */
         uint64_t out_peak;              /* out_total's high-water mark since the last trim */
         struct ttl_heap ttl;            /* registrations with an expiry (ttl.c) */
+        /* What conn.c hands each complete frame to: ops_dispatch(), set by
+         * daemon_init(), so that connections need not know the handlers
+         * that use them. */
+        void (*dispatch)(struct conn *c, const uint8_t *body, uint32_t len, uint64_t off);
 };
 
 /* Unix time in milliseconds. */
-uint64_t now_unix_ms(void);
+static inline uint64_t now_unix_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 /* Creates the registry and tables; d->loop and d->cfg must be set. */
 int daemon_init(struct daemon *d);
 /* Shuts every connection down: a fatal shutting_down event, then closing
  * once flushed or after a short grace period (handles finish in the loop). */
 void daemon_close_connections(struct daemon *d);
-/* Sends c the released event of r (its owner). */
-void daemon_send_released(struct conn *c, struct reg *r);
 /* Frees the registry and tables once the loop has no handles left. */
 void daemon_done(struct daemon *d);
 

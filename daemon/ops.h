@@ -1,9 +1,10 @@
-/* ops.h: requests: dispatch, the operation handlers and reply helpers.
+/* ops.h: the handler contract: a request, the reply helpers (reply.c)
+ * and the operation handlers (ops_*.c, holds.c).
  *
- * ops.c decodes a frame, checks seq, op, hello and fds, and calls a handler
- * from its table.  A handler either queues its own reply and returns 0, or
- * returns a negative errno after req_fail() set the message, and the
- * dispatcher sends the error reply. */
+ * dispatch.c decodes a frame, checks seq, op, hello and fds, and calls a
+ * handler from its table.  A handler either queues its own reply and
+ * returns 0, or returns a negative errno after req_fail() set the message,
+ * and the dispatcher sends the error reply. */
 #ifndef GPUIPCD_OPS_H
 #define GPUIPCD_OPS_H
 
@@ -14,6 +15,7 @@
 #include "registry.h"
 
 #define REQ_MSG_MAX 512
+#define SERVER_NAME "gpuipcd " GPUIPC_VERSION    /* hello's and stats' server */
 
 struct req {
         struct conn *c;
@@ -25,8 +27,6 @@ struct req {
         const char *op;                 /* the op table's name, once found */
         char msg[REQ_MSG_MAX];
 };
-
-void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t off);
 
 /* Formats the error message of q and returns err. */
 int req_fail(struct req *q, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -50,22 +50,6 @@ int reply_send_fds(struct conn *c, uint64_t seq, struct proto_out *o, struct reg
                    const int *fds, unsigned nfds);
 void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message);
 
-/* Packs the registration record of r; with_handle adds a cuda-ipc handle
- * or a cuda-vmm alloc.key (lookup replies only). */
-void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle);
-void pack_record(msgpack_packer *pk, const struct reg *r);
-/* pack_record_ex() with the lease holders, at most holders_max of them
- * (0: no holders field), as stat and list's holders send them. */
-#define HOLDERS_MAX 32u
-void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_handle,
-                         uint32_t holders_max);
-/* Answers a lookup of r for c: a lease, the record and an fd (for host, the
- * read-only one unless writable, which needs the owner's uid or root). */
-void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable, bool cache);
-
-/* Validates a request's meta map and packs its known keys into o.  Returns 0
- * (o empty when meta has none of them), or -EINVAL with req_fail(). */
-int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb);
 
 /* Name or id of a request that takes one of them. */
 struct target {
@@ -76,6 +60,7 @@ struct target {
 };
 int req_target(struct req *q, struct target *ret);
 
+/* ops_hello.c */
 int op_hello(struct req *q);
 int op_ping(struct req *q);
 int op_register(struct req *q);

@@ -7,6 +7,7 @@
 #include "cuda_reg.h"
 #include "holds.h"
 #include "ops.h"
+#include "record.h"
 #include "quota.h"
 #include "waits.h"
 
@@ -35,8 +36,13 @@ static bool peer_has(struct conn *c, const struct reg *r, uint64_t have)
         return l && l->holder == &c->party && l->reg == r;
 }
 
-static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable,
-                          uint64_t have, bool cache)
+/* Answers a lookup of r for c: a lease, the record and an fd (for host, the
+ * read-only one unless writable, which needs the owner's uid or root).
+ * Returns 0 when the reply is queued (or was turned into an error reply by
+ * reply_send_fds), else a negative errno with the reason in msg, for the
+ * caller to send. */
+static int lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable,
+                         uint64_t have, bool cache, char *msg, size_t msg_len)
 {
         struct registry *R = c->d->reg;
         struct proto_out o;
@@ -46,47 +52,42 @@ static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writ
         unsigned nfds = 1;
         bool held;
         struct lease *l;
-        char msg[PROTO_NAME_MAX + 128];
         uint64_t n;
         int k;
 
         if (writable && r->kind == PROTO_KIND_HOST && !may_write(c, r)) {
-                snprintf(msg, sizeof(msg), "%s belongs to uid %u; only that uid or root may "
+                snprintf(msg, msg_len, "%s belongs to uid %u; only that uid or root may "
                          "map it writable", r->name, r->uid);
-                ops_reply_error(c, seq, -EPERM, msg);
-                return;
+                return -EPERM;
         }
         if (c->party.n_leases >= c->d->cfg.max_leases) {
-                snprintf(msg, sizeof(msg), "this connection holds %u leases (--max-leases)",
+                snprintf(msg, msg_len, "this connection holds %u leases (--max-leases)",
                          c->party.n_leases);
-                ops_reply_error(c, seq, -ENOBUFS, msg);
-                return;
+                return -ENOBUFS;
         }
         n = quota_of(c->d, c->party.uid).leases;
         if (n >= c->d->cfg.max_leases_per_uid) {
-                snprintf(msg, sizeof(msg), "uid %u holds %" PRIu64 " leases "
+                snprintf(msg, msg_len, "uid %u holds %" PRIu64 " leases "
                          "(--max-leases-per-uid %u)", c->party.uid, n,
                          c->d->cfg.max_leases_per_uid);
-                ops_reply_error(c, seq, -ENOBUFS, msg);
-                return;
+                return -ENOBUFS;
         }
         if (r->kind == PROTO_KIND_CUDA_IPC && c->party.pidns && r->owner &&
             r->owner->pidns && c->party.pidns != r->owner->pidns) {
                 /* The driver refuses it (CUDA_ERROR_INVALID_CONTEXT, as in
                  * the exporting process): say why before the consumer asks. */
-                snprintf(msg, sizeof(msg), "%s is a legacy CUDA IPC (cuda-ipc) buffer of a "
+                snprintf(msg, msg_len, "%s is a legacy CUDA IPC (cuda-ipc) buffer of a "
                          "process in another PID namespace, and legacy CUDA IPC works only "
                          "within one PID namespace: have the producer share cuda-vmm memory "
                          "(gpuipc_cudabuf_new, or an allocator exporting POSIX fds), adopt "
                          "it (gpuipcctl adopt / gpuipc_adopt), or register it with "
                          "GPUIPC_REGISTER_COPY", r->name);
-                ops_reply_error(c, seq, -ENOTSUP, msg);
-                return;
+                return -ENOTSUP;
         }
         k = registry_lease(R, r, &c->party, &l);
         if (k < 0) {
-                ops_reply_error(c, seq, k, "cannot take a lease: out of memory");
-                return;
+                snprintf(msg, msg_len, "cannot take a lease: out of memory");
+                return k;
         }
         if (r->cuda)
                 nfds = reg_cuda_fds(r->cuda, fds);
@@ -112,11 +113,15 @@ static void lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writ
         proto_out_free(&o);
         if (k < 0)
                 registry_lease_undo(R, l);
+        return 0;
 }
 
-void ops_lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable, bool cache)
+/* A waiting lookup's answer: it answers another registration than any
+ * lease held when it was sent, so it always carries the fd. */
+static int answer_waited(struct conn *c, uint64_t seq, struct reg *r, bool writable, bool cache,
+                         char *msg, size_t msg_len)
 {
-        lookup_answer(c, seq, r, writable, 0, cache);
+        return lookup_answer(c, seq, r, writable, 0, cache, msg, msg_len);
 }
 
 int op_lookup(struct req *q)
@@ -127,6 +132,7 @@ int op_lookup(struct req *q)
         uint64_t wait_ms = 0, have = 0, owner = 0;
         int64_t owner_uid = -1;
         bool writable = false, cache = false;
+        char msg[PROTO_NAME_MAX + 128];
         struct reg *r;
         int k;
 
@@ -171,7 +177,7 @@ int op_lookup(struct req *q)
                                         (int)t.name_len, t.name);
                 if (!r) {
                         k = waits_add(c, q->seq, t.name, t.name_len, wait_ms, writable, cache,
-                                      owner_uid);
+                                      owner_uid, answer_waited);
                         if (k == -ENOBUFS)
                                 return req_fail(q, k, "this connection has %u waiting "
                                                 "lookups (--max-waits)", c->n_waits);
@@ -180,10 +186,8 @@ int op_lookup(struct req *q)
                         return 0;
                 }
         }
-        /* A lookup that waited answers another registration than any
-         * lease held when it was sent, so it always carries the fd. */
-        lookup_answer(c, q->seq, r, writable, have, cache);
-        return 0;
+        k = lookup_answer(c, q->seq, r, writable, have, cache, msg, sizeof(msg));
+        return k < 0 ? req_fail(q, k, "%s", msg) : 0;
 }
 
 int op_release(struct req *q)

@@ -1,9 +1,12 @@
-/* ops_query.c: list and stat. */
+/* ops_query.c: list, stat and stats. */
 #include <errno.h>
 #include <inttypes.h>
+#include <unistd.h>
 
 #include "access.h"
+#include "cuda_ctx.h"
 #include "ops.h"
+#include "record.h"
 
 #define LIST_MAX 1000u
 /* Reply bytes besides the records: map header, seq, "regs" with an array
@@ -124,6 +127,48 @@ int op_stat(struct req *q)
                 proto_pack_str(&o.pk, "reg");
                 pack_record(&o.pk, r);
         }
+        (void)reply_send(q->c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
+}
+
+int op_stats(struct req *q)
+{
+        struct daemon *d = q->c->d;
+        const struct registry_counters *k = registry_counters(d->reg);
+        struct proto_map bytes, gpu;
+        struct proto_out o;
+        const char *reason;
+        int driver;
+        bool cuda;
+
+        cuda = gpu_available(d->gpu, &reason, &driver);
+        reply_start(&o, q->seq, 13);
+        proto_pack_kstr(&o.pk, "server", SERVER_NAME);
+        proto_pack_ku64(&o.pk, "version", PROTO_VERSION);
+        proto_pack_ku64(&o.pk, "pid", (uint64_t)getpid());
+        proto_pack_ku64(&o.pk, "uptime_ms", uv_now(d->loop) - d->start_ms);
+        proto_pack_ku64(&o.pk, "connections", d->n_conns);
+        proto_pack_ku64(&o.pk, "registrations", k->registrations);
+        proto_pack_ku64(&o.pk, "leases", k->leases);
+        proto_pack_str(&o.pk, "bytes");
+        proto_map_begin(&bytes, &o.pk);
+        for (unsigned i = 0; i < _PROTO_KIND_MAX; i++)
+                if (i == PROTO_KIND_HOST || k->bytes[i] > 0)
+                        proto_map_ku64(&bytes, proto_kind_name(i), k->bytes[i]);
+        proto_map_end(&bytes);
+        proto_pack_ku64(&o.pk, "requests", d->requests);
+        proto_pack_ku64(&o.pk, "errors", d->errors);
+        proto_pack_ku64(&o.pk, "copies", d->copies);
+        proto_pack_ku64(&o.pk, "copied_bytes", d->copied_bytes);
+        proto_pack_str(&o.pk, "cuda");
+        proto_map_begin(&gpu, &o.pk);
+        proto_map_kbool(&gpu, "available", cuda);
+        if (!cuda && reason)
+                proto_map_kstr(&gpu, "reason", reason);
+        if (cuda && driver > 0)
+                proto_map_ku64(&gpu, "driver_version", (uint64_t)driver);
+        proto_map_end(&gpu);
         (void)reply_send(q->c, q->seq, &o, NULL);
         proto_out_free(&o);
         return 0;

@@ -12,11 +12,14 @@
 #include "host.h"
 #include "log.h"
 #include "ops.h"
+#include "record.h"
 #include "persist.h"
 #include "quota.h"
 #include "waits.h"
 
-int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb)
+/* Validates a request's meta map and packs its known keys into sb.  Returns
+ * 0 (sb empty when meta has none of them), or -EINVAL with req_fail(). */
+static int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer *sb)
 {
         struct proto_meta m;
         msgpack_packer pk;

@@ -450,7 +450,8 @@ static int apply_missed(struct restore_ctx *x, const msgpack_object *m)
         p = session_detached_find(x->d, token);
         if (!p)
                 return -ESRCH;
-        session_note_released(x->d, p, id, name, len);
+        if (session_note_released(x->d, p, id, name, len))
+                persist_missed(x->d, p, id, name, len);
         return 0;
 }
 

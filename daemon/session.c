@@ -1,33 +1,17 @@
-/* session.c: session tokens and the detached sessions of a restored daemon. */
+/* session.c: session tokens, the detached sessions of a restored daemon
+ * and what they missed, and resuming them. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
-#include "persist.h"
 #include "session.h"
-
-struct dsession {
-        struct hmap_node node;
-        struct reg_party party;
-        struct daemon *d;
-        uint64_t start_time;
-        int pidfd;                      /* watched, or -1 */
-        struct session_missed *missed, *missed_tail;
-        uint32_t n_missed;
-        uv_poll_t poll;                 /* with pidfd */
-        bool timed : 1;                 /* ends when the grace timer fires */
-};
-
-static uv_timer_t grace_timer;
-static bool grace_on;
 
 static uint64_t token_hash(const uint8_t token[PROTO_SESSION_LEN])
 {
@@ -131,7 +115,7 @@ static void missed_free(struct session_missed *m)
         }
 }
 
-void session_note_released(struct daemon *d, struct reg_party *p, uint64_t id,
+bool session_note_released(struct daemon *d, struct reg_party *p, uint64_t id,
                            const char *name, size_t len)
 {
         struct dsession *s = container_of(p, struct dsession, party);
@@ -140,7 +124,7 @@ void session_note_released(struct daemon *d, struct reg_party *p, uint64_t id,
         if (!m) {
                 log_warn("out of memory: the released event of %.*s is lost for pid %u",
                          (int)len, name, p->pid);
-                return;
+                return false;
         }
         m->next = NULL;
         m->id = id;
@@ -158,7 +142,7 @@ void session_note_released(struct daemon *d, struct reg_party *p, uint64_t id,
                 free(old);
                 s->n_missed--;
         }
-        persist_missed(d, p, id, name, len);
+        return true;
 }
 
 const struct session_missed *session_missed_of(const struct reg_party *p)
@@ -191,17 +175,8 @@ static void on_poll_closed(uv_handle_t *h)
         free(s);
 }
 
-/* Shutdown: the session itself stays, for session_done(). */
-static void on_poll_closed_keep(uv_handle_t *h)
-{
-        struct dsession *s = container_of((uv_poll_t *)h, struct dsession, poll);
-
-        close(s->pidfd);
-        s->pidfd = -1;
-}
-
 /* Unlinks s; frees it now or once its poll handle is closed. */
-static void dsession_free(struct daemon *d, struct dsession *s)
+void session_free_detached(struct daemon *d, struct dsession *s)
 {
         hmap_remove(&d->detached, &s->node);
         d->n_detached--;
@@ -211,97 +186,6 @@ static void dsession_free(struct daemon *d, struct dsession *s)
         }
         missed_free(s->missed);
         free(s);
-}
-
-void session_detached_end(struct daemon *d, struct reg_party *p, bool unresumed)
-{
-        struct dsession *s = container_of(p, struct dsession, party);
-
-        if (unresumed)
-                log_info("session of pid %u (uid %u) ended without resuming: %u registrations, "
-                 "%u leases", p->pid, p->uid, p->n_live, p->n_leases);
-        registry_party_gone(d->reg, p);
-        persist_session_end(d, p);
-        dsession_free(d, s);
-}
-
-static void on_pid_exit(uv_poll_t *h, int status, int events)
-{
-        struct dsession *s = h->data;
-
-        (void)status;
-        (void)events;
-        session_detached_end(s->d, &s->party, true);
-}
-
-static void on_grace(uv_timer_t *t)
-{
-        struct daemon *d = t->data;
-        struct hmap_node *n, *next;
-
-        /* Ending a session unlinks only that one. */
-        hmap_for_each_safe(n, next, &d->detached) {
-                struct dsession *s = container_of(n, struct dsession, node);
-                if (s->timed)
-                        session_detached_end(d, &s->party, true);
-        }
-        uv_close((uv_handle_t *)t, NULL);
-        grace_on = false;
-}
-
-/* Watches s's pid: 1 when watched, 0 when its process is gone, -errno when
- * it cannot be watched. */
-static int watch_pid(struct daemon *d, struct dsession *s)
-{
-        int fd, r;
-
-        if (s->party.pid == 0)
-                return -ESRCH;  /* another PID namespace: no pid to watch */
-        fd = (int)syscall(SYS_pidfd_open, (pid_t)s->party.pid, 0);
-        if (fd < 0)
-                return errno == ESRCH ? 0 : -errno;
-        /* The pid may have been reused since the session was recorded. */
-        if (s->start_time && session_start_time(s->party.pid) != s->start_time) {
-                close(fd);
-                return 0;
-        }
-        r = uv_poll_init(d->loop, &s->poll, fd);
-        if (r < 0) {
-                close(fd);
-                return r;
-        }
-        /* From here the handle owns fd: it is closed with it. */
-        s->pidfd = fd;
-        s->poll.data = s;
-        r = uv_poll_start(&s->poll, UV_READABLE, on_pid_exit);
-        return r < 0 ? r : 1;
-}
-
-void session_watch_all(struct daemon *d)
-{
-        struct hmap_node *n, *next;
-        size_t timed = 0;
-
-        if (d->n_detached == 0)
-                return;
-        hmap_for_each_safe(n, next, &d->detached) {
-                struct dsession *s = container_of(n, struct dsession, node);
-                int r = watch_pid(d, s);
-                if (r == 0) {
-                        session_detached_end(d, &s->party, true);
-                } else if (r < 0) {
-                        s->timed = true;
-                        timed++;
-                }
-        }
-        if (timed > 0 && !grace_on) {
-                uv_timer_init(d->loop, &grace_timer);
-                grace_timer.data = d;
-                uv_timer_start(&grace_timer, on_grace, d->cfg.resume_grace_ms, 0);
-                grace_on = true;
-        }
-        log_info("%u sessions wait to be resumed (%zu of them end after %u ms)",
-                 d->n_detached, timed, d->cfg.resume_grace_ms);
 }
 
 bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[PROTO_SESSION_LEN],
@@ -320,7 +204,7 @@ bool session_resume(struct daemon *d, struct conn *c, const uint8_t token[PROTO_
         c->party.start_time = s->start_time;
         log_info("connection %" PRIu64 " (pid %u) resumed its session: %u registrations, "
                  "%u leases", c->id, c->party.pid, c->party.n_live, c->party.n_leases);
-        dsession_free(d, s);
+        session_free_detached(d, s);
         return true;
 }
 
@@ -336,20 +220,6 @@ void session_detached_each(struct daemon *d, void (*fn)(const struct reg_party *
 uint32_t session_detached_count(const struct daemon *d)
 {
         return d->n_detached;
-}
-
-void session_stop(struct daemon *d)
-{
-        struct hmap_node *n, *next;
-
-        hmap_for_each_safe(n, next, &d->detached) {
-                struct dsession *s = container_of(n, struct dsession, node);
-                if (s->pidfd >= 0 && !uv_is_closing((uv_handle_t *)&s->poll))
-                        uv_close((uv_handle_t *)&s->poll, on_poll_closed_keep);
-        }
-        if (grace_on)
-                uv_close((uv_handle_t *)&grace_timer, NULL);
-        grace_on = false;
 }
 
 void session_done(struct daemon *d)

@@ -15,11 +15,30 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <uv.h>
+
+#include "hmap.h"
 #include "registry.h"
 
 struct daemon;
 struct conn;
 struct session_missed;
+
+/* A detached session (session.c keeps them, session_watch.c ends them). */
+struct dsession {
+        struct hmap_node node;
+        struct reg_party party;
+        struct daemon *d;
+        uint64_t start_time;
+        int pidfd;                      /* watched, or -1 */
+        struct session_missed *missed, *missed_tail;
+        uint32_t n_missed;
+        uv_poll_t poll;                 /* with pidfd */
+        bool timed : 1;                 /* ends when the grace timer fires */
+};
+
+/* Unlinks s; frees it now or once its poll handle is closed. */
+void session_free_detached(struct daemon *d, struct dsession *s);
 
 /* Draws a fresh token into p->session and reads the start time of p's
  * process; -EIO when no random bytes are to be had. */
@@ -59,8 +78,9 @@ struct session_missed {
 #define SESSION_MISSED_MAX 4096u        /* kept per session; older ones go */
 
 /* The last lease of registration id went while its owner p, a detached
- * session, waits to be resumed: keeps the event (and journals it). */
-void session_note_released(struct daemon *d, struct reg_party *p, uint64_t id,
+ * session, waits to be resumed: keeps the event; false when out of memory
+ * (the caller journals a kept one, persist_missed). */
+bool session_note_released(struct daemon *d, struct reg_party *p, uint64_t id,
                            const char *name, size_t len);
 /* The events kept for p, oldest first (snapshots). */
 const struct session_missed *session_missed_of(const struct reg_party *p);

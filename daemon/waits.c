@@ -36,6 +36,7 @@ struct waiter {
         bool writable;                  /* the lookup asked for the read-write fd */
         int64_t owner_uid;              /* the owner it asked for, or -1: any */
         bool cache;                     /* and to keep the allocation mapped (holds.h) */
+        waits_answer_fn *answer;
         uv_timer_t timer;
 };
 
@@ -150,7 +151,7 @@ static void on_timeout(uv_timer_t *t)
 }
 
 int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
-              bool writable, bool cache, int64_t owner_uid)
+              bool writable, bool cache, int64_t owner_uid, waits_answer_fn *answer)
 {
         struct daemon *d = c->d;
         uint64_t h = hmap_hash_str(name, len);
@@ -201,6 +202,7 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         w->writable = writable;
         w->owner_uid = owner_uid;
         w->cache = cache;
+        w->answer = answer;
         w->c = c;
         w->g = g;
         w->gprev = g->tail;
@@ -250,10 +252,15 @@ void waits_wake(struct daemon *d, struct reg *r)
                                 struct waiter *wn = w->gnext;
                                 uint64_t seq = w->seq;
                                 bool writable = w->writable, cache = w->cache;
+                                waits_answer_fn *answer = w->answer;
+                                char msg[PROTO_NAME_MAX + 128];
+                                int k;
 
                                 if (w->owner_uid < 0 || w->owner_uid == r->uid) {
                                         waiter_end(d, w);
-                                        ops_lookup_answer(c, seq, r, writable, cache);
+                                        k = answer(c, seq, r, writable, cache, msg, sizeof(msg));
+                                        if (k < 0)
+                                                ops_reply_error(c, seq, k, msg);
                                 }
                                 w = wn;
                         }

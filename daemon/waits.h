@@ -16,12 +16,18 @@
 
 struct conn;
 
+/* Answers a waiting lookup of r (ops_lookup.c): 0 when its reply is
+ * queued, else a negative errno with the reason in msg (msg_len bytes),
+ * which waits.c sends as the error reply. */
+typedef int waits_answer_fn(struct conn *c, uint64_t seq, struct reg *r, bool writable,
+                            bool cache, char *msg, size_t msg_len);
+
 /* Parks a lookup of name by c for up to ms milliseconds (writable: it asked
  * for the read-write fd; cache: to hold the allocation, holds.h; owner_uid
- * >= 0: only a registration of that uid answers it).  -ENOBUFS over the
- * per-connection limit, -ENOMEM. */
+ * >= 0: only a registration of that uid answers it), to be answered with
+ * answer.  -ENOBUFS over the per-connection limit, -ENOMEM. */
 int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64_t ms,
-              bool writable, bool cache, int64_t owner_uid);
+              bool writable, bool cache, int64_t owner_uid, waits_answer_fn *answer);
 /* r was just registered: answers every lookup waiting for its name. */
 void waits_wake(struct daemon *d, struct reg *r);
 /* Drops c's waiters without answering them. */

@@ -1,0 +1,98 @@
+/* reply.c: the handlers' side of a request: error messages, replies and
+ * their sending, and the name-or-id target most requests carry. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "ops.h"
+
+int req_fail(struct req *q, int err, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(q->msg, sizeof(q->msg), fmt, ap);
+        va_end(ap);
+        return err;
+}
+
+int req_fail_name(struct req *q, const char *what, const char *name, size_t len,
+                  const char *why)
+{
+        /* Echo at most a valid name's worth of what the peer sent. */
+        return req_fail(q, -EINVAL, "%s '%.*s': %s", what,
+                        (int)(len > PROTO_NAME_MAX ? PROTO_NAME_MAX : len), name, why);
+}
+
+void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields)
+{
+        proto_out_init(o);
+        msgpack_pack_map(&o->pk, nfields + 1);
+        proto_pack_ku64(&o->pk, "seq", seq);
+}
+
+void reply_begin(struct proto_out *o, struct proto_map *m, uint64_t seq)
+{
+        proto_out_init(o);
+        proto_map_begin(m, &o->pk);
+        proto_map_ku64(m, "seq", seq);
+}
+
+void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message)
+{
+        struct proto_out o;
+
+        c->d->requests++;
+        c->d->errors++;
+        reply_start(&o, seq, 1);
+        proto_pack_error(&o.pk, err, message);
+        (void)conn_send(c, &o, NULL);
+        proto_out_free(&o);
+}
+
+int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin)
+{
+        return reply_send_fd(c, seq, o, pin, pin ? pin->fd : -1);
+}
+
+int reply_send_fd(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin, int fd)
+{
+        return reply_send_fds(c, seq, o, pin, &fd, pin ? 1 : 0);
+}
+
+int reply_send_fds(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin,
+                   const int *fds, unsigned nfds)
+{
+        int r = conn_send_fds(c, o, pin, fds, nfds);
+
+        if (r == -EMSGSIZE) {
+                ops_reply_error(c, seq, -EMSGSIZE, "the reply would exceed max_frame");
+                return r;
+        }
+        if (r == 0)
+                c->d->requests++;
+        return r;
+}
+
+int req_target(struct req *q, struct target *ret)
+{
+        struct target t = { 0 };
+        const char *why;
+        int rn, ri;
+
+        rn = proto_get_str(q->m, "name", &t.name, &t.name_len);
+        ri = proto_get_u64(q->m, "id", &t.id);
+        if (rn == -EINVAL)
+                return req_fail(q, -EINVAL, "name must be a str");
+        if (ri == -EINVAL)
+                return req_fail(q, -EINVAL, "id must be a uint");
+        if (rn == 0 && ri == 0)
+                return req_fail(q, -EINVAL, "give either name or id, not both");
+        if (rn < 0 && ri < 0)
+                return req_fail(q, -EINVAL, "name or id is required");
+        if (rn == 0 && proto_name_check(t.name, t.name_len, &why) < 0)
+                return req_fail_name(q, "name", t.name, t.name_len, why);
+        t.by_id = ri == 0;
+        *ret = t;
+        return 0;
+}

@@ -15,6 +15,7 @@
 #include "busypoll.h"
 #include "conn.h"
 #include "holds.h"
+#include "ledger.h"
 #include "persist.h"
 #include "session.h"
 #include "log.h"
@@ -213,7 +214,7 @@ int conn_new(struct daemon *d, int fd, struct conn **ret)
         d->conns = c;
         d->n_conns++;
         quota_conn(d, c->party.uid, 1);
-        watch_conn_accepted(c);
+        ledger_conn_accepted(c);
         hello_wait_add(c);
         log_debug("connection %" PRIu64 " opened: pid %u uid %u gid %u", c->id,
                   c->party.pid, c->party.uid, c->party.gid);
@@ -252,6 +253,7 @@ void conn_close(struct conn *c)
         conn_hello_done(c);
 
         watch_conn_closed(c);
+        ledger_conn_closed(c);
         waits_cancel_conn(c);
         holds_conn_closed(c);
         registry_party_gone(d->reg, &c->party);

@@ -9,7 +9,7 @@
 
 #include "proto.h"
 
-#include "alloc.h"
+#include "cuda_alloc.h"
 #include "registry.h"
 
 /* Events kept for one released event.  Each lease hands back at most one,

@@ -10,7 +10,7 @@
 
 #include <uv.h>
 
-#include "alloc.h"
+#include "cuda_alloc.h"
 #include "config.h"
 #include "hmap.h"
 #include "registry.h"

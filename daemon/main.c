@@ -17,6 +17,7 @@
 #include "busypoll.h"
 #include "config.h"
 #include "daemon.h"
+#include "ledger.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -411,6 +412,7 @@ int main(int argc, char **argv)
                 uv_run(&loop, UV_RUN_DEFAULT);
                 daemon_done(d);
                 watch_done();
+                ledger_done();
                 uv_loop_close(&loop);
                 return 1;
         }
@@ -418,6 +420,7 @@ int main(int argc, char **argv)
         daemon_done(d);
         persist_done();
         watch_done();
+        ledger_done();
         r = uv_loop_close(&loop);
         if (r < 0)
                 log_warn("event loop still had handles at exit: %s", uv_strerror(r));

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "ledger.h"
 #include "metrics.h"
 #include "persist.h"
 #include "proto.h"
@@ -265,7 +266,7 @@ int metrics_render(struct daemon *d, char **ret_text, size_t *ret_len)
         head(f, "gpuipcd_watchers", "gauge", "Connections subscribed to registry events.");
         fprintf(f, "gpuipcd_watchers %" PRIu32 "\n", watch_count());
 
-        watch_bytes_each(count_kind, &kinds);
+        ledger_bytes_each(count_kind, &kinds);
         head(f, "gpuipcd_registrations", "gauge",
              "Registrations held, live or unregistered but still leased, by kind.");
         for (unsigned i = 0; i < _PROTO_KIND_MAX; i++)
@@ -280,7 +281,7 @@ int metrics_render(struct daemon *d, char **ret_text, size_t *ret_len)
         head(f, "gpuipcd_leases", "gauge", "Leases held by all clients.");
         fprintf(f, "gpuipcd_leases %" PRIu64 "\n", k->leases);
         head(f, "gpuipcd_bytes", "gauge", "Bytes of registered buffers, by kind and device.");
-        watch_bytes_each(bytes_line, &kinds);
+        ledger_bytes_each(bytes_line, &kinds);
 
         head(f, "gpuipcd_requests_total", "counter", "Requests dispatched, by op.");
         for (unsigned i = 0; i < nops; i++)

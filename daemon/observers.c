@@ -9,6 +9,7 @@
 #include "conn.h"
 #include "cuda_reg.h"
 #include "holds.h"
+#include "ledger.h"
 #include "log.h"
 #include "observers.h"
 #include "persist.h"
@@ -111,7 +112,7 @@ static void on_freed(struct reg *r, void *userdata)
         persist_freed(d, r);
         quota_uncharge(d, r);
         quota_fds_uncharge(d, r);
-        watch_reg_freed(r);
+        ledger_reg_freed(r);
         if (r->cuda) {
                 holds_reg_freeing(d, r);
                 /* A cuda-vmm fd is the allocation entry's, shared. */
@@ -131,6 +132,7 @@ static void on_added(struct reg *r, void *userdata)
         quota_reg(userdata, r->uid, 1);
         quota_charge(userdata, r);
         quota_fds_charge(userdata, r, persist_enabled());
+        ledger_reg_added(r);
         watch_on_added(r, userdata);
         persist_added(userdata, r);
         ttl_add(userdata, r);

@@ -157,7 +157,7 @@ int conn_send_fds(struct conn *c, struct proto_out *o, struct reg *pin, const in
         /* Copied: o's buffer goes back to proto_out for the next frame. */
         k = c->out_tail;
         /* A frame with an fd gets a chunk of its own, and nothing is added
-         * to it: its fd goes with its bytes alone (write_some). */
+         * to it: its fd goes with its bytes alone (outq_write). */
         if (pin || !k || k->pin || k->cap - k->len < o->sb.size) {
                 k = chunk_new(o->sb.size);
                 if (!k)

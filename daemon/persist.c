@@ -14,12 +14,12 @@
 #include "daemon.h"
 #include "host.h"
 #include "journal.h"
+#include "ledger.h"
 #include "log.h"
 #include "persist.h"
 #include "proto.h"
 #include "sd.h"
 #include "session.h"
-#include "watch.h"
 
 #define COMPACT_MIN (UINT64_C(4) << 20)
 #define ENTRY_NAME_MAX 32       /* "host-" or "vmm-" and a uint64 */
@@ -197,7 +197,7 @@ static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
 
 static void pack_reg(msgpack_packer *pk, const struct reg *r)
 {
-        const char *exe = watch_reg_exe(r->id);
+        const char *exe = ledger_reg_exe(r->id);
         struct proto_map m;
 
         proto_map_begin(&m, pk);

@@ -1,8 +1,8 @@
 /* record.c: the registration record, as list, stat, lookup and register
  * replies carry it (docs/protocol.md, "Records"). */
 #include "cuda_reg.h"
+#include "ledger.h"
 #include "record.h"
-#include "watch.h"
 
 void pack_record(msgpack_packer *pk, const struct reg *r)
 {
@@ -27,7 +27,7 @@ static void pack_holders(msgpack_packer *pk, const struct reg *r, uint32_t max)
                 proto_pack_ku64(pk, "lease", l->id);
                 proto_pack_ku64(pk, "pid", l->holder->pid);
                 proto_pack_ku64(pk, "uid", l->holder->uid);
-                proto_pack_kstr(pk, "exe", watch_party_exe(l->holder));
+                proto_pack_kstr(pk, "exe", ledger_party_exe(l->holder));
                 proto_pack_ku64(pk, "since_ms", l->since_ms);
         }
 }
@@ -54,7 +54,7 @@ void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_hand
         proto_pack_ku64(pk, "uid", r->uid);
         proto_pack_ku64(pk, "gid", r->gid);
         proto_pack_kbool(pk, "connected", r->owner != NULL);
-        proto_pack_kstr(pk, "exe", watch_reg_exe(r->id));
+        proto_pack_kstr(pk, "exe", ledger_reg_exe(r->id));
         proto_map_ku64(&m, "created_ms", r->created_ms);
         proto_map_ku64(&m, "leases", r->leases);
         proto_map_kbool(&m, "ephemeral", r->ephemeral);

@@ -11,13 +11,13 @@
 #include "daemon.h"
 #include "host.h"
 #include "journal.h"
+#include "ledger.h"
 #include "log.h"
 #include "persist.h"
 #include "quota.h"
 #include "proto.h"
 #include "restore.h"
 #include "session.h"
-#include "watch.h"
 
 struct restore_ctx {
         struct daemon *d;
@@ -295,7 +295,7 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
         struct reg_party *owner = NULL;
         uint8_t token[PROTO_SESSION_LEN];
         const char *exe = "", *why;
-        char fdname[32], exe_buf[WATCH_EXE_MAX + 1];
+        char fdname[32], exe_buf[LEDGER_EXE_MAX + 1];
         size_t exe_len = 0;
         uint64_t kind;
         struct reg *r;
@@ -354,11 +354,11 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
                 if (p.kind == PROTO_KIND_CUDA_VMM)
                         p.fd = p.cuda->alloc->fd;
         }
-        snprintf(exe_buf, sizeof(exe_buf), "%.*s", (int)(exe_len > WATCH_EXE_MAX ? 0 : exe_len),
+        snprintf(exe_buf, sizeof(exe_buf), "%.*s", (int)(exe_len > LEDGER_EXE_MAX ? 0 : exe_len),
                  exe);
-        watch_set_restored_exe(exe_buf);
+        ledger_set_restored_exe(exe_buf);
         k = registry_add(d->reg, owner, &p, &r);
-        watch_set_restored_exe(NULL);
+        ledger_set_restored_exe(NULL);
         if (k < 0) {
                 reg_cuda_free(&d->allocs, p.cuda);
                 goto fail;

@@ -48,6 +48,7 @@
 #include "proto.h"
 #include "restore.h"
 #include "session.h"
+#include "ledger.h"
 #include "watch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -387,6 +388,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uv_run(&loop, UV_RUN_DEFAULT);
         daemon_done(&D);
         watch_done();
+        ledger_done();
         r = uv_loop_close(&loop);
         if (r != 0) {
                 fprintf(stderr, "fuzz-journal: handles left in the loop: %s\n", uv_strerror(r));

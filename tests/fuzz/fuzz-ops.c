@@ -46,6 +46,7 @@
 #include "log.h"
 #include "ops.h"
 #include "proto.h"
+#include "ledger.h"
 #include "watch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -573,6 +574,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uv_run(&loop, UV_RUN_DEFAULT);
         daemon_done(&D);
         watch_done();
+        ledger_done();
         r = uv_loop_close(&loop);
         if (r != 0) {
                 fprintf(stderr, "fuzz-ops: handles left in the loop: %s\n", uv_strerror(r));

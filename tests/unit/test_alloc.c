@@ -10,7 +10,7 @@
 
 #include <criterion/criterion.h>
 
-#include "alloc.h"
+#include "cuda_alloc.h"
 #include "cuda_drv.h"
 #include "cuda_reg.h"
 #include "proto.h"

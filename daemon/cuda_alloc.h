@@ -1,4 +1,4 @@
-/* alloc.h: the table of distinct CUDA allocations behind registrations.
+/* cuda_alloc.h: the table of distinct CUDA allocations behind registrations.
  *
  * Many registrations may be carved from one allocation (an RMM pool, a
  * producer's slab); consumers must open each allocation once per process,
@@ -22,8 +22,8 @@
  * (the one lookups send) and closes the duplicates of later ones.
  *
  * Pure data, no CUDA and no logging, so the unit tests drive it directly. */
-#ifndef GPUIPCD_ALLOC_H
-#define GPUIPCD_ALLOC_H
+#ifndef GPUIPCD_CUDA_ALLOC_H
+#define GPUIPCD_CUDA_ALLOC_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,11 +1,11 @@
-/* alloc.c: the table of distinct CUDA allocations. */
+/* cuda_alloc.c: the table of distinct CUDA allocations. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc.h"
+#include "cuda_alloc.h"
 #include "proto.h"
 
 /* The hashed key: kind, device, then the kind's identity. */

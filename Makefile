@@ -232,8 +232,8 @@ fuzz-ops: $(BUILDDIR)/fuzz/fuzz-ops
 	@mkdir -p $(BUILDDIR)/fuzz/corpus-ops
 	$< -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/corpus-ops tests/fuzz/corpus-ops
 
-# The journal replay (restore.c) under libFuzzer: a daemon in-process, the
-# input a journal; its corpus is replayed by make check too.
+# The journal replay (restart_replay.c) under libFuzzer: a daemon
+# in-process, the input a journal; its corpus is replayed by make check too.
 FUZZ_JOURNAL_SRC := $(filter-out daemon/main.c,$(DAEMON_SRC)) $(PROTO_SRC) tests/fuzz/fuzz-journal.c
 
 $(BUILDDIR)/fuzz/fuzz-journal: $(FUZZ_JOURNAL_SRC)

@@ -16,7 +16,7 @@
 #include "conn.h"
 #include "holds.h"
 #include "ledger.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "session.h"
 #include "log.h"
 #include "outq.h"

@@ -36,7 +36,7 @@ struct daemon {
         uint64_t start_ms;              /* uv_now() at startup */
         struct hmap detached;           /* token -> detached session (session.c) */
         uint32_t n_detached;
-        bool restoring;                 /* replaying the journal (restore.c) */
+        bool restoring;                 /* replaying the journal (restart_replay.c) */
         bool stopping;
         uv_timer_t *grace;              /* shutdown: ends connections slow to flush */
         struct conn *prehello, *prehello_tail; /* no hello yet, oldest first */

@@ -15,8 +15,8 @@
 #include "daemon.h"
 #include "ledger.h"
 #include "metrics.h"
-#include "persist.h"
 #include "proto.h"
+#include "restart_persist.h"
 #include "watch.h"
 
 /* Upper bounds in seconds: a request takes 10 us to 100 ms. */

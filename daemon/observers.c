@@ -12,7 +12,7 @@
 #include "ledger.h"
 #include "log.h"
 #include "observers.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "quota.h"
 #include "session.h"
 #include "watch.h"

@@ -10,7 +10,7 @@
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
 #include "log.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "ops.h"
 #include "quota.h"
 

@@ -5,7 +5,7 @@
 
 #include "log.h"
 #include "ops.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "session.h"
 
 /* Most ids one of the resume lists carries: both fit a frame. */

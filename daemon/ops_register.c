@@ -13,7 +13,7 @@
 #include "log.h"
 #include "ops.h"
 #include "record.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "quota.h"
 #include "waits.h"
 

@@ -2,8 +2,8 @@
  * daemon restarted.
  *
  * Every connection gets a random 16-byte session token in its hello reply.
- * With the fd store in use (persist.c), a restarted daemon replays its
- * journal and keeps each session that was connected as a detached party
+ * With the fd store in use (restart_persist.c), a restarted daemon replays
+ * its journal and keeps each session that was connected as a detached party
  * owning the same registrations and leases.  A client that presents the
  * token in hello (`resume`), from the same pid and uid, takes them over.
  * A detached session ends like a closed connection when its process exits
@@ -24,7 +24,7 @@ struct daemon;
 struct conn;
 struct session_missed;
 
-/* A detached session (session.c keeps them, session_watch.c ends them). */
+/* A detached session (session.c keeps them, restart_sessions.c ends them). */
 struct dsession {
         struct hmap_node node;
         struct reg_party party;

@@ -1,8 +1,9 @@
 /* fuzz-journal.c: libFuzzer entry point for the fd store's journal replay.
  *
- * The input is a journal as persist.c writes it (journal.h: length, FNV-1a
- * hash, msgpack body, repeated).  Each input builds a fresh daemon state as
- * fuzz-ops.c does, without a socket (a libuv loop, daemon_init), and a
+ * The input is a journal as restart_persist.c writes it (restart_journal.h:
+ * length, FNV-1a hash, msgpack body, repeated).  Each input builds a fresh
+ * daemon state as fuzz-ops.c does, without a socket (a libuv loop,
+ * daemon_init), and a
  * small fixed set of stored fds as systemd would pass them back: "host-1"
  * and "host-2" (memfds sealed against shrinking, 8 KiB and 4 KiB),
  * "host-3" (unsealed, so it fails the check), "vmm-1" to "vmm-3" (memfds
@@ -42,11 +43,11 @@
 
 #include "cuda_reg.h"
 #include "daemon.h"
-#include "journal.h"
+#include "restart_journal.h"
 #include "log.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "proto.h"
-#include "restore.h"
+#include "restart_replay.h"
 #include "session.h"
 #include "ledger.h"
 #include "watch.h"
@@ -111,8 +112,8 @@ static int apply_one(const uint8_t *body, size_t len, void *data)
         if (debug)
                 fprintf(stderr, "fuzz-journal: record of %zu bytes: %s\n", len,
                         k < 0 ? strerror(-k) : "applied");
-        /* As replay_one() in restore.c: another version's journal stops the
-         * walk, anything else skips the record. */
+        /* As replay_one() in restart_replay.c: another version's journal
+         * stops the walk, anything else skips the record. */
         return k == -EPROTONOSUPPORT ? k : 0;
 }
 

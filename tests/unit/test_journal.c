@@ -11,7 +11,7 @@
 
 #include <criterion/criterion.h>
 
-#include "journal.h"
+#include "restart_journal.h"
 
 #define MAX_SEEN 16
 

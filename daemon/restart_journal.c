@@ -1,4 +1,4 @@
-/* journal.c: length- and hash-framed records in a memfd. */
+/* restart_journal.c: length- and hash-framed records in a memfd. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +7,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "journal.h"
+#include "restart_journal.h"
 
 uint32_t journal_hash(const uint8_t *p, size_t n)
 {

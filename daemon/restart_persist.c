@@ -1,4 +1,4 @@
-/* persist.c: journalling the registry into systemd's fd store. */
+/* restart_persist.c: journalling the registry into systemd's fd store. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,10 +13,10 @@
 #include "cuda_reg.h"
 #include "daemon.h"
 #include "host.h"
-#include "journal.h"
+#include "restart_journal.h"
 #include "ledger.h"
 #include "log.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "proto.h"
 #include "sd.h"
 #include "session.h"

@@ -1,4 +1,4 @@
-/* restore.c: journal replay into a fresh registry. */
+/* restart_replay.c: journal replay into a fresh registry. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,13 +10,13 @@
 #include "cuda_reg.h"
 #include "daemon.h"
 #include "host.h"
-#include "journal.h"
+#include "restart_journal.h"
 #include "ledger.h"
 #include "log.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "quota.h"
 #include "proto.h"
-#include "restore.h"
+#include "restart_replay.h"
 #include "session.h"
 
 struct restore_ctx {

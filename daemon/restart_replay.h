@@ -1,6 +1,6 @@
-/* restore.h: replaying the journal of a previous gpuipcd at start.
+/* restart_replay.h: replaying the journal of a previous gpuipcd at start.
  *
- * systemd passes back what persist.c stored: the journal (state0 and/or
+ * systemd passes back what restart_persist.c stored: the journal (state0 and/or
  * state1) and the fds of host registrations and cuda-vmm allocations.  The
  * journal with the highest snapshot serial is replayed into the empty
  * registry: registrations keep their ids, names, owners and contents,
@@ -8,8 +8,8 @@
  * session (session.h) for its client to resume.  A record that cannot be
  * applied (its fd is missing, say) is skipped with a warning; stored fds
  * that nothing claims are closed and removed from the store. */
-#ifndef GPUIPCD_RESTORE_H
-#define GPUIPCD_RESTORE_H
+#ifndef GPUIPCD_RESTART_REPLAY_H
+#define GPUIPCD_RESTART_REPLAY_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,14 +1,14 @@
-/* journal.h: an append-only log of records in a memfd: the daemon's
+/* restart_journal.h: an append-only log of records in a memfd: the daemon's
  * registry state, kept in systemd's file descriptor store so that a
- * restarted daemon can replay it (persist.c writes it, restore.c reads it).
+ * restarted daemon can replay it (restart_persist.c writes it, restart_replay.c reads it).
  *
  * A record is a 4-byte big-endian body length, a 4-byte big-endian FNV-1a
  * hash of the body, then the body (one msgpack map).  Appends are single
  * pwrite()s, so a daemon killed mid-append leaves at most one torn record
  * at the tail; readers stop at the first record whose length or hash does
  * not hold and replay what came before.  Pure: no logging, no daemon. */
-#ifndef GPUIPCD_JOURNAL_H
-#define GPUIPCD_JOURNAL_H
+#ifndef GPUIPCD_RESTART_JOURNAL_H
+#define GPUIPCD_RESTART_JOURNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,18 +1,19 @@
-/* persist.h: the registry's state in systemd's file descriptor store, so
+/* restart_persist.h: the registry's state in systemd's file descriptor store, so
  * that registrations and leases survive a restart of gpuipcd.
  *
  * In use when the fdstore setting is on and $NOTIFY_SOCKET is set.  The
  * daemon then pushes (FDSTORE=1) every host registration's memfd as
  * "host-ID" and every cuda-vmm allocation's fd as "vmm-ALLOCID", and a
- * journal memfd (journal.h) as "state0" or "state1" whose records describe
- * sessions (S, E), released events a detached session missed (M),
- * registrations (A, U, C), leases (L, R) and the id counters (H).  The journal starts with a snapshot of the whole state and
- * grows by one record per change; when it has grown to twice its snapshot
- * a new snapshot goes out under the other name and the old one is removed.
- * restore.c replays it on the next start.  Every function here is a no-op
- * while the store is not in use or after persist_freeze(). */
-#ifndef GPUIPCD_PERSIST_H
-#define GPUIPCD_PERSIST_H
+ * journal memfd (restart_journal.h) as "state0" or "state1" whose records
+ * describe sessions (S, E), released events a detached session missed (M),
+ * registrations (A, U, C), leases (L, R) and the id counters (H).  The
+ * journal starts with a snapshot of the whole state and grows by one record
+ * per change; when it has grown to twice its snapshot a new snapshot goes
+ * out under the other name and the old one is removed.  restart_replay.c
+ * replays it on the next start.  Every function here is a no-op while the
+ * store is not in use or after persist_freeze(). */
+#ifndef GPUIPCD_RESTART_PERSIST_H
+#define GPUIPCD_RESTART_PERSIST_H
 
 #include <stdbool.h>
 #include <stdint.h>

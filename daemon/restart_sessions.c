@@ -1,4 +1,4 @@
-/* session_watch.c: the end of detached sessions: when their process exits
+/* restart_sessions.c: the end of detached sessions: when their process exits
  * (a pidfd), after resume-grace-ms when it cannot be watched, or at once
  * when it is gone already. */
 #include <errno.h>
@@ -7,7 +7,7 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "persist.h"
+#include "restart_persist.h"
 #include "session.h"
 
 static uv_timer_t grace_timer;

@@ -144,3 +144,19 @@ int journal_slurp(int fd, uint8_t **ret_buf, size_t *ret_len)
         *ret_len = got;
         return 0;
 }
+
+int journal_first(int fd, uint8_t *buf, size_t cap, const uint8_t **ret_body,
+                  uint32_t *ret_len)
+{
+        ssize_t n = pread(fd, buf, cap, 0);
+        uint32_t blen;
+
+        if (n < (ssize_t)JOURNAL_HDR_LEN)
+                return -ENOENT;
+        blen = (uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3];
+        if (blen == 0 || blen > (size_t)n - JOURNAL_HDR_LEN)
+                return -ENOENT;
+        *ret_body = buf + JOURNAL_HDR_LEN;
+        *ret_len = blen;
+        return 0;
+}

@@ -1,6 +1,7 @@
 /* restart_journal.h: an append-only log of records in a memfd: the daemon's
  * registry state, kept in systemd's file descriptor store so that a
- * restarted daemon can replay it (restart_persist.c writes it, restart_replay.c reads it).
+ * restarted daemon can replay it (restart_persist.c writes it,
+ * restart_replay.c reads it, restart_codec.c says what its records hold).
  *
  * A record is a 4-byte big-endian body length, a 4-byte big-endian FNV-1a
  * hash of the body, then the body (one msgpack map).  Appends are single
@@ -37,6 +38,11 @@ typedef int (*journal_record_fn)(const uint8_t *body, size_t len, void *data);
  * intact record (a torn or corrupt tail). */
 long journal_parse(const uint8_t *buf, size_t len, journal_record_fn fn, void *data,
                    size_t *ret_tail);
+/* The body of fd's first record, read into buf (cap bytes, which bound
+ * it), unchecked: 0 and where it is in buf, or -ENOENT when there is no
+ * such record. */
+int journal_first(int fd, uint8_t *buf, size_t cap, const uint8_t **ret_body,
+                  uint32_t *ret_len);
 /* Reads all of fd (from offset 0) into a malloc()ed buffer. */
 int journal_slurp(int fd, uint8_t **ret_buf, size_t *ret_len);
 

@@ -13,6 +13,7 @@
 #include "cuda_reg.h"
 #include "daemon.h"
 #include "host.h"
+#include "restart_codec.h"
 #include "restart_journal.h"
 #include "ledger.h"
 #include "log.h"
@@ -138,126 +139,6 @@ static void give_up(int err)
 
 /* ---- records ----------------------------------------------------------- */
 
-static void pack_bin(msgpack_packer *pk, const char *key, const void *p, size_t n)
-{
-        proto_pack_str(pk, key);
-        msgpack_pack_bin(pk, n);
-        msgpack_pack_bin_body(pk, p, n);
-}
-
-/* An allocation entry's fields, flat in map m. */
-static void pack_alloc_fields(struct proto_map *m, const struct alloc *a)
-{
-        proto_map_ku64(m, "alloc", a->id);
-        proto_map_ku64(m, "akind", a->kind);
-        proto_map_ku64(m, "asize", a->size);
-        proto_map_ku64(m, "buffer_id", a->buffer_id);
-        proto_map_ku64(m, "auid", a->uid);
-        proto_map_kbin(m, "handle", a->handle, PROTO_IPC_HANDLE_LEN);
-        proto_map_kbin(m, "key", a->key, PROTO_ALLOC_KEY_LEN);
-}
-
-/* An allocation entry as a map of its own. */
-static void pack_alloc(msgpack_packer *pk, const struct alloc *a)
-{
-        struct proto_map m;
-
-        proto_map_begin(&m, pk);
-        pack_alloc_fields(&m, a);
-        proto_map_end(&m);
-}
-
-static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
-{
-        const struct alloc *a = rc->alloc;
-        struct proto_map m;
-
-        proto_map_begin(&m, pk);
-        proto_map_kbin(&m, "device", rc->device, PROTO_UUID_LEN);
-        pack_alloc_fields(&m, a);
-        if (rc->has_event)
-                proto_map_kbin(&m, "event", rc->event, PROTO_IPC_HANDLE_LEN);
-        if (rc->n_chunks > 1) {
-                /* The chunks after the first, in address order. */
-                proto_map_key(&m, "chunks");
-                msgpack_pack_array(pk, rc->n_chunks - 1);
-                for (uint32_t i = 1; i < rc->n_chunks; i++)
-                        pack_alloc(pk, rc->chunks[i]);
-        }
-        if (a->pool) {
-                proto_map_key(&m, "pool");
-                pack_alloc(pk, a->pool);
-        }
-        if (rc->copied)
-                proto_map_kstr(&m, "copied", rc->copied);
-        if (a->cacheable)
-                proto_map_kbool(&m, "cacheable", true);
-        proto_map_end(&m);
-}
-
-static void pack_reg(msgpack_packer *pk, const struct reg *r)
-{
-        const char *exe = ledger_reg_exe(r->id);
-        struct proto_map m;
-
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", "A");
-        proto_map_ku64(&m, "id", r->id);
-        proto_map_kstrn(&m, "name", r->name, r->name_len);
-        proto_map_ku64(&m, "kind", r->kind);
-        proto_map_ku64(&m, "size", r->size);
-        proto_map_ku64(&m, "offset", r->offset);
-        proto_map_ku64(&m, "created_ms", r->created_ms);
-        proto_map_kbool(&m, "ephemeral", r->ephemeral);
-        proto_map_kbool(&m, "revocable", r->revocable);
-        proto_map_ku64(&m, "pid", r->pid);
-        proto_map_ku64(&m, "uid", r->uid);
-        proto_map_ku64(&m, "gid", r->gid);
-        proto_map_kstr(&m, "exe", exe ? exe : "");
-        if (r->owner)
-                proto_map_kbin(&m, "session", r->owner->session, PROTO_SESSION_LEN);
-        if (r->meta_len > 0)
-                proto_map_kbin(&m, "meta", r->meta, r->meta_len);
-        if (r->access) {
-                proto_map_key(&m, "access");
-                proto_access_pack(pk, r->access);
-        }
-        if (r->cuda) {
-                proto_map_key(&m, "cuda");
-                pack_cuda(pk, r->cuda);
-        }
-        if (r->expires_ms)
-                proto_map_ku64(&m, "expires_ms", r->expires_ms);
-        proto_map_end(&m);
-}
-
-static void pack_session(msgpack_packer *pk, const struct reg_party *p)
-{
-        msgpack_pack_map(pk, 6);
-        proto_pack_kstr(pk, "t", "S");
-        pack_bin(pk, "session", p->session, PROTO_SESSION_LEN);
-        proto_pack_ku64(pk, "pid", p->pid);
-        proto_pack_ku64(pk, "uid", p->uid);
-        proto_pack_ku64(pk, "gid", p->gid);
-        proto_pack_ku64(pk, "start_time", p->start_time);
-}
-
-static void pack_lease(msgpack_packer *pk, const struct lease *l)
-{
-        msgpack_pack_map(pk, 4);
-        proto_pack_kstr(pk, "t", "L");
-        proto_pack_ku64(pk, "id", l->id);
-        proto_pack_ku64(pk, "reg", l->reg->id);
-        pack_bin(pk, "session", l->holder->session, PROTO_SESSION_LEN);
-}
-
-static void pack_id(msgpack_packer *pk, const char *type, uint64_t id)
-{
-        msgpack_pack_map(pk, 2);
-        proto_pack_kstr(pk, "t", type);
-        proto_pack_ku64(pk, "id", id);
-}
-
 static int append(struct journal *j, msgpack_sbuffer *sb)
 {
         int r;
@@ -278,30 +159,19 @@ struct snap {
         int err;
 };
 
-static void pack_missed(msgpack_packer *pk, const struct reg_party *p, uint64_t id,
-                        const char *name, size_t len)
-{
-        msgpack_pack_map(pk, 4);
-        proto_pack_kstr(pk, "t", "M");
-        pack_bin(pk, "session", p->session, PROTO_SESSION_LEN);
-        proto_pack_ku64(pk, "id", id);
-        proto_pack_str(pk, "name");
-        proto_pack_strn(pk, name, len);
-}
-
 static void snap_session(const struct reg_party *p, void *data)
 {
         struct snap *s = data;
 
         if (s->err < 0)
                 return;
-        pack_session(&s->pk, p);
+        jrec_pack_session(&s->pk, p);
         s->err = append(s->j, &s->sb);
         if (!p->detached)
                 return;
         for (const struct session_missed *m = session_missed_of(p); m && s->err == 0;
              m = m->next) {
-                pack_missed(&s->pk, p, m->id, m->name, m->name_len);
+                jrec_pack_missed(&s->pk, p, m->id, m->name, m->name_len);
                 s->err = append(s->j, &s->sb);
         }
 }
@@ -314,28 +184,22 @@ static int write_snapshot(struct daemon *d, struct journal *j)
         msgpack_sbuffer_init(&s.sb);
         msgpack_packer_init(&s.pk, &s.sb, msgpack_sbuffer_write);
         registry_next_ids(d->reg, &next_id, &next_lease);
-        msgpack_pack_map(&s.pk, 6);
-        proto_pack_kstr(&s.pk, "t", "H");
-        proto_pack_ku64(&s.pk, "version", PERSIST_VERSION);
-        proto_pack_ku64(&s.pk, "serial", P.serial + 1);
-        proto_pack_ku64(&s.pk, "next_id", next_id);
-        proto_pack_ku64(&s.pk, "next_lease", next_lease);
-        proto_pack_ku64(&s.pk, "next_alloc", d->allocs.next_id);
+        jrec_pack_header(&s.pk, P.serial + 1, next_id, next_lease, d->allocs.next_id);
         s.err = append(j, &s.sb);
         for (struct conn *c = d->conns; c && s.err == 0; c = c->next)
                 if (c->hello && !c->closed)
                         snap_session(&c->party, &s);
         session_detached_each(d, snap_session, &s);
         for (const struct reg *r = registry_first(d->reg); r && s.err == 0; r = r->next) {
-                pack_reg(&s.pk, r);
+                jrec_pack_reg(&s.pk, r, ledger_reg_exe(r->id));
                 s.err = append(j, &s.sb);
                 for (const struct lease *l = r->held; l && s.err == 0; l = l->rnext) {
-                        pack_lease(&s.pk, l);
+                        jrec_pack_lease(&s.pk, l);
                         s.err = append(j, &s.sb);
                 }
                 /* After its leases: unregistered without them, it is freed. */
                 if (s.err == 0 && !r->live) {
-                        pack_id(&s.pk, "U", r->id);
+                        jrec_pack_id(&s.pk, 'U', r->id);
                         s.err = append(j, &s.sb);
                 }
         }
@@ -469,7 +333,7 @@ void persist_session(struct daemon *d, const struct reg_party *p)
         (void)d;
         if (!rec_begin(&x))
                 return;
-        pack_session(&x.pk, p);
+        jrec_pack_session(&x.pk, p);
         rec_end(&x);
 }
 
@@ -481,7 +345,7 @@ void persist_missed(struct daemon *d, const struct reg_party *p, uint64_t id, co
         (void)d;
         if (!rec_begin(&x))
                 return;
-        pack_missed(&x.pk, p, id, name, len);
+        jrec_pack_missed(&x.pk, p, id, name, len);
         rec_end(&x);
 }
 
@@ -492,9 +356,7 @@ void persist_session_end(struct daemon *d, const struct reg_party *p)
         (void)d;
         if (!rec_begin(&x))
                 return;
-        msgpack_pack_map(&x.pk, 2);
-        proto_pack_kstr(&x.pk, "t", "E");
-        pack_bin(&x.pk, "session", p->session, PROTO_SESSION_LEN);
+        jrec_pack_session_end(&x.pk, p);
         rec_end(&x);
 }
 
@@ -593,7 +455,7 @@ void persist_added(struct daemon *d, const struct reg *r)
         each_fd_entry_of(r, push_entry);
         if (!rec_begin(&x))
                 return;         /* a push gave up */
-        pack_reg(&x.pk, r);
+        jrec_pack_reg(&x.pk, r, ledger_reg_exe(r->id));
         rec_end(&x);
 }
 
@@ -604,7 +466,7 @@ void persist_removed(struct daemon *d, const struct reg *r)
         (void)d;
         if (!rec_begin(&x))
                 return;
-        pack_id(&x.pk, "U", r->id);
+        jrec_pack_id(&x.pk, 'U', r->id);
         rec_end(&x);
 }
 
@@ -630,7 +492,7 @@ void persist_leased(struct daemon *d, const struct lease *l)
         (void)d;
         if (!rec_begin(&x))
                 return;
-        pack_lease(&x.pk, l);
+        jrec_pack_lease(&x.pk, l);
         rec_end(&x);
 }
 
@@ -641,7 +503,7 @@ void persist_unleased(struct daemon *d, const struct lease *l)
         (void)d;
         if (!rec_begin(&x))
                 return;
-        pack_id(&x.pk, "R", l->id);
+        jrec_pack_id(&x.pk, 'R', l->id);
         rec_end(&x);
 }
 
@@ -655,14 +517,6 @@ void persist_cuda_changed(struct daemon *d, const struct reg *r)
         each_fd_entry_of(r, push_entry);
         if (!rec_begin(&x))
                 return;         /* the push gave up */
-        msgpack_pack_map(&x.pk, 7);
-        proto_pack_kstr(&x.pk, "t", "C");
-        proto_pack_ku64(&x.pk, "id", r->id);
-        proto_pack_ku64(&x.pk, "kind", r->kind);
-        proto_pack_ku64(&x.pk, "offset", r->offset);
-        proto_pack_kbool(&x.pk, "ephemeral", r->ephemeral);
-        proto_pack_kbool(&x.pk, "revocable", r->revocable);
-        proto_pack_str(&x.pk, "cuda");
-        pack_cuda(&x.pk, r->cuda);
+        jrec_pack_cuda_changed(&x.pk, r);
         rec_end(&x);
 }

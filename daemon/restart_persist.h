@@ -23,7 +23,6 @@
 struct daemon;
 
 #define PERSIST_STATE_NAME "state"      /* + "0" or "1" */
-#define PERSIST_VERSION    1u
 
 /* Decides whether the store is used (before restore). */
 void persist_init(struct daemon *d);

@@ -6,16 +6,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "access.h"
 #include "cuda_reg.h"
 #include "daemon.h"
 #include "host.h"
-#include "restart_journal.h"
 #include "ledger.h"
 #include "log.h"
-#include "restart_persist.h"
 #include "quota.h"
-#include "proto.h"
+#include "restart_codec.h"
+#include "restart_journal.h"
+#include "restart_persist.h"
 #include "restart_replay.h"
 #include "session.h"
 
@@ -29,10 +28,6 @@ struct restore_ctx {
         struct hmap alloc_ids;          /* ids of the allocations created, never twice */
         uint64_t records;               /* applied so far */
 };
-
-/* Ids at or above this are refused: a corrupt journal must not wrap the
- * counters (ids are never reused, so a wrap would hand out taken ones). */
-#define ID_LIMIT (UINT64_C(1) << 62)
 
 struct id_node {
         struct hmap_node node;
@@ -80,70 +75,6 @@ static int stored_fd(struct restore_ctx *x, const char *name)
         return -1;
 }
 
-static int get_token(const msgpack_object *m, uint8_t token[PROTO_SESSION_LEN])
-{
-        const uint8_t *b;
-        size_t n;
-
-        if (proto_get_bin(m, "session", &b, &n) < 0 || n != PROTO_SESSION_LEN)
-                return -EINVAL;
-        memcpy(token, b, PROTO_SESSION_LEN);
-        return 0;
-}
-
-static int get_u32(const msgpack_object *m, const char *key, uint32_t *ret)
-{
-        uint64_t v;
-
-        if (proto_get_u64(m, key, &v) < 0 || v > UINT32_MAX)
-                return -EINVAL;
-        *ret = (uint32_t)v;
-        return 0;
-}
-
-static int get_fixed_bin(const msgpack_object *m, const char *key, uint8_t *out, size_t len)
-{
-        const uint8_t *b;
-        size_t n;
-
-        if (proto_get_bin(m, key, &b, &n) < 0 || n != len)
-                return -EINVAL;
-        memcpy(out, b, len);
-        return 0;
-}
-
-/* The meta a record carries goes out as it is in every record of the
- * registration: it must be what register would have kept. */
-static int check_meta(const uint8_t *b, size_t len)
-{
-        struct proto_meta meta;
-        struct proto_msg msg;
-        char why[128];
-        int r;
-
-        r = proto_decode(b, len, &msg, NULL);
-        if (r < 0)
-                return r == -ENOMEM ? r : -EINVAL;
-        r = proto_meta_check(msg.root, &meta, why, sizeof(why));
-        proto_msg_free(&msg);
-        return r;
-}
-
-static int decode_access(const msgpack_object *m, struct proto_access **ret)
-{
-        struct proto_access *a = malloc(sizeof(*a));
-        char why[128];
-
-        if (!a)
-                return -ENOMEM;
-        if (proto_access_decode(m, PROTO_ACCESS_FULL, a, why, sizeof(why)) < 0) {
-                free(a);
-                return -EINVAL;
-        }
-        *ret = a;
-        return 0;
-}
-
 /* One allocation entry of a CUDA record (the fields pack_alloc_fields()
  * wrote into m), under its old id where it is new.  pool: the entry of a
  * cuda-pool pointer's pool, else NULL. */
@@ -151,26 +82,21 @@ static int decode_entry(struct restore_ctx *x, const msgpack_object *m, uint64_t
                         const uint8_t device[], struct alloc *pool, struct alloc **ret)
 {
         struct alloc_table *T = &x->d->allocs;
-        uint8_t handle[PROTO_IPC_HANDLE_LEN], key[PROTO_ALLOC_KEY_LEN];
-        uint64_t aid, akind, asize, buffer_id, saved;
-        uint32_t auid;
+        struct jrec_alloc e;
+        uint64_t aid, akind, saved;
         char name[32];
         int i, fd, r;
 
-        if (m->type != MSGPACK_OBJECT_MAP ||
-            proto_get_u64(m, "alloc", &aid) < 0 || proto_get_u64(m, "akind", &akind) < 0 ||
-            proto_get_u64(m, "asize", &asize) < 0 ||
-            proto_get_u64(m, "buffer_id", &buffer_id) < 0 || get_u32(m, "auid", &auid) < 0 ||
-            get_fixed_bin(m, "handle", handle, sizeof(handle)) < 0 ||
-            get_fixed_bin(m, "key", key, sizeof(key)) < 0 || aid == 0 || aid >= ID_LIMIT ||
-            akind != want_kind)
+        if (jrec_decode_alloc(m, &e) < 0 || e.kind != want_kind)
                 return -EINVAL;
+        aid = e.id;
+        akind = e.kind;
         saved = T->next_id;
         T->next_id = aid;
         if (akind == PROTO_KIND_CUDA_IPC) {
-                r = alloc_get_ipc(T, device, handle, buffer_id, asize, ret);
+                r = alloc_get_ipc(T, device, e.handle, e.buffer_id, e.size, ret);
         } else if (akind == PROTO_KIND_CUDA_POOL) {
-                r = alloc_get_pool_ptr(T, pool, handle, buffer_id, asize, ret);
+                r = alloc_get_pool_ptr(T, pool, e.handle, e.buffer_id, e.size, ret);
         } else if (akind == PROTO_KIND_CUDA_VMM || akind == ALLOC_KIND_POOL) {
                 snprintf(name, sizeof(name), "vmm-%" PRIu64, aid);
                 i = stored_fd(x, name);
@@ -179,8 +105,8 @@ static int decode_entry(struct restore_ctx *x, const msgpack_object *m, uint64_t
                 fd = i < 0 ? -1 : dup(x->fds[i].fd);
                 r = fd < 0 ? -ENOENT
                     : akind == ALLOC_KIND_POOL
-                    ? alloc_get_pool_entry(T, device, key, &fd, auid, ret)
-                    : alloc_get_vmm_as(T, device, key, &fd, asize, auid, ret);
+                    ? alloc_get_pool_entry(T, device, e.key, &fd, e.uid, ret)
+                    : alloc_get_vmm_as(T, device, e.key, &fd, e.size, e.uid, ret);
                 if (fd >= 0)
                         close(fd);
                 if (r == 0)
@@ -215,11 +141,12 @@ static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t
         struct alloc *pool;
         int r;
 
-        if (get_fixed_bin(m, "device", device, PROTO_UUID_LEN) < 0)
+        if (jrec_get_device(m, device) < 0)
                 return -EINVAL;
         if (want_kind != PROTO_KIND_CUDA_POOL)
                 return decode_entry(x, m, want_kind, device, NULL, ret);
-        if (proto_get_map(m, "pool", &sub) < 0)
+        sub = jrec_get_pool(m);
+        if (!sub)
                 return -EINVAL;
         r = decode_entry(x, sub, ALLOC_KIND_POOL, device, NULL, &pool);
         if (r < 0)
@@ -256,7 +183,6 @@ static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t 
         struct reg_cuda *rc = reg_cuda_new();
         const msgpack_object *chunks;
         const char *copied;
-        bool cacheable = false;
         size_t len;
         int r;
 
@@ -267,15 +193,15 @@ static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t 
                 free(rc);
                 return r;
         }
-        rc->has_event = get_fixed_bin(m, "event", rc->event, PROTO_IPC_HANDLE_LEN) == 0;
-        if (proto_get_bool(m, "cacheable", &cacheable) == 0 && cacheable)
+        rc->has_event = jrec_get_event(m, rc->event);
+        if (jrec_get_cacheable(m))
                 rc->alloc->cacheable = true;
-        r = proto_get_array(m, "chunks", &chunks);
+        r = jrec_get_chunks(m, &chunks);
         if (r == 0)
                 r = kind == PROTO_KIND_CUDA_VMM ? decode_chunks(x, chunks, rc) : -EINVAL;
         else if (r == -ENOENT)
                 r = 0;
-        if (r == 0 && proto_get_str(m, "copied", &copied, &len) == 0) {
+        if (r == 0 && jrec_get_copied(m, &copied, &len) == 0) {
                 r = len == 0 || len > REG_CUDA_COPIED_MAX ? -EINVAL
                                                           : reg_cuda_set_copied(rc, copied, len);
         }
@@ -297,42 +223,29 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
         const char *exe = "", *why;
         char fdname[32], exe_buf[LEDGER_EXE_MAX + 1];
         size_t exe_len = 0;
-        uint64_t kind;
         struct reg *r;
         int i = -1, ro_fd = -1, k;
 
-        if (proto_get_u64(m, "id", &p.id) < 0 || p.id == 0 || p.id >= ID_LIMIT ||
-            proto_get_str(m, "name", &p.name, &p.name_len) < 0 ||
-            proto_name_check(p.name, p.name_len, &why) < 0 ||
-            proto_get_u64(m, "kind", &kind) < 0 || kind >= _PROTO_KIND_MAX ||
-            proto_get_u64(m, "size", &p.size) < 0 || p.size == 0 ||
-            proto_get_u64(m, "offset", &p.offset) < 0 || p.offset > UINT64_MAX - p.size ||
-            proto_get_u64(m, "created_ms", &p.created_ms) < 0 ||
-            proto_get_bool(m, "ephemeral", &p.ephemeral) < 0 ||
-            proto_get_bool(m, "revocable", &p.revocable) < 0 ||
-            get_u32(m, "pid", &p.pid) < 0 || get_u32(m, "uid", &p.uid) < 0 ||
-            get_u32(m, "gid", &p.gid) < 0)
+        if (jrec_decode_reg(m, &p) < 0)
                 return -EINVAL;
-        p.kind = (unsigned)kind;
         /* Never reuse the id, whether or not it comes back. */
         registry_raise_ids(d->reg, p.id + 1, 0);
-        (void)proto_get_str(m, "exe", &exe, &exe_len);
+        jrec_get_exe(m, &exe, &exe_len);
         /* Optional: a TTL that passed while the daemon was down ends at once. */
-        if (proto_get_u64(m, "expires_ms", &p.expires_ms) == -EINVAL)
+        if (jrec_get_expires(m, &p.expires_ms) < 0)
                 return -EINVAL;
         /* An ephemeral one of a session that ended went with it; without
          * a session it had lost its owner already and lives on for its
          * leases (its U record follows them). */
-        if (get_token(m, token) == 0) {
+        if (jrec_get_token(m, token) == 0) {
                 owner = session_detached_find(d, token);
                 if (!owner && p.ephemeral)
                         return -ESRCH;
         }
-        if (proto_get_bin(m, "meta", &p.meta, &p.meta_len) == -EINVAL)
-                return -EINVAL;
-        if (p.meta_len > 0 && (k = check_meta(p.meta, p.meta_len)) < 0)
-                return k;
-        if (proto_get_map(m, "access", &sub) == 0 && (k = decode_access(sub, &p.access)) < 0)
+        k = jrec_get_meta(m, &p.meta, &p.meta_len);
+        if (k == 0)
+                k = jrec_get_access(m, &p.access);
+        if (k < 0)
                 return k;
         if (p.kind == PROTO_KIND_HOST) {
                 snprintf(fdname, sizeof(fdname), "host-%" PRIu64, p.id);
@@ -346,8 +259,8 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
                         goto fail;
                 p.fd = x->fds[i].fd;
         } else {
-                k = proto_get_map(m, "cuda", &sub) < 0 ? -EINVAL
-                                                      : decode_cuda(x, sub, p.kind, &p.cuda);
+                sub = jrec_get_cuda(m);
+                k = !sub ? -EINVAL : decode_cuda(x, sub, p.kind, &p.cuda);
                 if (k < 0)
                         goto fail;
                 /* cuda-vmm lookups send the allocation's fd (as register does) */
@@ -377,60 +290,50 @@ fail:
 
 static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
 {
-        struct reg *r;
-        const msgpack_object *sub;
+        struct jrec_cuda_changed c;
         uint8_t device[PROTO_UUID_LEN];
         struct alloc *a, *old;
-        uint64_t id, kind, offset;
-        bool ephemeral, revocable;
+        struct reg *r;
         int k;
 
-        if (proto_get_u64(m, "id", &id) < 0 || proto_get_u64(m, "kind", &kind) < 0 ||
-            kind == PROTO_KIND_HOST || kind >= _PROTO_KIND_MAX ||
-            proto_get_u64(m, "offset", &offset) < 0 ||
-            proto_get_bool(m, "ephemeral", &ephemeral) < 0 ||
-            proto_get_bool(m, "revocable", &revocable) < 0 ||
-            proto_get_map(m, "cuda", &sub) < 0)
+        if (jrec_decode_cuda_changed(m, &c) < 0)
                 return -EINVAL;
-        r = registry_find_id(x->d->reg, id);
+        r = registry_find_id(x->d->reg, c.id);
         if (!r || !r->cuda)
                 return -ENOENT;
-        k = decode_alloc(x, sub, kind, device, &a);
+        k = decode_alloc(x, c.cuda, c.kind, device, &a);
         if (k < 0)
                 return k;
         /* As adopt does it (ops_adopt.c). */
         old = r->cuda->alloc;
         r->cuda->alloc = a;
         alloc_put(&x->d->allocs, old);
-        registry_set_kind(x->d->reg, r, (unsigned)kind);
+        registry_set_kind(x->d->reg, r, (unsigned)c.kind);
         quota_charge(x->d, r);
-        r->offset = offset;
-        r->fd = kind == PROTO_KIND_CUDA_VMM ? a->fd : -1;
-        r->ephemeral = ephemeral;
-        r->revocable = revocable;
-        r->cuda->has_event = get_fixed_bin(sub, "event", r->cuda->event, PROTO_IPC_HANDLE_LEN) == 0;
+        r->offset = c.offset;
+        r->fd = c.kind == PROTO_KIND_CUDA_VMM ? a->fd : -1;
+        r->ephemeral = c.ephemeral;
+        r->revocable = c.revocable;
+        r->cuda->has_event = jrec_get_event(c.cuda, r->cuda->event);
         return 0;
 }
 
 static int apply_lease(struct restore_ctx *x, const msgpack_object *m)
 {
-        uint8_t token[PROTO_SESSION_LEN];
         struct reg_party *holder;
-        uint64_t id, reg_id;
+        struct jrec_lease j;
         struct lease *l;
         struct reg *r;
         int k;
 
-        if (proto_get_u64(m, "id", &id) < 0 || id == 0 || id >= ID_LIMIT ||
-            proto_get_u64(m, "reg", &reg_id) < 0 ||
-            get_token(m, token) < 0)
+        if (jrec_decode_lease(m, &j) < 0)
                 return -EINVAL;
-        registry_raise_ids(x->d->reg, 0, id + 1);
-        r = registry_find_id(x->d->reg, reg_id);
-        holder = session_detached_find(x->d, token);
+        registry_raise_ids(x->d->reg, 0, j.id + 1);
+        r = registry_find_id(x->d->reg, j.reg);
+        holder = session_detached_find(x->d, j.token);
         if (!r || !holder)
                 return -ESRCH;
-        k = registry_lease_id(x->d->reg, r, holder, id, &l);
+        k = registry_lease_id(x->d->reg, r, holder, j.id, &l);
         if (k == 0)
                 x->res->leases++;
         return k;
@@ -438,54 +341,41 @@ static int apply_lease(struct restore_ctx *x, const msgpack_object *m)
 
 static int apply_missed(struct restore_ctx *x, const msgpack_object *m)
 {
-        uint8_t token[PROTO_SESSION_LEN];
+        struct jrec_missed j;
         struct reg_party *p;
-        const char *name;
-        size_t len;
-        uint64_t id;
 
-        if (get_token(m, token) < 0 || proto_get_u64(m, "id", &id) < 0 ||
-            proto_get_str(m, "name", &name, &len) < 0 || len == 0 || len > PROTO_NAME_MAX)
+        if (jrec_decode_missed(m, &j) < 0)
                 return -EINVAL;
-        p = session_detached_find(x->d, token);
+        p = session_detached_find(x->d, j.token);
         if (!p)
                 return -ESRCH;
-        if (session_note_released(x->d, p, id, name, len))
-                persist_missed(x->d, p, id, name, len);
+        if (session_note_released(x->d, p, j.id, j.name, j.name_len))
+                persist_missed(x->d, p, j.id, j.name, j.name_len);
         return 0;
 }
 
 static int apply_session(struct restore_ctx *x, const msgpack_object *m)
 {
-        uint8_t token[PROTO_SESSION_LEN];
-        uint32_t pid, uid, gid;
-        uint64_t start_time;
+        struct jrec_session j;
         int k;
 
-        if (get_token(m, token) < 0 || get_u32(m, "pid", &pid) < 0 ||
-            get_u32(m, "uid", &uid) < 0 || get_u32(m, "gid", &gid) < 0 ||
-            proto_get_u64(m, "start_time", &start_time) < 0)
+        if (jrec_decode_session(m, &j) < 0)
                 return -EINVAL;
-        if (!session_detached_add(x->d, token, pid, uid, gid, start_time, &k))
+        if (!session_detached_add(x->d, j.token, j.pid, j.uid, j.gid, j.start_time, &k))
                 return k;
         return 0;
 }
 
 static int apply_header(struct restore_ctx *x, const msgpack_object *m)
 {
-        uint64_t version, next_id, next_lease, next_alloc;
+        struct jrec_header h;
+        int k = jrec_decode_header(m, &h);
 
-        if (proto_get_u64(m, "version", &version) < 0 || proto_get_u64(m, "next_id", &next_id) < 0 ||
-            proto_get_u64(m, "next_lease", &next_lease) < 0 ||
-            proto_get_u64(m, "next_alloc", &next_alloc) < 0)
-                return -EINVAL;
-        if (version != PERSIST_VERSION)
-                return -EPROTONOSUPPORT;
-        if (next_id >= ID_LIMIT || next_lease >= ID_LIMIT || next_alloc >= ID_LIMIT)
-                return -EINVAL;
-        registry_raise_ids(x->d->reg, next_id, next_lease);
-        if (next_alloc > x->d->allocs.next_id)
-                x->d->allocs.next_id = next_alloc;
+        if (k < 0)
+                return k;
+        registry_raise_ids(x->d->reg, h.next_id, h.next_lease);
+        if (h.next_alloc > x->d->allocs.next_id)
+                x->d->allocs.next_id = h.next_alloc;
         return 0;
 }
 
@@ -495,25 +385,24 @@ int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
         uint8_t token[PROTO_SESSION_LEN];
         struct proto_msg m;
         struct reg_party *p;
-        const char *t;
-        size_t tlen;
         uint64_t id;
         struct lease *l;
         struct reg *r;
+        char t;
         int k = 0;
 
         if (proto_decode(body, len, &m, NULL) < 0)
                 return x->records++ == 0 ? -EPROTONOSUPPORT : -EINVAL;
-        if (proto_get_str(m.root, "t", &t, &tlen) < 0 || tlen != 1) {
+        if (jrec_type(m.root, &t) < 0) {
                 k = -EINVAL;
                 goto out;
         }
         /* A journal starts with its header, and has one. */
-        if ((x->records++ == 0) != (t[0] == 'H')) {
+        if ((x->records++ == 0) != (t == 'H')) {
                 k = x->records == 1 ? -EPROTONOSUPPORT : -EINVAL;
                 goto out;
         }
-        switch (t[0]) {
+        switch (t) {
         case 'H':
                 k = apply_header(x, m.root);
                 break;
@@ -521,7 +410,7 @@ int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
                 k = apply_session(x, m.root);
                 break;
         case 'E':
-                k = get_token(m.root, token);
+                k = jrec_get_token(m.root, token);
                 p = k == 0 ? session_detached_find(x->d, token) : NULL;
                 if (p)
                         session_detached_end(x->d, p, false);
@@ -530,7 +419,7 @@ int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
                 k = apply_add(x, m.root);
                 break;
         case 'U':
-                k = proto_get_u64(m.root, "id", &id);
+                k = jrec_get_id(m.root, &id);
                 r = k == 0 ? registry_find_id(R, id) : NULL;
                 if (r && r->live)
                         registry_unregister(R, r);
@@ -545,7 +434,7 @@ int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
                 k = apply_lease(x, m.root);
                 break;
         case 'R':
-                k = proto_get_u64(m.root, "id", &id);
+                k = jrec_get_id(m.root, &id);
                 l = k == 0 ? registry_find_lease(R, id) : NULL;
                 if (l)
                         (void)registry_release(R, l->holder, id);
@@ -617,19 +506,15 @@ static int replay_one(const uint8_t *body, size_t len, void *data)
 static uint64_t journal_serial(int fd)
 {
         uint8_t hdr[JOURNAL_HDR_LEN + 256];
+        const uint8_t *body;
         struct proto_msg m;
-        uint64_t serial = 0;
-        ssize_t n = pread(fd, hdr, sizeof(hdr), 0);
+        uint64_t serial;
         uint32_t blen;
 
-        if (n < (ssize_t)JOURNAL_HDR_LEN)
+        if (journal_first(fd, hdr, sizeof(hdr), &body, &blen) < 0 ||
+            proto_decode(body, blen, &m, NULL) < 0)
                 return 0;
-        blen = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-        if (blen == 0 || blen > (size_t)n - JOURNAL_HDR_LEN)
-                return 0;
-        if (proto_decode(hdr + JOURNAL_HDR_LEN, blen, &m, NULL) < 0)
-                return 0;
-        (void)proto_get_u64(m.root, "serial", &serial);
+        serial = jrec_header_serial(m.root);
         proto_msg_free(&m);
         return serial;
 }

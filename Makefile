@@ -10,9 +10,11 @@
 #   make fuzz         the frame decoder under libFuzzer (clang), FUZZ_SECONDS
 #   make fuzz-ops     the request handlers under libFuzzer, likewise
 #   make fuzz-journal the fd store's journal replay under libFuzzer, likewise
+#   make clean        remove BUILDDIR (build/, with build/sanitize in it)
 #
 # V=1 shows the full commands.  SANITIZE=1 builds with ASan+UBSan into
-# build/sanitize.  CC=clang works as well as gcc.
+# build/sanitize.  CC=clang works as well as gcc.  CFLAGS (default -O2 -g)
+# add to the warnings and code flags, which are always on.
 
 VERSION   := 0.1.0
 SOVERSION := 1
@@ -41,14 +43,21 @@ BUILDDIR ?= build
 SANFLAGS :=
 endif
 
+# The Debian packages `make deps` installs (.ci/run installs them so too).
+DEB_DEPS := build-essential pkg-config libuv1-dev libmsgpack-dev libcriterion-dev \
+            python3 python3-pytest python3-numpy python3-msgpack default-jdk-headless junit5 \
+            python3-venv python3-pip python3-setuptools python3-wheel mypy \
+            dpkg-dev debhelper fakeroot dh-python pybuild-plugin-pyproject lintian
 PKG_CONFIG ?= pkg-config
 MSGPACK_PC := $(shell $(PKG_CONFIG) --exists msgpack-c && echo msgpack-c || echo msgpack)
 DEPS_PC    := libuv $(MSGPACK_PC)
 CUDA_HOME  ?= /usr/local/cuda
 
+# CFLAGS is the caller's (make CFLAGS="-O2 -g -Werror"); the rest always
+# applies, so a CFLAGS on the command line keeps the warnings.
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter -MMD -MP \
-            -fvisibility=hidden -fPIC $(SANFLAGS)
+WARN_CFLAGS := -std=gnu11 -Wall -Wextra -Wshadow -Wno-unused-parameter
+ALL_CFLAGS   = $(WARN_CFLAGS) -MMD -MP -fvisibility=hidden -fPIC $(SANFLAGS) $(CFLAGS)
 CPPFLAGS += -D_GNU_SOURCE -DGPUIPC_VERSION=\"$(VERSION)\" -Iproto -Iclient -I$(CUDA_HOME)/include \
             $(shell $(PKG_CONFIG) --cflags $(DEPS_PC) 2>/dev/null)
 LDFLAGS  += $(SANFLAGS)
@@ -62,6 +71,8 @@ UV_LIBS      := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null || echo -luv)
 MSGPACK_LIBS := $(shell $(PKG_CONFIG) --libs $(MSGPACK_PC) 2>/dev/null || echo -lmsgpackc)
 endif
 CRITERION_LIBS := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || echo -lcriterion)
+DAEMON_LIBS := $(UV_LIBS) $(MSGPACK_LIBS) -ldl
+CLIENT_LIBS := $(MSGPACK_LIBS) -ldl
 
 ifeq ($(V),1)
 Q :=
@@ -70,46 +81,49 @@ Q := @
 MAKEFLAGS += --no-print-directory
 endif
 
-PROTO_SRC  := $(wildcard proto/*.c)
-DAEMON_SRC := $(wildcard daemon/*.c)
-LIB_SRC    := $(wildcard client/lib/*.c)
-CTL_SRC    := $(wildcard client/ctl/*.c)
-UNIT_SRC   := $(wildcard tests/unit/*.c)
-INTEG_SRC  := $(filter-out tests/integration/helper-%.c,$(wildcard tests/integration/*.c))
-INTEG_HELPER_SRC := $(wildcard tests/integration/helper-*.c)
+# ---- what is built, by feature -----------------------------------------------
 
 obj = $(patsubst %.c,$(BUILDDIR)/obj/%.o,$(1))
-PROTO_OBJ  := $(call obj,$(PROTO_SRC))
-DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+PROTO_OBJ  := $(call obj,$(wildcard proto/*.c))
+CODEC_OBJ  := $(filter-out %/cuda_drv.o,$(PROTO_OBJ))
+DAEMON_OBJ := $(call obj,$(wildcard daemon/*.c))
 DAEMON_LIB_OBJ := $(filter-out %/daemon/main.o,$(DAEMON_OBJ))
-LIB_OBJ    := $(call obj,$(LIB_SRC))
-CTL_OBJ    := $(call obj,$(CTL_SRC))
+LIB_OBJ    := $(call obj,$(wildcard client/lib/*.c))
+CTL_OBJ    := $(call obj,$(wildcard client/ctl/*.c))
 
 SONAME  := libgpuipc.so.$(SOVERSION)
 LIBSO   := $(BUILDDIR)/libgpuipc.so
 LIBA    := $(BUILDDIR)/libgpuipc.a
 DAEMON  := $(BUILDDIR)/gpuipcd
 CTL     := $(BUILDDIR)/gpuipcctl
-UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILDDIR)/tests/%,$(UNIT_SRC))
-INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILDDIR)/tests/%,$(INTEG_SRC))
-INTEG_HELPER_BIN := $(patsubst tests/integration/%.c,$(BUILDDIR)/tests/%,$(INTEG_HELPER_SRC))
+T       := $(BUILDDIR)/tests
+UNIT_BIN   := $(patsubst tests/unit/%.c,$(T)/%,$(wildcard tests/unit/test_*.c))
+INTEG_BIN  := $(patsubst tests/integration/%.c,$(T)/%,$(wildcard tests/integration/integ_*.c))
+HELPER_BIN := $(patsubst tests/integration/%.c,$(T)/%,$(wildcard tests/integration/helper-*.c))
+# The suites that play systemd for the daemon: sdhost.o, with a notify thread.
+SDHOST_BIN := $(patsubst %,$(T)/integ_%,restart survive harden operate)
 
 all: $(DAEMON) $(CTL) $(LIBSO) $(LIBA)
 
 $(BUILDDIR)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+
+# The one link recipe: $(call link,LIBS) links the objects and archives of
+# the prerequisites into $@.
+define link
+@mkdir -p $(dir $@)
+@$(if $(Q),echo "  LD      $@")
+$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(1)
+endef
 
 $(DAEMON): $(DAEMON_OBJ) $(PROTO_OBJ)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(UV_LIBS) $(MSGPACK_LIBS) -ldl
+	$(call link,$(DAEMON_LIBS))
 
+LIB_LDFLAGS := -shared -Wl,-soname,$(SONAME) -Wl,--version-script=client/libgpuipc.sym
 $(BUILDDIR)/$(LIBREAL): $(LIB_OBJ) $(PROTO_OBJ) client/libgpuipc.sym
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) \
-		-Wl,--version-script=client/libgpuipc.sym -o $@ \
-		$(LIB_OBJ) $(PROTO_OBJ) $(MSGPACK_LIBS) -ldl
+	$(call link,$(LIB_LDFLAGS) $(CLIENT_LIBS))
 
 $(LIBSO): $(BUILDDIR)/$(LIBREAL)
 	$(Q)ln -sf $(LIBREAL) $(BUILDDIR)/$(SONAME)
@@ -120,42 +134,25 @@ $(LIBA): $(LIB_OBJ) $(PROTO_OBJ)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 $(CTL): $(CTL_OBJ) $(LIBA)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(CTL_OBJ) $(LIBA) $(MSGPACK_LIBS) -ldl
+	$(call link,$(CLIENT_LIBS))
 
-# Unit tests link the codec and the daemon's modules (not main.c) directly.
+# Unit tests link the codec and the daemon's modules (not main.c) directly;
+# integration tests drive a real daemon through the static library.
 $(BUILDDIR)/obj/tests/unit/%.o: CPPFLAGS += -Idaemon
-$(BUILDDIR)/tests/test_%: $(BUILDDIR)/obj/tests/unit/test_%.o $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CRITERION_LIBS) $(UV_LIBS) $(MSGPACK_LIBS) -ldl
-
-# Integration tests drive a real daemon through the static library.
-$(BUILDDIR)/tests/integ_%: $(BUILDDIR)/obj/tests/integration/integ_%.o $(BUILDDIR)/obj/tests/integration/harness.o $(LIBA)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(CRITERION_LIBS) $(MSGPACK_LIBS) -ldl
-
-# integ_restart plays systemd for the daemon: sdhost.o, with a notify thread.
-$(BUILDDIR)/tests/integ_restart: $(BUILDDIR)/obj/tests/integration/sdhost.o
-$(BUILDDIR)/tests/integ_restart: LDFLAGS += -pthread
-$(BUILDDIR)/tests/integ_survive: $(BUILDDIR)/obj/tests/integration/sdhost.o
-$(BUILDDIR)/tests/integ_survive: LDFLAGS += -pthread
-$(BUILDDIR)/tests/integ_client: LDFLAGS += -pthread
-$(BUILDDIR)/tests/integ_harden: $(BUILDDIR)/obj/tests/integration/sdhost.o
-$(BUILDDIR)/tests/integ_harden: LDFLAGS += -pthread
-$(BUILDDIR)/tests/integ_operate: $(BUILDDIR)/obj/tests/integration/sdhost.o
-$(BUILDDIR)/tests/integ_operate: LDFLAGS += -pthread
-
-$(BUILDDIR)/tests/helper-%: $(BUILDDIR)/obj/tests/integration/helper-%.o $(LIBA)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) -ldl
+$(T)/test_%: $(BUILDDIR)/obj/tests/unit/test_%.o $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
+	$(call link,$(CRITERION_LIBS) $(DAEMON_LIBS))
+$(T)/integ_%: $(call obj,tests/integration/integ_%.c tests/integration/harness.c) $(LIBA)
+	$(call link,$(CRITERION_LIBS) $(CLIENT_LIBS))
+$(SDHOST_BIN): $(call obj,tests/integration/sdhost.c)
+$(SDHOST_BIN) $(T)/integ_client: LDFLAGS += -pthread
+$(T)/helper-%: $(call obj,tests/integration/helper-%.c) $(LIBA)
+	$(call link,$(CLIENT_LIBS))
 
 # The CUDA driver double: a libcuda.so.1 whose device memory is shared
 # memory, loaded through GPUIPC_LIBCUDA where no GPU is.  Built without
 # sanitizers or hidden visibility: it must export the cu* entry points.
 CUDA_DOUBLE_SRC := $(filter-out tests/cuda/test_double.c,$(wildcard tests/cuda/*.c))
-CUDA_DOUBLE := $(BUILDDIR)/tests/cuda/libcuda.so.1
+CUDA_DOUBLE := $(T)/cuda/libcuda.so.1
 DOUBLE_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -fPIC -I$(CUDA_HOME)/include
 
 $(CUDA_DOUBLE): $(CUDA_DOUBLE_SRC) tests/cuda/double.h tests/cuda/exports.map
@@ -164,98 +161,63 @@ $(CUDA_DOUBLE): $(CUDA_DOUBLE_SRC) tests/cuda/double.h tests/cuda/exports.map
 	$(Q)$(CC) $(DOUBLE_CFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
 		-Wl,--version-script=tests/cuda/exports.map -o $@ $(CUDA_DOUBLE_SRC) -lpthread
 
-$(BUILDDIR)/tests/cuda/test_double: tests/cuda/test_double.c $(CUDA_DOUBLE)
+$(T)/cuda/test_double: tests/cuda/test_double.c $(CUDA_DOUBLE)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(DOUBLE_CFLAGS) $(SANFLAGS) -o $@ $< -ldl -lpthread
 
-TEST_BINS := $(UNIT_BIN) $(filter $(BUILDDIR)/tests/integ_%,$(INTEG_BIN)) $(INTEG_HELPER_BIN) \
-             $(CUDA_DOUBLE) $(BUILDDIR)/tests/cuda/test_double $(BUILDDIR)/tests/fuzz-replay \
-             $(BUILDDIR)/tests/fuzz-ops-replay $(BUILDDIR)/tests/fuzz-journal-replay
+# ---- fuzzers ---------------------------------------------------------------
+#
+# $(call fuzzer,HARNESS,TARGET,CORPUS,REPLAY,OBJECTS,LIBS): tests/fuzz/HARNESS.c
+# under libFuzzer (clang) as `make TARGET`, run for FUZZ_SECONDS from
+# tests/fuzz/CORPUS; and, with any compiler, $(T)/REPLAY, which `make check`
+# runs over that corpus, so every kept input is a regression test.
+FUZZ_SECONDS ?= 60
+FUZZ_REPLAY :=
+
+define fuzzer
+$(BUILDDIR)/fuzz/$(1): $(patsubst $(BUILDDIR)/obj/%.o,%.c,$(5)) tests/fuzz/$(1).c
+	@mkdir -p $$(dir $$@)
+	$$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined $$(CPPFLAGS) -Idaemon -o $$@ $$^ $(6)
+$(T)/$(4): $(call obj,tests/fuzz/$(1).c tests/fuzz/replay.c) $(5)
+	$$(call link,$(6))
+$(2): $(BUILDDIR)/fuzz/$(1)
+	@mkdir -p $(BUILDDIR)/fuzz/$(3)
+	$$< -max_total_time=$$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/$(3) tests/fuzz/$(3)
+FUZZ_REPLAY += $(T)/$(4):tests/fuzz/$(3)
+endef
+
+$(BUILDDIR)/obj/tests/fuzz/%.o: CPPFLAGS += -Idaemon
+$(eval $(call fuzzer,fuzz-frame,fuzz,corpus,fuzz-replay,$(CODEC_OBJ),$(MSGPACK_LIBS)))
+$(eval $(call fuzzer,fuzz-ops,fuzz-ops,corpus-ops,fuzz-ops-replay,$(DAEMON_LIB_OBJ) \
+	$(PROTO_OBJ),$(DAEMON_LIBS)))
+$(eval $(call fuzzer,fuzz-journal,fuzz-journal,corpus-journal,fuzz-journal-replay,\
+	$(DAEMON_LIB_OBJ) $(PROTO_OBJ),$(DAEMON_LIBS)))
+
+# ---- tests -------------------------------------------------------------------
+
+TEST_BINS := $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BIN) $(CUDA_DOUBLE) $(T)/cuda/test_double \
+             $(foreach r,$(FUZZ_REPLAY),$(firstword $(subst :, ,$(r))))
 
 tests: all $(TEST_BINS)
 
-# Runs every test binary; the integration tests find the binaries under
-# test through GPUIPC_BUILDDIR.
 # Bindings and other suites add themselves through fragments beside their
 # sources: each appends its test target to CHECK_EXTRA.
 CHECK_EXTRA :=
 -include client/python/python.mk client/java/java.mk tests/bench/bench.mk \
          tests/systemd/systemd.mk packaging/packaging.mk
 
+# Runs every test binary; the integration tests find the binaries under
+# test through GPUIPC_BUILDDIR.
 check-run: tests $(CHECK_EXTRA)
-	$(Q)set -e; for t in $(filter $(BUILDDIR)/tests/test_% $(BUILDDIR)/tests/integ_%,$(TEST_BINS)); do \
+	$(Q)set -e; for t in $(UNIT_BIN) $(INTEG_BIN); do \
 		echo "== $$t"; GPUIPC_BUILDDIR=$(abspath $(BUILDDIR)) $$t --jobs 2; \
 	done
-	@echo "== $(BUILDDIR)/tests/cuda/test_double"
-	$(Q)$(BUILDDIR)/tests/cuda/test_double $(CUDA_DOUBLE)
-	@echo "== $(BUILDDIR)/tests/fuzz-replay tests/fuzz/corpus"
-	$(Q)$(BUILDDIR)/tests/fuzz-replay tests/fuzz/corpus
-	@echo "== $(BUILDDIR)/tests/fuzz-ops-replay tests/fuzz/corpus-ops"
-	$(Q)$(BUILDDIR)/tests/fuzz-ops-replay tests/fuzz/corpus-ops
-	@echo "== $(BUILDDIR)/tests/fuzz-journal-replay tests/fuzz/corpus-journal"
-	$(Q)$(BUILDDIR)/tests/fuzz-journal-replay tests/fuzz/corpus-journal
-
-# The frame decoder under libFuzzer (clang): `make fuzz` runs it for
-# FUZZ_SECONDS; check-run replays tests/fuzz/corpus through the same entry
-# point with any compiler, so every kept input is a regression test.
-CODEC_SRC := $(filter-out proto/cuda_drv.c,$(PROTO_SRC))
-FUZZ_SECONDS ?= 60
-
-$(BUILDDIR)/fuzz/fuzz-frame: $(CODEC_SRC) tests/fuzz/fuzz-frame.c
-	@mkdir -p $(dir $@)
-	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
-		-fno-sanitize-recover=undefined -D_GNU_SOURCE -Iproto -o $@ $^ $(MSGPACK_LIBS)
-
-$(BUILDDIR)/tests/fuzz-replay: $(CODEC_SRC) tests/fuzz/fuzz-frame.c tests/fuzz/replay.c
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) -std=gnu11 -g -O1 -Wall -Wextra -D_GNU_SOURCE -Iproto $(SANFLAGS) -o $@ $^ \
-		$(MSGPACK_LIBS)
-
-# The request handlers under libFuzzer: a daemon in-process, frames built
-# from the input; its corpus is replayed by make check too.
-FUZZ_OPS_SRC := $(filter-out daemon/main.c,$(DAEMON_SRC)) $(PROTO_SRC) tests/fuzz/fuzz-ops.c
-
-$(BUILDDIR)/fuzz/fuzz-ops: $(FUZZ_OPS_SRC)
-	@mkdir -p $(dir $@)
-	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
-		-fno-sanitize-recover=undefined $(CPPFLAGS) -Idaemon -o $@ $^ $(UV_LIBS) \
-		$(MSGPACK_LIBS) -ldl
-
-$(BUILDDIR)/tests/fuzz-ops-replay: tests/fuzz/fuzz-ops.c tests/fuzz/replay.c $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) -std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter $(CPPFLAGS) \
-		-Idaemon $(SANFLAGS) -o $@ $^ $(UV_LIBS) $(MSGPACK_LIBS) -ldl
-
-fuzz-ops: $(BUILDDIR)/fuzz/fuzz-ops
-	@mkdir -p $(BUILDDIR)/fuzz/corpus-ops
-	$< -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/corpus-ops tests/fuzz/corpus-ops
-
-# The journal replay (restart_replay.c) under libFuzzer: a daemon
-# in-process, the input a journal; its corpus is replayed by make check too.
-FUZZ_JOURNAL_SRC := $(filter-out daemon/main.c,$(DAEMON_SRC)) $(PROTO_SRC) tests/fuzz/fuzz-journal.c
-
-$(BUILDDIR)/fuzz/fuzz-journal: $(FUZZ_JOURNAL_SRC)
-	@mkdir -p $(dir $@)
-	$(Q)clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
-		-fno-sanitize-recover=undefined $(CPPFLAGS) -Idaemon -o $@ $^ $(UV_LIBS) \
-		$(MSGPACK_LIBS) -ldl
-
-$(BUILDDIR)/tests/fuzz-journal-replay: tests/fuzz/fuzz-journal.c tests/fuzz/replay.c $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) -std=gnu11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter $(CPPFLAGS) \
-		-Idaemon $(SANFLAGS) -o $@ $^ $(UV_LIBS) $(MSGPACK_LIBS) -ldl
-
-fuzz-journal: $(BUILDDIR)/fuzz/fuzz-journal
-	@mkdir -p $(BUILDDIR)/fuzz/corpus-journal
-	$< -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/corpus-journal \
-		tests/fuzz/corpus-journal
-
-fuzz: $(BUILDDIR)/fuzz/fuzz-frame
-	@mkdir -p $(BUILDDIR)/fuzz/corpus
-	$< -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/corpus tests/fuzz/corpus
+	@echo "== $(T)/cuda/test_double"
+	$(Q)$(T)/cuda/test_double $(CUDA_DOUBLE)
+	$(Q)set -e; for r in $(FUZZ_REPLAY); do \
+		echo "== $${r%%:*} $${r#*:}"; $${r%%:*} $${r#*:}; \
+	done
 
 # The real-GPU suite (tests/gpu): needs an NVIDIA GPU and driver to run,
 # only the toolkit's headers and libcuda stub to build.
@@ -263,9 +225,7 @@ GPU_BIN := $(BUILDDIR)/gpu/gpu_test $(BUILDDIR)/gpu/libcountcuda.so
 CUDA_STUBS := -L$(CUDA_HOME)/lib64/stubs -lcuda
 
 $(BUILDDIR)/gpu/gpu_test: $(call obj,tests/gpu/gpu_test.c tests/gpu/gpu_util.c) $(LIBA)
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) $(CUDA_STUBS) -ldl -lpthread
+	$(call link,$(CLIENT_LIBS) $(CUDA_STUBS) -lpthread)
 
 $(BUILDDIR)/gpu/libcountcuda.so: tests/gpu/countcuda.c
 	@mkdir -p $(dir $@)
@@ -298,14 +258,14 @@ run: ensure-deps
 	$(Q)mkdir -p run
 	exec $(BUILDDIR)/gpuipcd --socket "$${GPUIPC_SOCKET:-$(CURDIR)/run/gpuipcd.sock}" $(ARGS)
 
+# DEPS_EXTRA: more packages to install with them (.ci/run adds clang).
 deps:
 	@if [ "$$(id -u)" != 0 ]; then echo "make deps: run as root (apt-get)" >&2; exit 1; fi
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		build-essential pkg-config libuv1-dev libmsgpack-dev libcriterion-dev \
-		python3 python3-pytest python3-numpy python3-msgpack default-jdk-headless junit5 \
-		python3-venv python3-pip python3-setuptools python3-wheel mypy \
-		dpkg-dev debhelper fakeroot dh-python pybuild-plugin-pyproject lintian
+		$(DEB_DEPS) $(DEPS_EXTRA)
+
+# ---- install -----------------------------------------------------------------
 
 # Regenerated every time: it records PREFIX and LIBDIR, which may differ
 # between two installs from one build.
@@ -340,9 +300,10 @@ install: all $(BUILDDIR)/gpuipc.pc
 	$(CTL) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_gpuipcctl
 
 clean:
-	rm -rf build
+	rm -rf $(BUILDDIR)
 
-.PHONY: FORCE all tests check ensure-cuda-h check-run check-gpu fuzz fuzz-ops fuzz-journal gpu-tests ensure-deps run deps install clean
+.PHONY: FORCE all tests check ensure-cuda-h check-run check-gpu fuzz fuzz-ops fuzz-journal \
+	gpu-tests ensure-deps run deps install clean
 .PRECIOUS: $(BUILDDIR)/obj/%.o
 
 -include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

@@ -107,11 +107,9 @@ static int resolve_group(struct proto_access *a, char *why, size_t why_len)
         int k;
 
         k = getgrnam_r(a->group, &g, buf, sizeof(buf), &res);
-        if (k != 0 || !res) {
-                snprintf(why, why_len, "access.group '%s': %s", a->group,
-                         k ? strerror(k) : "no such group");
-                return -EINVAL;
-        }
+        if (k != 0 || !res)
+                return proto_invalid(why, why_len, "access.group '%s': %s", a->group,
+                                     k ? strerror(k) : "no such group");
         a->group_gid = (uint32_t)res->gr_gid;
         a->has_group = true;
         return 0;
@@ -126,10 +124,8 @@ int access_parse(const msgpack_object *req, struct proto_access **ret, char *why
 
         *ret = NULL;
         k = proto_get_map(req, "access", &m);
-        if (k == -EINVAL) {
-                snprintf(why, why_len, "access must be a map");
-                return -EINVAL;
-        }
+        if (k == -EINVAL)
+                return proto_invalid(why, why_len, "access must be a map");
         if (!m)
                 return 0;
         a = malloc(sizeof(*a));

@@ -2,8 +2,6 @@
  * registration record and the journal alike (docs/protocol.md, "Access
  * control"). */
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "proto.h"
@@ -34,17 +32,6 @@ void proto_access_pack(msgpack_packer *pk, const struct proto_access *a)
         proto_map_end(&m);
 }
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *why, size_t why_len, const char *fmt, ...)
-{
-        va_list ap;
-
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
-
 static int decode_ids(const msgpack_object *m, const char *key, bool need, uint32_t *ids,
                       uint32_t *ret_n, char *why, size_t why_len)
 {
@@ -53,16 +40,16 @@ static int decode_ids(const msgpack_object *m, const char *key, bool need, uint3
 
         k = proto_get_array(m, key, &a);
         if (k == -EINVAL || (k < 0 && need))
-                return fail(why, why_len, "access.%s must be an array of uint", key);
+                return proto_invalid(why, why_len, "access.%s must be an array of uint", key);
         if (!a)
                 return 0;
         if (a->via.array.size > PROTO_ACCESS_IDS_MAX)
-                return fail(why, why_len, "access.%s has more than %u entries", key,
+                return proto_invalid(why, why_len, "access.%s has more than %u entries", key,
                             PROTO_ACCESS_IDS_MAX);
         for (uint32_t i = 0; i < a->via.array.size; i++) {
                 uint64_t v;
                 if (proto_obj_u64(&a->via.array.ptr[i], &v) < 0 || v >= UINT32_MAX)
-                        return fail(why, why_len, "access.%s entries must be uints below "
+                        return proto_invalid(why, why_len, "access.%s entries must be uints below "
                                     "4294967295", key);
                 ids[i] = (uint32_t)v;
         }
@@ -82,18 +69,18 @@ static int decode_group(const msgpack_object *m, bool need, struct proto_access 
         if (k == -EINVAL || (k == 0 && (glen == 0 || glen > PROTO_ACCESS_GROUP_MAX ||
                                         memchr(group, '\0', glen) ||
                                         proto_utf8_valid(group, glen) != glen)))
-                return fail(why, why_len, "access.group must be a group name of 1 to %u "
+                return proto_invalid(why, why_len, "access.group must be a group name of 1 to %u "
                             "bytes of UTF-8", PROTO_ACCESS_GROUP_MAX);
         k = proto_get_u64(m, "group_gid", &gid);
         if (glen == 0)
-                return k == -ENOENT ? 0 : fail(why, why_len, "access.group_gid needs "
+                return k == -ENOENT ? 0 : proto_invalid(why, why_len, "access.group_gid needs "
                                                 "access.group, the name it stands for");
         memcpy(a->group, group, glen);
         a->group[glen] = '\0';
         if (k == -ENOENT && !need)
                 return 0;
         if (k < 0 || gid >= UINT32_MAX)
-                return fail(why, why_len, "access.group_gid must be a uint below "
+                return proto_invalid(why, why_len, "access.group_gid must be a uint below "
                             "4294967295");
         a->group_gid = (uint32_t)gid;
         a->has_group = true;
@@ -108,14 +95,14 @@ int proto_access_decode(const msgpack_object *m, unsigned flags, struct proto_ac
 
         memset(a, 0, sizeof(*a));
         if (!m || m->type != MSGPACK_OBJECT_MAP)
-                return fail(why, why_len, "access must be a map");
+                return proto_invalid(why, why_len, "access must be a map");
         k = decode_ids(m, "uids", full, a->uids, &a->n_uids, why, why_len);
         if (k == 0)
                 k = decode_ids(m, "gids", full, a->gids, &a->n_gids, why, why_len);
         if (k == 0) {
                 k = proto_get_bool(m, "public", &a->public_);
                 if (k == -EINVAL || (k < 0 && full))
-                        return fail(why, why_len, "access.public must be a bool");
+                        return proto_invalid(why, why_len, "access.public must be a bool");
                 k = decode_group(m, full, a, why, why_len);
         }
         return k;

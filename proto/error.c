@@ -1,5 +1,7 @@
-/* error.c: wire error codes and buffer kind names. */
+/* error.c: wire error codes, buffer kind names, and reasons. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "proto.h"
@@ -63,5 +65,15 @@ int proto_kind_from_name(const char *s, size_t len)
         for (int k = 0; k < _PROTO_KIND_MAX; k++)
                 if (strlen(kinds[k]) == len && memcmp(kinds[k], s, len) == 0)
                         return k;
+        return -EINVAL;
+}
+
+int proto_invalid(char *why, size_t why_len, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(why, why_len, fmt, ap);
+        va_end(ap);
         return -EINVAL;
 }

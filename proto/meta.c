@@ -1,21 +1,8 @@
 /* meta.c: the buffer metadata codec (docs/protocol.md, "meta"), for the
  * register request, the journal and the client's record parser alike. */
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 
 #include "proto.h"
-
-__attribute__((format(printf, 3, 4)))
-static int fail(char *why, size_t why_len, const char *fmt, ...)
-{
-        va_list ap;
-
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-        return -EINVAL;
-}
 
 static bool utf8(const msgpack_object *o)
 {
@@ -25,20 +12,20 @@ static bool utf8(const msgpack_object *o)
 static int check_user(const msgpack_object *u, char *why, size_t why_len)
 {
         if (u->via.map.size > PROTO_USER_MAX_ENTRIES)
-                return fail(why, why_len, "meta.user has more than %u entries",
+                return proto_invalid(why, why_len, "meta.user has more than %u entries",
                             PROTO_USER_MAX_ENTRIES);
         for (uint32_t i = 0; i < u->via.map.size; i++) {
                 const msgpack_object *k = &u->via.map.ptr[i].key, *v = &u->via.map.ptr[i].val;
                 if (k->type != MSGPACK_OBJECT_STR || v->type != MSGPACK_OBJECT_STR)
-                        return fail(why, why_len, "meta.user must map str to str");
+                        return proto_invalid(why, why_len, "meta.user must map str to str");
                 if (k->via.str.size > PROTO_USER_KEY_MAX)
-                        return fail(why, why_len, "meta.user key longer than %u bytes",
+                        return proto_invalid(why, why_len, "meta.user key longer than %u bytes",
                                     PROTO_USER_KEY_MAX);
                 if (v->via.str.size > PROTO_USER_VALUE_MAX)
-                        return fail(why, why_len, "meta.user value longer than %u bytes",
+                        return proto_invalid(why, why_len, "meta.user value longer than %u bytes",
                                     PROTO_USER_VALUE_MAX);
                 if (!utf8(k) || !utf8(v))
-                        return fail(why, why_len, "meta.user %s %u is not valid UTF-8",
+                        return proto_invalid(why, why_len, "meta.user %s %u is not valid UTF-8",
                                     utf8(k) ? "value" : "key", i);
         }
         return 0;
@@ -50,7 +37,7 @@ static int check_ints(const msgpack_object *a, const char *what, bool nonneg, ch
         for (uint32_t i = 0; a && i < a->via.array.size; i++) {
                 int64_t v;
                 if (proto_obj_i64(&a->via.array.ptr[i], &v) < 0 || (nonneg && v < 0))
-                        return fail(why, why_len, "meta.%s entries must be integers%s", what,
+                        return proto_invalid(why, why_len, "meta.%s entries must be integers%s", what,
                                     nonneg ? " >= 0" : "");
         }
         return 0;
@@ -67,28 +54,28 @@ int proto_meta_check(const msgpack_object *meta, struct proto_meta *ret, char *w
 
         r = proto_get_str(meta, "dtype", &dtype, &dtype_len);
         if (r == -EINVAL)
-                return fail(why, why_len, "meta.dtype must be a str");
+                return proto_invalid(why, why_len, "meta.dtype must be a str");
         if (r == 0 && dtype_len > PROTO_DTYPE_MAX)
-                return fail(why, why_len, "meta.dtype is longer than %u bytes", PROTO_DTYPE_MAX);
+                return proto_invalid(why, why_len, "meta.dtype is longer than %u bytes", PROTO_DTYPE_MAX);
         if (r == 0 && proto_utf8_valid(dtype, dtype_len) != dtype_len)
-                return fail(why, why_len, "meta.dtype is not valid UTF-8");
+                return proto_invalid(why, why_len, "meta.dtype is not valid UTF-8");
         if (r == 0)
                 m.dtype = proto_get(meta, "dtype");
         r = proto_get_array(meta, "shape", &m.shape);
         if (r == -EINVAL)
-                return fail(why, why_len, "meta.shape must be an array of int");
+                return proto_invalid(why, why_len, "meta.shape must be an array of int");
         ndim = m.shape ? m.shape->via.array.size : 0;
         if (ndim > PROTO_NDIM_MAX)
-                return fail(why, why_len, "meta.shape has more than %u entries", PROTO_NDIM_MAX);
+                return proto_invalid(why, why_len, "meta.shape has more than %u entries", PROTO_NDIM_MAX);
         r = proto_get_array(meta, "strides", &m.strides);
         if (r == -EINVAL)
-                return fail(why, why_len, "meta.strides must be an array of int");
+                return proto_invalid(why, why_len, "meta.strides must be an array of int");
         if (m.strides && m.strides->via.array.size != ndim)
-                return fail(why, why_len, "meta.strides must have as many entries as "
+                return proto_invalid(why, why_len, "meta.strides must have as many entries as "
                             "meta.shape (%u)", ndim);
         r = proto_get_map(meta, "user", &m.user);
         if (r == -EINVAL)
-                return fail(why, why_len, "meta.user must be a map of str to str");
+                return proto_invalid(why, why_len, "meta.user must be a map of str to str");
         if (m.user && check_user(m.user, why, why_len) < 0)
                 return -EINVAL;
         if (check_ints(m.shape, "shape", true, why, why_len) < 0 ||

@@ -45,6 +45,9 @@ int proto_kind_from_name(const char *s, size_t len); /* kind or -EINVAL */
 const char *proto_code_from_errno(int err);
 /* Negative errno for a wire code (unknown codes map to -EIO). */
 int proto_errno_from_code(const char *code, size_t len);
+/* Formats a reason into why (why_len bytes) and returns -EINVAL. */
+int proto_invalid(char *why, size_t why_len, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
 /* ---- structure check ---------------------------------------------------- */
 

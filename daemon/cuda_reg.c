@@ -82,49 +82,43 @@ int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[PROTO_IPC_HANDLE_L
         return 0;
 }
 
-/* {id, size, regs} of entry a, and with_key its key. */
-static void pack_alloc(msgpack_packer *pk, const struct alloc *a, bool with_key)
+/* Entry a as records show it; with_key: its key (lookup replies). */
+static struct proto_cuda_alloc rec_alloc(const struct alloc *a, bool with_key)
 {
-        struct proto_map m;
-
-        proto_map_begin(&m, pk);
-        if (a->cacheable)
-                proto_map_kbool(&m, "cacheable", true);
-        proto_map_ku64(&m, "id", a->id);
-        proto_map_ku64(&m, "size", a->size);
-        proto_map_ku64(&m, "regs", a->regs);
-        /* What consumers key their imports by: the fd cannot. */
-        if (with_key)
-                proto_map_kbin(&m, "key", a->pool ? a->pool->key : a->key, PROTO_ALLOC_KEY_LEN);
-        proto_map_end(&m);
+        return (struct proto_cuda_alloc){
+                .id = a->id,
+                .size = a->size,
+                .regs = a->regs,
+                .cacheable = a->cacheable,
+                .key = !with_key ? NULL : a->pool ? a->pool->key : a->key,
+        };
 }
 
 void reg_cuda_pack_record(struct proto_map *m, const struct reg *r, bool with_handle)
 {
         const struct reg_cuda *rc = r->cuda;
+        struct proto_cuda_alloc chunks[PROTO_CHUNKS_MAX];
         char uuid[CUDA_UUID_STR_LEN + 1];
+        struct proto_cuda_rec c;
+        bool by_handle = r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL;
 
         if (!rc)
                 return;
         cuda_uuid_format(rc->device, uuid);
-        proto_map_kstr(m, "device", uuid);
-        proto_map_key(m, "alloc");
-        pack_alloc(m->pk, rc->alloc, with_handle && r->kind != PROTO_KIND_CUDA_IPC);
-        if (rc->n_chunks > 1) {
-                proto_map_key(m, "chunks");
-                msgpack_pack_array(m->pk, rc->n_chunks);
-                for (uint32_t i = 0; i < rc->n_chunks; i++)
-                        pack_alloc(m->pk, rc->chunks[i], with_handle);
-        }
-        if (rc->copied)
-                proto_map_kstr(m, "copied", rc->copied);
-        if (r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL) {
-                proto_map_ku64(m, "buffer_id", rc->alloc->buffer_id);
-                if (with_handle)
-                        proto_map_kbin(m, "handle", rc->alloc->handle, PROTO_IPC_HANDLE_LEN);
-        }
-        if (rc->has_event)
-                proto_map_kbin(m, "event", rc->event, PROTO_IPC_HANDLE_LEN);
+        c = (struct proto_cuda_rec){
+                .device = uuid,
+                .alloc = rec_alloc(rc->alloc, with_handle && r->kind != PROTO_KIND_CUDA_IPC),
+                .chunks = chunks,
+                .n_chunks = rc->n_chunks,
+                .copied = rc->copied,
+                .has_buffer_id = by_handle,
+                .buffer_id = rc->alloc->buffer_id,
+                .handle = by_handle && with_handle ? rc->alloc->handle : NULL,
+                .event = rc->has_event ? rc->event : NULL,
+        };
+        for (uint32_t i = 0; rc->n_chunks > 1 && i < rc->n_chunks; i++)
+                chunks[i] = rec_alloc(rc->chunks[i], with_handle);
+        proto_cuda_pack(m, &c);
 }
 
 uint32_t reg_cuda_pack_events(msgpack_packer *pk, struct reg_cuda *rc)

@@ -161,6 +161,50 @@ static inline bool proto_meta_empty(const struct proto_meta *m)
  * order above, numbers as msgpack ints. */
 void proto_meta_pack(msgpack_packer *pk, const struct proto_meta *m);
 
+/* ---- the CUDA fields of a registration record ---------------------------- */
+
+/* An allocation entry as a record shows it: alloc, and each of chunks. */
+struct proto_cuda_alloc {
+        uint64_t id, size;
+        uint32_t regs;                  /* registrations of it */
+        bool cacheable;
+        const uint8_t *key;             /* PROTO_ALLOC_KEY_LEN bytes, or NULL: none */
+};
+
+/* What the daemon packs: device, alloc, chunks (a cuda-vmm registration
+ * over several), copied, buffer_id and handle (cuda-ipc, cuda-pool),
+ * event.  NULL or false leaves a field out. */
+struct proto_cuda_rec {
+        const char *device;             /* "GPU-..." */
+        struct proto_cuda_alloc alloc;
+        const struct proto_cuda_alloc *chunks;  /* n_chunks, when above 1 */
+        uint32_t n_chunks;
+        const char *copied;
+        bool has_buffer_id;
+        uint64_t buffer_id;
+        const uint8_t *handle;          /* with buffer_id; PROTO_IPC_HANDLE_LEN bytes */
+        const uint8_t *event;           /* PROTO_IPC_HANDLE_LEN bytes */
+};
+/* Packs c's fields into record map m. */
+void proto_cuda_pack(struct proto_map *m, const struct proto_cuda_rec *c);
+
+/* What a reader takes of them, checked: absent fields read 0, NULL or
+ * false.  vmm: the record is cuda-vmm, so chunks count (n_chunks is 1
+ * without them; with them, 2 to PROTO_CHUNKS_MAX maps whose sizes add up
+ * to chunks_size). */
+struct proto_cuda_view {
+        uint64_t alloc_id, alloc_size;
+        uint32_t alloc_regs;
+        const msgpack_object *chunks;   /* the array, or NULL */
+        uint32_t n_chunks;
+        uint64_t chunks_size;
+        const msgpack_object *copied;   /* a str, or NULL */
+        uint64_t buffer_id;
+        bool has_event;
+};
+/* -EBADMSG when a field has the wrong type or range. */
+int proto_cuda_decode(const msgpack_object *reg, bool vmm, struct proto_cuda_view *v);
+
 /* ---- access rules ------------------------------------------------------- */
 
 /* Who besides the owner and root may look a registration up. */

@@ -178,50 +178,22 @@ static int parse_owner(const msgpack_object *owner, struct rec *r)
         return 0;
 }
 
-/* The CUDA fields: alloc {id, size, regs}, buffer_id, event. */
-/* A cuda-vmm record over several chunks: alloc_size is all of them. */
-static int parse_chunks(const msgpack_object *chunks, struct rec *r)
-{
-        uint64_t total = 0, size;
-
-        if (chunks->via.array.size < 2 || chunks->via.array.size > PROTO_CHUNKS_MAX)
-                return -EBADMSG;
-        for (uint32_t i = 0; i < chunks->via.array.size; i++) {
-                const msgpack_object *c = &chunks->via.array.ptr[i];
-                if (c->type != MSGPACK_OBJECT_MAP || proto_get_u64(c, "size", &size) < 0 ||
-                    size == 0 || size > UINT64_MAX - total)
-                        return -EBADMSG;
-                total += size;
-        }
-        r->info.n_chunks = chunks->via.array.size;
-        r->info.alloc_size = total;
-        return 0;
-}
-
+/* The CUDA fields: alloc {id, size, regs}, chunks, copied, buffer_id,
+ * event.  A cuda-vmm record over several chunks: alloc_size is all of
+ * them. */
 static int parse_cuda(const msgpack_object *reg, struct rec *r)
 {
-        const msgpack_object *alloc, *ev, *chunks;
+        struct proto_cuda_view v;
 
-        if (proto_get_map(reg, "alloc", &alloc) == 0 &&
-            (opt_u64(alloc, "id", &r->info.alloc_id) < 0 ||
-             opt_u64(alloc, "size", &r->info.alloc_size) < 0 ||
-             opt_u32(alloc, "regs", &r->info.alloc_regs) < 0))
+        if (proto_cuda_decode(reg, r->info.kind == GPUIPC_KIND_CUDA_VMM, &v) < 0)
                 return -EBADMSG;
-        if (r->info.kind == GPUIPC_KIND_CUDA_VMM) {
-                r->info.n_chunks = 1;
-                if (proto_get_array(reg, "chunks", &chunks) == 0 && parse_chunks(chunks, r) < 0)
-                        return -EBADMSG;
-        }
-        if (opt_str(reg, "copied", &r->copied) < 0)
-                return -EBADMSG;
-        if (opt_u64(reg, "buffer_id", &r->info.buffer_id) < 0)
-                return -EBADMSG;
-        ev = proto_get(reg, "event");
-        if (ev && ev->type != MSGPACK_OBJECT_NIL) {
-                if (ev->type != MSGPACK_OBJECT_BIN)
-                        return -EBADMSG;
-                r->info.has_event = 1;
-        }
+        r->info.alloc_id = v.alloc_id;
+        r->info.alloc_size = v.chunks ? v.chunks_size : v.alloc_size;
+        r->info.alloc_regs = v.alloc_regs;
+        r->info.n_chunks = v.n_chunks;
+        r->copied = v.copied;
+        r->info.buffer_id = v.buffer_id;
+        r->info.has_event = v.has_event;
         return 0;
 }
 

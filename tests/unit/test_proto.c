@@ -1616,3 +1616,45 @@ Test(meta, check_and_canonical_pack)
         cr_expect_str_eq(why, "meta.shape entries must be integers >= 0");
         proto_msg_free(&m);
 }
+
+/* ---- the CUDA record fields ------------------------------------------------- */
+
+Test(cuda_rec, pack_then_decode)
+{
+        static const uint8_t key[PROTO_ALLOC_KEY_LEN] = { 1, 2, 3 };
+        static const uint8_t ev[PROTO_IPC_HANDLE_LEN] = { 9 };
+        const struct proto_cuda_alloc chunks[2] = {
+                { .id = 5, .size = 4096, .regs = 1, .key = key },
+                { .id = 6, .size = 8192, .regs = 1, .key = key },
+        };
+        const struct proto_cuda_rec c = {
+                .device = "GPU-00000000-0000-0000-0000-000000000000",
+                .alloc = { .id = 5, .size = 4096, .regs = 2, .cacheable = true, .key = key },
+                .chunks = chunks, .n_chunks = 2, .copied = "why", .event = ev,
+        };
+        struct proto_cuda_view v;
+        struct proto_msg msg;
+        struct proto_map m;
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        proto_map_begin(&m, &pk);
+        proto_cuda_pack(&m, &c);
+        proto_map_end(&m);
+        cr_assert_eq(m.n, 5);   /* device, alloc, chunks, copied, event */
+        cr_assert_eq(decode_packed(&sb, &msg), 0);
+        cr_assert_eq(proto_cuda_decode(msg.root, true, &v), 0);
+        cr_expect_eq(v.alloc_id, 5);
+        cr_expect_eq(v.alloc_regs, 2);
+        cr_expect_eq(v.n_chunks, 2);
+        cr_expect_eq(v.chunks_size, 4096 + 8192);
+        cr_expect(v.copied && v.has_event);
+        cr_expect_eq(v.buffer_id, 0);
+        /* Not cuda-vmm: chunks do not count. */
+        cr_assert_eq(proto_cuda_decode(msg.root, false, &v), 0);
+        cr_expect_eq(v.n_chunks, 0);
+        proto_msg_free(&msg);
+        msgpack_sbuffer_destroy(&sb);
+}

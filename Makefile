@@ -151,17 +151,17 @@ $(T)/helper-%: $(call obj,tests/integration/helper-%.c) $(LIBA)
 # The CUDA driver double: a libcuda.so.1 whose device memory is shared
 # memory, loaded through GPUIPC_LIBCUDA where no GPU is.  Built without
 # sanitizers or hidden visibility: it must export the cu* entry points.
-CUDA_DOUBLE_SRC := $(filter-out tests/cuda/test_double.c,$(wildcard tests/cuda/*.c))
-CUDA_DOUBLE := $(T)/cuda/libcuda.so.1
+CUDA_DOUBLE_SRC := $(filter-out tests/cuda-double/test_double.c,$(wildcard tests/cuda-double/*.c))
+CUDA_DOUBLE := $(T)/cuda-double/libcuda.so.1
 DOUBLE_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -fPIC -I$(CUDA_HOME)/include
 
-$(CUDA_DOUBLE): $(CUDA_DOUBLE_SRC) tests/cuda/double.h tests/cuda/exports.map
+$(CUDA_DOUBLE): $(CUDA_DOUBLE_SRC) tests/cuda-double/double.h tests/cuda-double/exports.map
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(DOUBLE_CFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
-		-Wl,--version-script=tests/cuda/exports.map -o $@ $(CUDA_DOUBLE_SRC) -lpthread
+		-Wl,--version-script=tests/cuda-double/exports.map -o $@ $(CUDA_DOUBLE_SRC) -lpthread
 
-$(T)/cuda/test_double: tests/cuda/test_double.c $(CUDA_DOUBLE)
+$(T)/cuda-double/test_double: tests/cuda-double/test_double.c $(CUDA_DOUBLE)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(DOUBLE_CFLAGS) $(SANFLAGS) -o $@ $< -ldl -lpthread
 
@@ -196,7 +196,7 @@ $(eval $(call fuzzer,fuzz-journal,fuzz-journal,corpus-journal,fuzz-journal-repla
 
 # ---- tests -------------------------------------------------------------------
 
-TEST_BINS := $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BIN) $(CUDA_DOUBLE) $(T)/cuda/test_double \
+TEST_BINS := $(UNIT_BIN) $(INTEG_BIN) $(HELPER_BIN) $(CUDA_DOUBLE) $(T)/cuda-double/test_double \
              $(foreach r,$(FUZZ_REPLAY),$(firstword $(subst :, ,$(r))))
 
 tests: all $(TEST_BINS)
@@ -213,8 +213,8 @@ check-run: tests $(CHECK_EXTRA)
 	$(Q)set -e; for t in $(UNIT_BIN) $(INTEG_BIN); do \
 		echo "== $$t"; GPUIPC_BUILDDIR=$(abspath $(BUILDDIR)) $$t --jobs 2; \
 	done
-	@echo "== $(T)/cuda/test_double"
-	$(Q)$(T)/cuda/test_double $(CUDA_DOUBLE)
+	@echo "== $(T)/cuda-double/test_double"
+	$(Q)$(T)/cuda-double/test_double $(CUDA_DOUBLE)
 	$(Q)set -e; for r in $(FUZZ_REPLAY); do \
 		echo "== $${r%%:*} $${r#*:}"; $${r%%:*} $${r#*:}; \
 	done

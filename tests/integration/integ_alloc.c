@@ -22,7 +22,7 @@
 
 static const char *double_path(void)
 {
-        return h_path("tests/cuda/libcuda.so.1");
+        return h_path("tests/cuda-double/libcuda.so.1");
 }
 
 static void alloc_setup(void)

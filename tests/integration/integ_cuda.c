@@ -1,6 +1,6 @@
 /* integ_cuda.c: cuda-ipc and cuda-vmm buffers between real processes,
  * through a real gpuipcd and the CUDA driver double
- * ($GPUIPC_BUILDDIR/tests/cuda/libcuda.so.1), whose device memory is
+ * ($GPUIPC_BUILDDIR/tests/cuda-double/libcuda.so.1), whose device memory is
  * shared memory and whose device pointers are host addresses, so the test
  * reads device views directly. */
 #include <dlfcn.h>
@@ -31,7 +31,7 @@ static inline uint64_t reg_offset(unsigned i, unsigned nallocs)
 
 static const char *double_path(void)
 {
-        return h_path("tests/cuda/libcuda.so.1");
+        return h_path("tests/cuda-double/libcuda.so.1");
 }
 
 static void cuda_setup(void)

@@ -7,7 +7,7 @@
  * checks that clients re-register instead.
  *
  * Suite restart_cuda does the same for the CUDA kinds through the driver
- * double ($GPUIPC_BUILDDIR/tests/cuda/libcuda.so.1, whose device pointers
+ * double ($GPUIPC_BUILDDIR/tests/cuda-double/libcuda.so.1, whose device pointers
  * are host addresses): cuda-vmm allocations in the store, cuda-ipc records,
  * adopted buffers.  Suite restart_inflight checks calls that were waiting
  * for their reply when the daemon died (helper-cuda-resume interposes the
@@ -894,7 +894,7 @@ Test(restart, ids_continue)
 static void cuda_init_suite(void)
 {
         init();
-        setenv("GPUIPC_LIBCUDA", h_path("tests/cuda/libcuda.so.1"), 1);
+        setenv("GPUIPC_LIBCUDA", h_path("tests/cuda-double/libcuda.so.1"), 1);
         unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
@@ -1593,7 +1593,7 @@ Test(restart_cuda, vmm_chunks_survive)
         char line[64];
 
         start_store(NULL);
-        setenv("GPUIPC_LIBCUDA", h_path("tests/cuda/libcuda.so.1"), 1);
+        setenv("GPUIPC_LIBCUDA", h_path("tests/cuda-double/libcuda.so.1"), 1);
         h_spawn(&prod, "helper-alloc", args, true);
         cr_assert_geq(h_read_line(&prod, line, sizeof(line), 15000), 0);
         cr_assert_str_eq(line, "ready");

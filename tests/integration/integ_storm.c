@@ -442,7 +442,7 @@ Test(storm, killed_clients_leave_nothing_behind)
 
 static void cuda_setup(void)
 {
-        setenv("GPUIPC_LIBCUDA", h_path("tests/cuda/libcuda.so.1"), 1);
+        setenv("GPUIPC_LIBCUDA", h_path("tests/cuda-double/libcuda.so.1"), 1);
         unsetenv("CUDA_VISIBLE_DEVICES");
         h_setup();
 }

@@ -3,7 +3,7 @@
 Each test that asks for ``daemon`` gets a real gpuipcd on a temporary socket
 ($GPUIPC_SOCKET points at it for the test and its subprocesses); it is
 stopped with SIGTERM afterwards and must exit 0.  The CUDA driver double
-($GPUIPC_BUILDDIR/tests/cuda/libcuda.so.1) stands in for libcuda, so device
+($GPUIPC_BUILDDIR/tests/cuda-double/libcuda.so.1) stands in for libcuda, so device
 paths run without a GPU.
 
 Environment:
@@ -30,7 +30,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILDDIR = os.path.abspath(os.environ.get("GPUIPC_BUILDDIR") or os.path.join(REPO, "build"))
 PKGDIR = os.path.join(REPO, "client", "python")
 DAEMON = os.path.join(BUILDDIR, "gpuipcd")
-LIBCUDA_DOUBLE = os.path.join(BUILDDIR, "tests", "cuda", "libcuda.so.1")
+LIBCUDA_DOUBLE = os.path.join(BUILDDIR, "tests", "cuda-double", "libcuda.so.1")
 
 # Everything below is inherited by the subprocesses the tests start.
 os.environ.setdefault("GPUIPC_LIBRARY", os.path.join(BUILDDIR, "libgpuipc.so.1"))

@@ -26,7 +26,7 @@ import org.junit.jupiter.api.Test;
  * device pointers are host addresses, so consumers can compare bytes.
  */
 class DeviceBufferTest {
-    /** The double's UUID of physical device 0 (tests/cuda/README.md). */
+    /** The double's UUID of physical device 0 (tests/cuda-double/README.md). */
     static final String DOUBLE_UUID0 = "GPU-67707569-7063-2d64-6f75-626c652d3000";
     private static TestSupport.Daemon daemon;
 

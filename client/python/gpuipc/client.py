@@ -353,14 +353,16 @@ class Client:
         :meth:`unregister` (or ``gpuipcctl rm``).
         """
         ttl_ms = _ttl_ms(ttl)
-        if not ttl_ms:      # the C client's TTL is 0 between calls
+
+        def reg() -> int:
             return self._register(name, obj, meta, ephemeral, event, dtype, shape, strides,
                                   cuda_ipc, shared_write, copy, cacheable)
+        if not ttl_ms:      # the C client's TTL is 0 between calls
+            return reg()
         with self._conn.lock:
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_ttl(c, ttl_ms), "register")
             try:
-                return self._register(name, obj, meta, ephemeral, event, dtype, shape, strides,
-                                      cuda_ipc, shared_write, copy, cacheable)
+                return reg()
             finally:
                 self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
 
@@ -397,29 +399,18 @@ class Client:
             return self._register_cuda(bname, obj.ptr, obj.nbytes, m, event, flags, cuda_ipc,
                                        rid)
 
-        t = _torch_layout(obj)
-        if t is not None:
-            ptr, nbytes, d, sh, st = t
-            return self._register_cuda(bname, ptr, nbytes, finish(d, sh, st), event, flags,
-                                       cuda_ipc, rid)
-
-        cai = _get_cai(obj)
-        if cai is not None:
-            if cai.get("mask") is not None:
-                raise ValueError("masked arrays cannot be registered")
-            typestr = cai["typestr"]
-            sh = tuple(int(x) for x in cai["shape"])
-            st = cai.get("strides")
-            st = tuple(int(x) for x in st) if st is not None else None
-            ptr = int(cai["data"][0] or 0)
-            nbytes = extent(sh, st, int(typestr[2:]))
+        dev = _torch_layout(obj)
+        if dev is None:
+            cai = _get_cai(obj)
+            dev = _cai_layout(cai) if cai is not None else None
+        if dev is not None:
+            ptr, nbytes, d, sh, st, stream = dev
             if nbytes <= 0 or not ptr:
                 raise ValueError("an empty array cannot be shared")
-            stream = cai.get("stream")
             if event is None and stream is not None:
                 _cuda_stream_sync(int(stream))
-            m = finish(typestr_to_dtype(typestr), sh, st)
-            return self._register_cuda(bname, ptr, nbytes, m, event, flags, cuda_ipc, rid)
+            return self._register_cuda(bname, ptr, nbytes, finish(d, sh, st), event, flags,
+                                       cuda_ipc, rid)
 
         # Host data: copy once into a new shared buffer.
         src, d, sh = _host_source(obj)
@@ -557,16 +548,17 @@ class Client:
         if owner_uid is not None and not 0 <= owner < 0xffffffff:
             raise ValueError(f"owner_uid {owner_uid} is not a uid")
         out = c_void_p()
+
+        def look(c: int) -> int:
+            return int(_lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)))
         with self._conn.lock:
             if owner < 0:   # the C client's lookup owner is -1 between calls
-                self._conn.call_checked(
-                    lambda c: _lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)), "lookup")
+                self._conn.call_checked(look, "lookup")
             else:
                 self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, owner),
                                         "lookup")
                 try:
-                    self._conn.call_checked(
-                        lambda c: _lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)), "lookup")
+                    self._conn.call_checked(look, "lookup")
                 finally:
                     self._conn.call(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, -1), True)
             try:
@@ -691,12 +683,28 @@ def _meta_for(d: Optional[str], sh: Optional[Sequence[int]], st: Optional[Sequen
     return m
 
 
-def _torch_layout(obj: Any) -> Optional[Tuple[int, int, str, Tuple[int, ...],
-                                              Optional[Tuple[int, ...]]]]:
-    """(ptr, nbytes, dtype, shape, byte strides or None) of a plain torch CUDA
-    tensor, read from the tensor itself: what its __cuda_array_interface__
-    says (version 2, no stream), without building that dict.  None for
-    anything else, which then takes the interface path (and its errors)."""
+# (ptr, nbytes, dtype name, shape, byte strides or None, stream or None)
+_DeviceLayout = Tuple[int, int, str, Tuple[int, ...], Optional[Tuple[int, ...]], Optional[int]]
+
+
+def _cai_layout(cai: Dict[str, Any]) -> _DeviceLayout:
+    """The layout a __cuda_array_interface__ dict describes."""
+    if cai.get("mask") is not None:
+        raise ValueError("masked arrays cannot be registered")
+    typestr = cai["typestr"]
+    sh = tuple(int(x) for x in cai["shape"])
+    st = cai.get("strides")
+    st = tuple(int(x) for x in st) if st is not None else None
+    ptr = int(cai["data"][0] or 0)
+    return (ptr, extent(sh, st, int(typestr[2:])), typestr_to_dtype(typestr), sh, st,
+            cai.get("stream"))
+
+
+def _torch_layout(obj: Any) -> Optional[_DeviceLayout]:
+    """The layout of a plain torch CUDA tensor, read from the tensor itself:
+    what its __cuda_array_interface__ says (version 2, no stream), without
+    building that dict.  None for anything else, which then takes the
+    interface path (and its errors)."""
     if type(obj).__name__ != "Tensor" or type(obj).__module__ != "torch":
         return None
     if not obj.is_cuda or obj.requires_grad or obj.is_sparse:
@@ -711,10 +719,7 @@ def _torch_layout(obj: Any) -> Optional[Tuple[int, int, str, Tuple[int, ...],
     sh = tuple(obj.shape)
     st = None if obj.is_contiguous() else tuple(s * isz for s in obj.stride())
     ptr = obj.data_ptr() if obj.numel() > 0 else 0
-    nbytes = extent(sh, st, isz)
-    if nbytes <= 0 or not ptr:
-        raise ValueError("an empty array cannot be shared")
-    return ptr, nbytes, d, sh, st
+    return ptr, extent(sh, st, isz), d, sh, st, None
 
 
 # The torch dtypes whose __cuda_array_interface__ torch can give.

@@ -1,25 +1,16 @@
 /* busypoll.c: see busypoll.h.  An active uv_idle_t makes libuv poll with a
  * zero timeout, so the loop turns without blocking while it runs. */
 #include <stdbool.h>
-#include <time.h>
 
 #include "busypoll.h"
 
 static uv_idle_t idle;
-static uint64_t window_ns, last_ns;
+static uint64_t window_ns, last_ns;     /* uv_hrtime(): monotonic ns */
 static bool ready, running;
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void on_idle(uv_idle_t *h)
 {
-        if (now_ns() - last_ns > window_ns) {
+        if (uv_hrtime() - last_ns > window_ns) {
                 uv_idle_stop(h);
                 running = false;
         }
@@ -43,7 +34,7 @@ void busypoll_kick(void)
 {
         if (!ready)
                 return;
-        last_ns = now_ns();
+        last_ns = uv_hrtime();
         if (!running && uv_idle_start(&idle, on_idle) == 0)
                 running = true;
 }

@@ -5,31 +5,22 @@ busy polling) of cuda-ipc handoffs, median µs to a usable pointer / tensor.
 
 usage: python3 tests/bench/plot_gpu.py GPU_CSV HANDOFF_CSV OUT_PNG
 """
-import csv
+import os
 import sys
 
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SIZES = ["1MiB", "64MiB", "1GiB"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_summary import SIZES, f, pick, rows  # noqa: E402
+
 GROUPS = [(s, p) for s in SIZES for p in ("reused", "fresh")]
 
 
-def rows(path):
-    with open(path) as f:
-        return [r for r in csv.DictReader(f) if not r["system"].startswith("error")]
-
-
 def value(rs, system, kind, pattern, idle, size, col):
-    for r in rs:
-        if (r["system"], r["kind"], r["pattern"], r["idle_ms"], r["size"]) == \
-                (system, kind, pattern, idle, size):
-            try:
-                return float(r[col])
-            except ValueError:
-                return float("nan")
-    return float("nan")
+    r = pick(rs, system=system, kind=kind, pattern=pattern, idle_ms=idle, size=size)
+    return f(r, col) if r else float("nan")
 
 
 def panel(ax, rs, systems, col, idle, title):

@@ -47,6 +47,13 @@ fi
 PY=${PYTHON:-python3}
 shim=
 [ -f "$B/bench/libtimecuda.so" ] && shim="$B/bench/libtimecuda.so"
+# gpu_handoff.py with this build's libgpuipc (through the timing shim) and
+# package; the caller's environment adds the socket and the pass's settings.
+handoff_py() {
+        GPUIPC_LIBCUDA=$shim GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
+                PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
+                "$PY" "$here/gpu_handoff.py" "${PYROUNDS:-$ROUNDS}"
+}
 # Python, side by side in one run: gpuipc (torch consumers) against
 # torch.multiprocessing, reused and fresh blocks, 2 ms and 50 ms idle, and
 # 1000 small tensors (gpu_handoff.py; ROUNDS rounds, the first a warm-up).
@@ -55,9 +62,7 @@ shim=
 if [ "${GPUIPC_BENCH_PY:-1}" = 0 ]; then
         echo "gpu_run: Python rows skipped (GPUIPC_BENCH_PY=0)" >&2
 elif "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-        GPUIPC_LIBCUDA=$shim GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
-                PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
-                "$PY" "$here/gpu_handoff.py" "${PYROUNDS:-$ROUNDS}" > "$B/bench/gpu_handoff.csv" || rc=1
+        handoff_py > "$B/bench/gpu_handoff.csv" || rc=1
         cat "$B/bench/gpu_handoff.csv"
 else
         echo "gpu_run: torch with CUDA not importable by $PY: Python rows skipped" >&2
@@ -84,10 +89,7 @@ if [ -n "${GPUIPC_BENCH_BUSY_US:-}" ]; then
         if [ "${GPUIPC_BENCH_PY:-1}" != 0 ]; then
                 GPUIPC_SOCKET=$bsock GPUIPC_BUSY_POLL_US=$GPUIPC_BENCH_BUSY_US GPU_HANDOFF_LABEL=-busy \
                         GPU_HANDOFF_SIZES=${GPU_HANDOFF_SIZES:-1MiB,64MiB} GPU_HANDOFF_MANY=0 \
-                        GPUIPC_LIBCUDA=${shim:-} GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
-                        PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
-                        "$PY" "$here/gpu_handoff.py" "${PYROUNDS:-$ROUNDS}" | tail -n +2 \
-                        >> "$B/bench/gpu_handoff.csv" || rc=1
+                        handoff_py | tail -n +2 >> "$B/bench/gpu_handoff.csv" || rc=1
         fi
         kill -TERM "$bpid"
         wait "$bpid" || { rc=1; cat "$dir/busy.log" >&2; }

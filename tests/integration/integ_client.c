@@ -25,34 +25,24 @@ static void no_setup(void)
 
 TestSuite(client, .init = no_setup, .timeout = 30);
 
-/* One frame (length prefix and body) of a map of n string/uint pairs, then
- * string/string pairs, appended to sb. */
+/* Appends to sb one frame (length prefix and body, as proto_out frames
+ * them) of a map of nu string/uint pairs, then ns string/string pairs. */
 static void frame_append(msgpack_sbuffer *sb, const char *const *ukeys, const uint64_t *uvals,
                          unsigned nu, const char *const *skeys, const char *const *svals,
                          unsigned ns)
 {
-        msgpack_sbuffer body;
-        msgpack_packer pk;
-        uint8_t hdr[4];
+        struct proto_out o;
 
-        msgpack_sbuffer_init(&body);
-        msgpack_packer_init(&pk, &body, msgpack_sbuffer_write);
-        msgpack_pack_map(&pk, nu + ns);
-        for (unsigned i = 0; i < nu; i++) {
-                msgpack_pack_str_with_body(&pk, ukeys[i], strlen(ukeys[i]));
-                msgpack_pack_uint64(&pk, uvals[i]);
-        }
-        for (unsigned i = 0; i < ns; i++) {
-                msgpack_pack_str_with_body(&pk, skeys[i], strlen(skeys[i]));
-                msgpack_pack_str_with_body(&pk, svals[i], strlen(svals[i]));
-        }
-        hdr[0] = (uint8_t)(body.size >> 24);
-        hdr[1] = (uint8_t)(body.size >> 16);
-        hdr[2] = (uint8_t)(body.size >> 8);
-        hdr[3] = (uint8_t)body.size;
-        msgpack_sbuffer_write(sb, (const char *)hdr, 4);
-        msgpack_sbuffer_write(sb, body.data, body.size);
-        msgpack_sbuffer_destroy(&body);
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, nu + ns);
+        for (unsigned i = 0; i < nu; i++)
+                proto_pack_ku64(&o.pk, ukeys[i], uvals[i]);
+        for (unsigned i = 0; i < ns; i++)
+                proto_pack_kstr(&o.pk, skeys[i], svals[i]);
+        if (proto_out_finish(&o, PROTO_MAX_FRAME) < 0)
+                abort();        /* a few keys: cannot exceed a frame */
+        msgpack_sbuffer_write(sb, o.sb.data, o.sb.size);
+        proto_out_free(&o);
 }
 
 struct script {

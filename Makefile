@@ -17,6 +17,11 @@
 # add to the warnings and code flags, which are always on.
 
 VERSION   := 0.1.0
+# client/gpuipc.h carries it too (GPUIPC_VERSION_MAJOR/MINOR/PATCH).
+HDR_VERSION := $(shell sed -n 's/^\#define GPUIPC_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' client/gpuipc.h | paste -sd.)
+ifneq ($(HDR_VERSION),$(VERSION))
+$(error client/gpuipc.h says version $(HDR_VERSION), the Makefile $(VERSION))
+endif
 SOVERSION := 1
 # libgpuipc.so.SOVERSION.ABIMINOR.0: ABIMINOR counts compatible additions.
 ABIMINOR  := 1
@@ -129,23 +134,28 @@ $(LIBSO): $(BUILDDIR)/$(LIBREAL)
 	$(Q)ln -sf $(LIBREAL) $(BUILDDIR)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $@
 
+# One relocatable object in which every hidden symbol is made local, so
+# that the archive defines only gpuipc_* (as the shared library exports).
 $(LIBA): $(LIB_OBJ) $(PROTO_OBJ)
 	@$(if $(Q),echo "  AR      $@")
-	$(Q)rm -f $@ && $(AR) rcs $@ $^
+	$(Q)rm -f $@ && $(LD) -r -o $@.o $^ && $(OBJCOPY) --localize-hidden $@.o && \
+		$(AR) rcs $@ $@.o && rm -f $@.o
 
-$(CTL): $(CTL_OBJ) $(LIBA)
+$(CTL): $(CTL_OBJ) $(PROTO_OBJ) $(LIBA)
 	$(call link,$(CLIENT_LIBS))
+
+OBJCOPY ?= objcopy
 
 # Unit tests link the codec and the daemon's modules (not main.c) directly;
 # integration tests drive a real daemon through the static library.
 $(BUILDDIR)/obj/tests/unit/%.o: CPPFLAGS += -Idaemon
 $(T)/test_%: $(BUILDDIR)/obj/tests/unit/test_%.o $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
 	$(call link,$(CRITERION_LIBS) $(DAEMON_LIBS))
-$(T)/integ_%: $(call obj,tests/integration/integ_%.c tests/integration/harness.c) $(LIBA)
+$(T)/integ_%: $(call obj,tests/integration/integ_%.c tests/integration/harness.c) $(PROTO_OBJ) $(LIBA)
 	$(call link,$(CRITERION_LIBS) $(CLIENT_LIBS))
 $(SDHOST_BIN): $(call obj,tests/integration/sdhost.c)
 $(SDHOST_BIN) $(T)/integ_client: LDFLAGS += -pthread
-$(T)/helper-%: $(call obj,tests/integration/helper-%.c) $(LIBA)
+$(T)/helper-%: $(call obj,tests/integration/helper-%.c) $(PROTO_OBJ) $(LIBA)
 	$(call link,$(CLIENT_LIBS))
 
 # The CUDA driver double: a libcuda.so.1 whose device memory is shared
@@ -224,7 +234,7 @@ check-run: tests $(CHECK_EXTRA)
 GPU_BIN := $(BUILDDIR)/gpu/gpu_test $(BUILDDIR)/gpu/libcountcuda.so
 CUDA_STUBS := -L$(CUDA_HOME)/lib64/stubs -lcuda
 
-$(BUILDDIR)/gpu/gpu_test: $(call obj,tests/gpu/gpu_test.c tests/gpu/gpu_util.c) $(LIBA)
+$(BUILDDIR)/gpu/gpu_test: $(call obj,tests/gpu/gpu_test.c tests/gpu/gpu_util.c) $(PROTO_OBJ) $(LIBA)
 	$(call link,$(CLIENT_LIBS) $(CUDA_STUBS) -lpthread)
 
 $(BUILDDIR)/gpu/libcountcuda.so: tests/gpu/countcuda.c

@@ -14,6 +14,17 @@
  *    Calls block; none installs signal handlers, and the library never logs.
  *  - Timeouts are in milliseconds: 0 means do not wait, a negative value
  *    means wait as long as the daemon allows (one hour).
+ *  - Names are gpuipc_<object>_<verb>: the object is what the call makes or
+ *    acts on (gpuipc_view_lookup() makes a view); a client argument, when
+ *    there is one, comes first.
+ *  - Structs the caller fills (gpuipc_meta, gpuipc_access) start with their
+ *    size: initialise them with GPUIPC_META_INIT / GPUIPC_ACCESS_INIT so
+ *    that later versions can append fields.  Structs the library returns
+ *    are read through the pointers it hands out, never copied or indexed
+ *    as arrays; fields may be appended to them.
+ *  - Plain memory the library allocates for the caller is freed with
+ *    gpuipc_free(); objects have their own *_free().
+ *  - libgpuipc(3) has the longer explanations.
  */
 #ifndef GPUIPC_H
 #define GPUIPC_H
@@ -30,6 +41,13 @@ extern "C" {
 #else
 #define GPUIPC_EXPORT
 #endif
+
+/* The library's version; gpuipc_version() is the one linked at run time. */
+#define GPUIPC_VERSION_MAJOR 0
+#define GPUIPC_VERSION_MINOR 1
+#define GPUIPC_VERSION_PATCH 0
+#define GPUIPC_VERSION_HEX \
+        ((GPUIPC_VERSION_MAJOR << 16) | (GPUIPC_VERSION_MINOR << 8) | GPUIPC_VERSION_PATCH)
 
 #define GPUIPC_PROTOCOL_VERSION 1
 /* Socket used when neither an explicit path nor $GPUIPC_SOCKET is given. */
@@ -48,8 +66,9 @@ typedef enum gpuipc_kind {
 } gpuipc_kind;
 
 /* What a buffer holds.  Every pointer is borrowed for the duration of the
- * call.  Zero-initialise and fill what you know. */
+ * call.  Start from GPUIPC_META_INIT and fill what you know. */
 typedef struct gpuipc_meta {
+        size_t size;                    /* sizeof(gpuipc_meta) */
         const char *dtype;              /* e.g. "float32"; NULL for none */
         uint32_t ndim;                  /* entries in shape and strides */
         const int64_t *shape;           /* NULL when ndim is 0 */
@@ -58,50 +77,35 @@ typedef struct gpuipc_meta {
         const char *const *user_keys;
         const char *const *user_values;
 } gpuipc_meta;
+#define GPUIPC_META_INIT { .size = sizeof(gpuipc_meta) }
 
 /* Flags of gpuipc_register_*(). */
 #define GPUIPC_REGISTER_EPHEMERAL 0x1u  /* unregister when this connection ends */
-/* Host buffers only (gpuipc_register_host/_fd): let consumers write it.
- * Without this flag the library adds F_SEAL_FUTURE_WRITE to the memfd:
- * mappings that already exist (the producer's own, e.g. the one of
- * gpuipc_hostbuf_new()) stay writable, but no process can make a new
- * writable mapping or write() to it any more, whatever fd it holds (a
- * read-only fd reopened read-write through /proc/self/fd/N included).
- * With it the memfd is left writable, and a GPUIPC_LOOKUP_WRITABLE lookup
- * (allowed by the daemon to the owner's uid and root) maps it read-write;
- * any consumer can then write it (see docs/security.md).  The seal applies
- * to the whole memfd, so to every registration of it.  On kernels without
- * F_SEAL_FUTURE_WRITE (before Linux 5.1) the library registers the buffer
- * unsealed, as if this flag were given.  The daemon refuses a host memfd
- * that is not sealed against writes unless the request says it is shared
- * writable, which the library does for this flag. */
+/* Host buffers only: leave the memfd writable so that a
+ * GPUIPC_LOOKUP_WRITABLE lookup (owner's uid, root) may map it read-write.
+ * Without it the library seals the memfd with F_SEAL_FUTURE_WRITE: the
+ * producer's own mappings stay writable, nothing else can write. */
 #define GPUIPC_REGISTER_SHARED_WRITE 0x4u
 
-/* Flags of gpuipc_register_cuda(). */
+/* Flags of gpuipc_cuda_register(). */
 #define GPUIPC_REGISTER_CUDA_IPC  0x2u  /* use a legacy IPC handle even for VMM memory */
-/* When the memory cannot be shared without a copy (the device's default
- * stream-ordered pool, VMM memory without an exportable handle type, more
- * chunks than a registration carries, a legacy handle the driver refuses),
- * copy it into new cuda-vmm memory that the daemon holds, and register that.
- * Never silent: the record's `copied` says why (gpuipc_info.copied). */
+/* Copy memory that cannot be shared in place (the default pool, VMM memory
+ * without a POSIX fd handle type, ...) into cuda-vmm memory the daemon
+ * holds; gpuipc_info.copied says why. */
 #define GPUIPC_REGISTER_COPY      0x8u
-/* cuda-ipc and cuda-pool: the producer promises not to free (or let its
- * pool reuse) the allocation until gpuipc_wait_unmapped() returns for it,
- * after its last registration is gone, so that consumers may keep the
- * allocation mapped after their views (a later lookup of another block of
- * it is then a warm one).  Rewriting the memory between registrations is
- * fine; freeing it early is undefined behaviour in CUDA.  cuda-vmm memory
- * needs no promise: consumers keep the VMM memory alive themselves. */
+/* cuda-ipc, cuda-pool: the producer frees the allocation only after
+ * gpuipc_reg_wait_unmapped(), so consumers may keep it mapped after their
+ * views (see "The mapping cache" in libgpuipc(3)). */
 #define GPUIPC_REGISTER_CACHEABLE 0x10u
 
-/* Flags of gpuipc_lookup(). */
+/* Flags of gpuipc_view_lookup(). */
 #define GPUIPC_LOOKUP_WRITABLE 0x1u     /* map read-write (default read-only); host
                                          * buffers registered with
                                          * GPUIPC_REGISTER_SHARED_WRITE only
                                          * (else -EPERM) */
 #define GPUIPC_LOOKUP_NO_SYNC  0x2u     /* do not wait for the producer's event;
                                          * use gpuipc_view_wait_stream() */
-#define GPUIPC_LOOKUP_COPY_TO_DEVICE 0x4u /* gpuipc_lookup_device(): copy when the
+#define GPUIPC_LOOKUP_COPY_TO_DEVICE 0x4u /* gpuipc_view_lookup_device(): copy when the
                                          * device cannot reach the buffer */
 
 /* Flags of gpuipc_info.flags. */
@@ -109,7 +113,7 @@ typedef struct gpuipc_meta {
 #define GPUIPC_INFO_UNREGISTERED 0x2u   /* gone from the namespace, still leased */
 #define GPUIPC_INFO_OWNER_GONE   0x4u   /* the registering connection has ended */
 
-/* One lease on a registration: who holds it (gpuipc_info.holders). */
+/* One lease on a registration: who holds it (gpuipc_info_holder()). */
 typedef struct gpuipc_holder {
         uint64_t lease;                 /* the lease id */
         uint64_t since_ms;              /* Unix time it was taken, ms (a lease kept
@@ -119,7 +123,7 @@ typedef struct gpuipc_holder {
 } gpuipc_holder;
 
 /* A registration as the daemon describes it.  Owned by the object it was
- * obtained from (a view, a list or gpuipc_stat()); never free it directly.
+ * obtained from (a view, a list or gpuipc_name_stat()); never free it directly.
  * Fields may be appended in later versions; the struct is never allocated
  * by callers. */
 typedef struct gpuipc_info {
@@ -167,16 +171,18 @@ typedef struct gpuipc_info {
          * memory at register time (GPUIPC_REGISTER_COPY), or "". */
         const char *copied;
         /* Unix time, ms, at which the daemon unregisters it (a TTL, see
-         * gpuipc_set_ttl()); 0 when it has none. */
+         * gpuipc_client_set_ttl()); 0 when it has none. */
         uint64_t expires_ms;
-        /* Who holds its leases, newest first: filled by gpuipc_stat() and by
-         * gpuipc_list_fetch_ex() with GPUIPC_LIST_HOLDERS, else 0 and NULL.
-         * At most 32 are listed; leases says how many there are. */
+        /* Lease holders listed (gpuipc_info_holder()), newest first: by
+         * gpuipc_name_stat() and by gpuipc_list_fetch() with
+         * GPUIPC_LIST_HOLDERS, else 0.  At most 32; leases counts them all. */
         uint32_t n_holders;
-        const gpuipc_holder *holders;
 } gpuipc_info;
 
-/* Daemon-wide counters, from gpuipc_stats_get(). */
+/* Holder i (< info->n_holders) of info, owned by info; NULL past the end. */
+GPUIPC_EXPORT const gpuipc_holder *gpuipc_info_holder(const gpuipc_info *info, size_t i);
+
+/* Daemon-wide counters, from gpuipc_stats_fetch(). */
 typedef struct gpuipc_stats {
         const char *server;             /* e.g. "gpuipcd 0.1.0" */
         uint32_t pid;
@@ -204,69 +210,46 @@ typedef struct gpuipc_stats {
 GPUIPC_EXPORT const char *gpuipc_strerror(int err);
 /* The daemon's message for the last failed call on c, or a generic text
  * when the failure was local.  Valid until the next call on c.  With c
- * NULL: why the last gpuipc_connect() of this thread failed (it names the
- * socket), valid until that thread's next gpuipc_connect(). */
+ * NULL: why the last gpuipc_client_connect() of this thread failed (it names the
+ * socket), valid until that thread's next gpuipc_client_connect(). */
 GPUIPC_EXPORT const char *gpuipc_errmsg(const gpuipc_client *c);
-/* The library's version, e.g. "0.1.0". */
-GPUIPC_EXPORT const char *gpuipc_version(void);
+/* The linked library's version: GPUIPC_VERSION_HEX's form, and e.g. "0.1.0". */
+GPUIPC_EXPORT unsigned int gpuipc_version(void);
+GPUIPC_EXPORT const char *gpuipc_version_string(void);
+/* Frees plain memory the library allocated for the caller (the text of
+ * gpuipc_metrics_fetch()).  NULL is fine. */
+GPUIPC_EXPORT void gpuipc_free(void *p);
 
 /* ---- connection -------------------------------------------------------- */
 
 /* The socket path the library would use: $GPUIPC_SOCKET when set and not
  * empty, else GPUIPC_DEFAULT_SOCKET.  Static storage. */
-GPUIPC_EXPORT const char *gpuipc_default_socket(void);
+GPUIPC_EXPORT const char *gpuipc_client_default_socket(void);
 
-/* Connects to the daemon at path (NULL: gpuipc_default_socket()) and
- * performs the protocol hello.  -ENAMETOOLONG when path does not fit a
- * sockaddr_un, -ENOENT/-ECONNREFUSED when no daemon listens there,
- * -EPROTONOSUPPORT when the daemon speaks no common version.  The caller
- * frees *ret_client with gpuipc_client_free().
- *
- * Before sending anything the library checks who listens (SO_PEERCRED):
- * a process that took the socket path over would otherwise receive this
- * process's memfds.  Accepted: root; when $GPUIPC_DAEMON_UID is set (a
- * decimal uid), that uid only; else this process's effective uid (a daemon
- * it started) or the uid owning the socket's directory (who could replace
- * the socket anyway: /run/gpuipcd is gpuipcd's).  Any other listener is
- * -EPERM, as is a reconnect (resume) that finds one; -EINVAL when
- * $GPUIPC_DAEMON_UID is not a uid.  $GPUIPC_BUSY_POLL_US (default 0) makes
- * the calls on c spin that many microseconds before they sleep for a reply. */
-GPUIPC_EXPORT int gpuipc_connect(const char *path, gpuipc_client **ret_client);
+/* Connects to the daemon at path (NULL: gpuipc_client_default_socket())
+ * after checking who listens (SO_PEERCRED), and performs the hello.
+ * -ENOENT/-ECONNREFUSED: no daemon there; -EPERM: an unexpected listener.
+ * Free *ret_client with gpuipc_client_free(). */
+GPUIPC_EXPORT int gpuipc_client_connect(const char *path, gpuipc_client **ret_client);
 
-/* Closes the connection.  The daemon drops this connection's leases and
- * ephemeral registrations.  Views still open stay mapped and must still be
- * released with gpuipc_view_release(); their memory is freed then. */
+/* Closes the connection: the daemon drops its leases and ephemeral
+ * registrations.  Open views stay mapped until gpuipc_view_release(). */
 GPUIPC_EXPORT void gpuipc_client_free(gpuipc_client *c);
 
-/* When the daemon goes away (it restarts: EOF, or a shutting_down event),
- * the client reconnects to the same path by itself, at its next call or
- * inside the call in flight, trying for up to timeout_ms (default: 10000,
- * or $GPUIPC_RECONNECT_MS; 0 turns reconnecting off, and calls then fail
- * with -ENOTCONN as before).  A daemon that kept its state (systemd's fd
- * store) gives the session back as it was; otherwise the client registers
- * again what it registered and has not unregistered, and maps the new ids
- * back to those its caller knows.  For that it keeps a copy of each
- * register request, and, when the daemon says it keeps no state, a dup of
- * its fd (one fd per registration).  A call in flight completes when
- * its outcome can be found (register, unregister, lookup, release and the
- * queries); any other fails with -ECONNRESET.  See docs/restart.md. */
-GPUIPC_EXPORT int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms);
+/* How long (ms) c tries to reconnect by itself when the daemon goes away
+ * (default 10000 or $GPUIPC_RECONNECT_MS; 0: never, calls then fail with
+ * -ENOTCONN).  It resumes its session or registers its buffers again. */
+GPUIPC_EXPORT int gpuipc_client_set_reconnect(gpuipc_client *c, int timeout_ms);
 
-/* After a reconnect to a daemon that kept no state, the registrations the
- * client could not make again: most often because another process (perhaps
- * of another uid) registered the name first, and consumers of the name now
- * get its buffer, not this process's.  Returns 1 and the oldest one not yet
- * reported, forgetting it: its name in buf (NUL-terminated, truncated to
- * len; buf may be NULL), the id the caller knew (*ret_id) and the daemon's
- * answer (*ret_err: -EEXIST when the name was taken, else another negative
- * errno); ret_id and ret_err may be NULL.  0 when there is none.  At most
- * 256 are kept (the oldest are forgotten).  Consumers can refuse an
- * impostor with gpuipc_set_lookup_owner(). */
-GPUIPC_EXPORT int gpuipc_lost_next(gpuipc_client *c, char *buf, size_t len, uint64_t *ret_id,
+/* After a reconnect to a daemon that kept no state: 1 and the oldest
+ * registration c could not make again (its name in buf, truncated to len;
+ * the id the caller knew; -EEXIST when another process took the name), or
+ * 0 when none is left.  buf, ret_id and ret_err may be NULL. */
+GPUIPC_EXPORT int gpuipc_client_next_lost(gpuipc_client *c, char *buf, size_t len, uint64_t *ret_id,
                                    int *ret_err);
 
 /* One round trip; 0 when the daemon answered. */
-GPUIPC_EXPORT int gpuipc_ping(gpuipc_client *c);
+GPUIPC_EXPORT int gpuipc_client_ping(gpuipc_client *c);
 
 /* ---- host buffers (producer side) -------------------------------------- */
 
@@ -288,52 +271,42 @@ GPUIPC_EXPORT void gpuipc_hostbuf_free(gpuipc_hostbuf *b);
  * daemon keeps its own reference to the memory.  Unless flags has
  * GPUIPC_REGISTER_SHARED_WRITE the buffer is sealed against new writers:
  * b's own mapping stays writable, consumers can only read.  On success *ret_id (may be
- * NULL) is the registration id, used by gpuipc_wait_released(). */
-GPUIPC_EXPORT int gpuipc_register_host(gpuipc_client *c, const char *name,
+ * NULL) is the registration id, used by gpuipc_reg_wait_released(). */
+GPUIPC_EXPORT int gpuipc_hostbuf_register(gpuipc_client *c, const char *name,
                                        const gpuipc_hostbuf *b, const gpuipc_meta *meta,
                                        unsigned flags, uint64_t *ret_id);
 
-/* Registers size bytes at offset of an existing memfd.  The fd stays the
- * caller's; the library adds F_SEAL_SHRINK and F_SEAL_GROW to it first (a
- * buffer that can shrink would fault its consumers; one that can grow would
- * let a consumer make the daemon hold more memory than registered), then
- * F_SEAL_FUTURE_WRITE unless flags has GPUIPC_REGISTER_SHARED_WRITE (map
- * the memfd writable before registering it, since afterwards only existing
- * mappings can write), then F_SEAL_SEAL: once registered, the memfd's size
- * is fixed and it takes no further seals, from anyone.  gpuipcd refuses a
- * memfd without these seals.  -EBADF if fd is not a memfd, -EINVAL if
- * offset + size exceeds it, -EPERM if it needs a seal it cannot take
- * (F_SEAL_SEAL already set). */
-GPUIPC_EXPORT int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd,
+/* Registers size bytes at offset of an existing memfd, which stays the
+ * caller's.  The library seals it first (size fixed, no new writers unless
+ * GPUIPC_REGISTER_SHARED_WRITE, no further seals).  -EBADF: not a memfd;
+ * -EINVAL: the range exceeds it; -EPERM: it cannot take a seal it needs. */
+GPUIPC_EXPORT int gpuipc_fd_register(gpuipc_client *c, const char *name, int fd,
                                      uint64_t offset, uint64_t size, const gpuipc_meta *meta,
                                      unsigned flags, uint64_t *ret_id);
 
 /* Removes name from the namespace.  Consumers that hold a lease keep their
  * mapping; the memory is freed when the last lease is released.  Allowed to
  * the registering connection and to processes of the owner's uid or root. */
-GPUIPC_EXPORT int gpuipc_unregister(gpuipc_client *c, const char *name);
+GPUIPC_EXPORT int gpuipc_name_unregister(gpuipc_client *c, const char *name);
 
 /* Removes every live registration in namespace prefix (not empty) that
- * this client may unregister, as gpuipc_unregister() would, in one
+ * this client may unregister, as gpuipc_name_unregister() would, in one
  * request.  *ret_removed (may be NULL) is how many went; *ret_skipped (may
  * be NULL) how many it could see but was not allowed to remove. */
-GPUIPC_EXPORT int gpuipc_unregister_prefix(gpuipc_client *c, const char *prefix,
+GPUIPC_EXPORT int gpuipc_prefix_unregister(gpuipc_client *c, const char *prefix,
                                            uint64_t *ret_removed, uint64_t *ret_skipped);
 
-/* A lifetime for this client's later registrations (all kinds): the
- * daemon unregisters each ttl_ms after it was registered, as
- * gpuipc_unregister() does (leases keep their buffers until released).
- * 0 (the default) sets none.  -EINVAL above ten years.  A registration
- * that the library registers again after a restart without the fd store
- * gets the whole TTL again. */
-GPUIPC_EXPORT int gpuipc_set_ttl(gpuipc_client *c, uint64_t ttl_ms);
+/* A lifetime for c's later registrations: the daemon unregisters each
+ * ttl_ms after registering it (0, the default: none; -EINVAL above ten
+ * years).  Leases keep their buffers until released. */
+GPUIPC_EXPORT int gpuipc_client_set_ttl(gpuipc_client *c, uint64_t ttl_ms);
 
 /* Waits until registration id (registered on this connection) has had a
  * lease and its last lease was released: the consumers are done with it.
  * For CUDA buffers it also waits for the events that the consumers released
  * with (gpuipc_view_release_after).  -ETIMEDOUT after timeout_ms.  A
  * release that happened before this call counts. */
-GPUIPC_EXPORT int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms);
+GPUIPC_EXPORT int gpuipc_reg_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms);
 
 /* ---- consuming ---------------------------------------------------------- */
 
@@ -342,15 +315,12 @@ GPUIPC_EXPORT int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeou
  * does not exist (and timeout_ms is 0), -ETIMEDOUT when the wait expired.
  * Within one process a buffer is mapped once and shared by its views.  The
  * caller frees *ret_view with gpuipc_view_release(). */
-GPUIPC_EXPORT int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms,
+GPUIPC_EXPORT int gpuipc_view_lookup(gpuipc_client *c, const char *name, int timeout_ms,
                                 unsigned flags, gpuipc_view **ret_view);
-/* Later lookups on c (gpuipc_lookup, gpuipc_lookup_device) accept only a
- * registration whose owner has this uid; any other is treated as absent
- * (-ENOENT, or the lookup keeps waiting).  It guards against another uid
- * registering a name before its producer, e.g. after a daemon restart
- * without the fd store.  uid -1 accepts any owner again (the default);
- * -EINVAL for other negative values or uids of 2^32-1 and above. */
-GPUIPC_EXPORT int gpuipc_set_lookup_owner(gpuipc_client *c, long long uid);
+/* Later lookups on c accept only a registration whose owner has this uid;
+ * another is treated as absent.  -1 (the default) accepts any owner;
+ * -EINVAL for other negative values and uids of 2^32-1 and above. */
+GPUIPC_EXPORT int gpuipc_client_set_lookup_owner(gpuipc_client *c, long long uid);
 /* Start of the buffer in this process, and its size in bytes. */
 GPUIPC_EXPORT void *gpuipc_view_data(const gpuipc_view *v);
 GPUIPC_EXPORT size_t gpuipc_view_size(const gpuipc_view *v);
@@ -362,20 +332,16 @@ GPUIPC_EXPORT int gpuipc_view_release(gpuipc_view *v);
 
 /* ---- CUDA buffers -------------------------------------------------------
  *
- * The CUDA driver is loaded at run time (dlopen of libcuda.so.1, or of
- * $GPUIPC_LIBCUDA); without one these calls return -ENOTSUP and
- * gpuipc_errmsg() says why.  Device pointers are CUdeviceptr values passed
- * as uint64_t; a stream or event is a CUstream or CUevent passed as void *.
- * Devices travel by UUID: a consumer maps them to its own ordinals, whatever
- * CUDA_VISIBLE_DEVICES says in either process.  The library works in each
- * device's primary context (the one the CUDA runtime, CuPy and PyTorch use).
+ * libcuda.so.1 (or $GPUIPC_LIBCUDA) is loaded at run time; without it these
+ * calls return -ENOTSUP.  Device pointers are CUdeviceptr values as
+ * uint64_t, streams and events CUstream / CUevent as void *.  Devices travel
+ * by UUID; the library works in each device's primary context.
  */
-
 typedef struct gpuipc_cudabuf gpuipc_cudabuf;
 
 /* Allocates at least size bytes of VMM memory on device ordinal `device`
  * (rounded up to the allocation granularity), exportable as a POSIX fd and
- * mapped read-write for that device.  Registered with gpuipc_register_cuda()
+ * mapped read-write for that device.  Registered with gpuipc_cuda_register()
  * it becomes a cuda-vmm buffer that outlives this process.  The caller frees
  * *ret_buf with gpuipc_cudabuf_free(). */
 GPUIPC_EXPORT int gpuipc_cudabuf_new(int device, size_t size, gpuipc_cudabuf **ret_buf);
@@ -386,42 +352,28 @@ GPUIPC_EXPORT size_t gpuipc_cudabuf_size(const gpuipc_cudabuf *b);
 GPUIPC_EXPORT void gpuipc_cudabuf_free(gpuipc_cudabuf *b);
 
 /* Registers size bytes of device memory at dptr, which may lie inside a
- * larger allocation (a memory pool's block): the library finds the
- * allocation and sends its base handle with the offset.  Memory from
- * gpuipc_cudabuf_new() or any VMM allocation exportable as a POSIX fd is
- * registered as cuda-vmm (durable); other device memory as cuda-ipc, which
- * stays the caller's: keep it allocated and this connection open until
- * gpuipc_wait_released() says the consumers are done (or gpuipc_adopt()).
- * event, if not NULL, is a CUevent created with CU_EVENT_INTERPROCESS and
- * recorded after the writes; consumers wait on it before reading. */
-GPUIPC_EXPORT int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr,
+ * larger allocation (a pool's block): as cuda-vmm when it is VMM memory
+ * exportable as a POSIX fd (durable), else as cuda-ipc or cuda-pool, which
+ * stay the caller's until gpuipc_reg_wait_released().  event, if not NULL,
+ * is an interprocess CUevent recorded after the writes. */
+GPUIPC_EXPORT int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr,
                                        uint64_t size, const gpuipc_meta *meta, void *event,
                                        unsigned flags, uint64_t *ret_id);
 
-/* After unregistering the last registration of a GPUIPC_REGISTER_CACHEABLE
- * allocation (id is one of its registrations made by c): waits up to
- * timeout_ms until no consumer keeps the allocation mapped, so that the
- * memory may be freed.  Consumers let go when they are told (at their next
- * call into the library, or gpuipc_cache_trim()).  -ETIMEDOUT, -ENOENT when
- * id was not registered cacheable by c (or was forgotten: c remembers the
- * last 256). */
-GPUIPC_EXPORT int gpuipc_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms);
+/* After the last registration of a GPUIPC_REGISTER_CACHEABLE allocation
+ * (id: one of c's registrations of it) is gone: waits until no consumer
+ * maps it, so that it may be freed.  -ETIMEDOUT; -ENOENT: not known. */
+GPUIPC_EXPORT int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms);
 
-/* The mapping cache of this process (consumer side).  A device allocation
- * whose last view is released stays mapped when it is cuda-vmm, or
- * cuda-ipc / cuda-pool registered GPUIPC_REGISTER_CACHEABLE, so that
- * reusing producers' blocks cost a warm lookup; the least recently used
- * are closed beyond max_bytes (default 16 GiB, $GPUIPC_MAP_CACHE_BYTES) or
- * max_entries (default 1024, $GPUIPC_MAP_CACHE_ENTRIES); 0 turns the cache
- * off.  Cached cuda-vmm mappings keep their memory alive.  The daemon tells
- * the library when an allocation's last registration goes, and its mapping
- * is closed then. */
-GPUIPC_EXPORT int gpuipc_cache_limits(uint64_t max_bytes, unsigned max_entries);
+/* Bounds of this process's mapping cache: device allocations kept mapped
+ * after their last view, least recently used closed first (defaults 16 GiB
+ * and 1024, or $GPUIPC_MAP_CACHE_BYTES / _ENTRIES; 0 turns it off). */
+GPUIPC_EXPORT int gpuipc_cache_set_limits(uint64_t max_bytes, unsigned max_entries);
 /* Closes every cached mapping no view uses, and (with c) tells the daemon
  * now what c no longer holds.  Returns how many were closed. */
 GPUIPC_EXPORT int gpuipc_cache_trim(gpuipc_client *c);
 
-/* How gpuipc_register_cuda() would share [dptr, dptr + size) with these
+/* How gpuipc_cuda_register() would share [dptr, dptr + size) with these
  * flags, without registering anything: returns a gpuipc_path, or a
  * negative errno (-EINVAL: not device memory, -ENOTSUP: no driver here),
  * and writes a sentence on the path and why into buf (len bytes, NUL
@@ -433,42 +385,23 @@ typedef enum gpuipc_path {
         GPUIPC_PATH_CUDA_POOL = 3,  /* exportable stream-ordered pool */
         GPUIPC_PATH_COPY = 4,       /* GPUIPC_REGISTER_COPY: copied into cuda-vmm memory */
 } gpuipc_path;
-GPUIPC_EXPORT int gpuipc_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf,
+GPUIPC_EXPORT int gpuipc_cuda_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf,
                                  size_t len);
 /* "none", "cuda-ipc", "cuda-vmm", "cuda-pool", "copy"; "unknown" otherwise. */
-GPUIPC_EXPORT const char *gpuipc_path_name(int path);
+GPUIPC_EXPORT const char *gpuipc_cuda_path_name(int path);
 
 /* Hands a cuda-ipc registration of this connection to the daemon, which
  * copies it into memory of its own; the name then refers to that durable
  * copy.  On success the caller may free its memory once the *ret_leases
- * leases (may be NULL) that still map it are released (gpuipc_wait_released
+ * leases (may be NULL) that still map it are released (gpuipc_reg_wait_released
  * tells when; at once when 0). */
-GPUIPC_EXPORT int gpuipc_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases);
+GPUIPC_EXPORT int gpuipc_name_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases);
 
-/* Like gpuipc_lookup(), for a consumer that works on device ordinal
- * `device` of this process (-1: the buffer's own device, which is what
- * gpuipc_lookup() does).  Devices are matched by UUID, so ordinals may
- * differ from the producer's under any CUDA_VISIBLE_DEVICES.  When device
- * is another GPU than the buffer's, the allocation is mapped for device
- * with peer access: cuda-ipc opened in device's primary context with lazy
- * peer enabling, cuda-vmm mapped with access granted to device only.
- * gpuipc_view_device() is then `device`, and the pointer is valid there.
- * Within one process an allocation is opened once per consumer device.
- *  - -EXDEV when device cannot access the buffer's device
- *    (cuDeviceCanAccessPeer says no); gpuipc_errmsg() names both devices
- *    by UUID and ordinal.  With GPUIPC_LOOKUP_COPY_TO_DEVICE the library
- *    instead opens the buffer on its own device (which must be visible in
- *    this process: -ENODEV otherwise), waits for the producer's event,
- *    and copies the buffer into memory it allocates on device: the view
- *    is then a snapshot, no longer shared with the producer (writes go
- *    nowhere), gpuipc_view_copied() says so, and the copy is freed with
- *    the view.  The flag changes nothing where peer access works.
- *  - -ENODEV when device, or the buffer's device, is not visible here;
- *    -EINVAL for device < -1.
- * Host buffers ignore device (their views are on no device).  In the
- * producer's own process a cuda-ipc view is the producer's pointer:
- * enabling peer access to it from device is the caller's business. */
-GPUIPC_EXPORT int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms,
+/* gpuipc_view_lookup() for a consumer on device ordinal `device` of this
+ * process (-1: the buffer's own), mapped with peer access when that is
+ * another GPU.  -EXDEV when it cannot reach the buffer's device (unless
+ * GPUIPC_LOOKUP_COPY_TO_DEVICE: a private copy), -ENODEV when not visible. */
+GPUIPC_EXPORT int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms,
                                        unsigned flags, int device, gpuipc_view **ret_view);
 /* 1 when v is a private copy made by GPUIPC_LOOKUP_COPY_TO_DEVICE (a
  * snapshot taken at lookup time), 0 when it maps the shared buffer or v
@@ -487,34 +420,31 @@ GPUIPC_EXPORT int gpuipc_view_release_after(gpuipc_view *v, void *event);
 
 /* ---- inspecting --------------------------------------------------------- */
 
-/* Registrations whose name lies in namespace prefix (NULL or "" for all),
- * ordered by id.  The caller frees *ret_list with gpuipc_list_free(). */
-GPUIPC_EXPORT int gpuipc_list_fetch(gpuipc_client *c, const char *prefix,
-                                    gpuipc_list **ret_list);
-/* Flags of gpuipc_list_fetch_ex(). */
+/* Flags of gpuipc_list_fetch(). */
 #define GPUIPC_LIST_ALL     0x1u        /* also registrations unregistered while
-                                         * leases still hold them (their flags
-                                         * have GPUIPC_INFO_UNREGISTERED) */
-#define GPUIPC_LIST_HOLDERS 0x2u        /* fill gpuipc_info.holders */
-/* gpuipc_list_fetch() with GPUIPC_LIST_* flags; -EINVAL for others. */
-GPUIPC_EXPORT int gpuipc_list_fetch_ex(gpuipc_client *c, const char *prefix, unsigned flags,
-                                       gpuipc_list **ret_list);
+                                         * leases still hold them */
+#define GPUIPC_LIST_HOLDERS 0x2u        /* list their lease holders */
+/* Registrations whose name lies in namespace prefix (NULL or "" for all),
+ * ordered by id; flags GPUIPC_LIST_* (-EINVAL for others).  The caller
+ * frees *ret_list with gpuipc_list_free(). */
+GPUIPC_EXPORT int gpuipc_list_fetch(gpuipc_client *c, const char *prefix, unsigned flags,
+                                    gpuipc_list **ret_list);
 GPUIPC_EXPORT size_t gpuipc_list_count(const gpuipc_list *l);
 /* Entry i (< count), owned by l. */
 GPUIPC_EXPORT const gpuipc_info *gpuipc_list_get(const gpuipc_list *l, size_t i);
 GPUIPC_EXPORT void gpuipc_list_free(gpuipc_list *l);
 
 /* One registration by name, as a one-entry list. */
-GPUIPC_EXPORT int gpuipc_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list);
+GPUIPC_EXPORT int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list);
 
 /* Daemon-wide counters.  The caller frees *ret_stats with
  * gpuipc_stats_free(). */
-GPUIPC_EXPORT int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats);
+GPUIPC_EXPORT int gpuipc_stats_fetch(gpuipc_client *c, gpuipc_stats **ret_stats);
 GPUIPC_EXPORT void gpuipc_stats_free(gpuipc_stats *s);
 
 /* ---- operating ---------------------------------------------------------- */
 
-/* One registry event from gpuipc_next_event().  Library-allocated; fields
+/* One registry event from gpuipc_event_next().  Library-allocated; fields
  * may be appended in later versions. */
 typedef struct gpuipc_event {
         const char *type;               /* "registered", "unregistered", "leased",
@@ -534,21 +464,22 @@ typedef struct gpuipc_event {
 /* Subscribes c to registry events of names in namespace prefix (NULL or ""
  * for all); a second call replaces the prefix.  Events queue in c (up to
  * 4096; older ones are then dropped and counted) until read with
- * gpuipc_next_event().  -ENOBUFS when the daemon has too many watchers. */
-GPUIPC_EXPORT int gpuipc_watch(gpuipc_client *c, const char *prefix);
+ * gpuipc_event_next().  -ENOBUFS when the daemon has too many watchers. */
+GPUIPC_EXPORT int gpuipc_event_watch(gpuipc_client *c, const char *prefix);
 /* The next event, waiting up to timeout_ms.  -ETIMEDOUT when none came.
  * The caller frees *ret_event with gpuipc_event_free(). */
-GPUIPC_EXPORT int gpuipc_next_event(gpuipc_client *c, int timeout_ms,
+GPUIPC_EXPORT int gpuipc_event_next(gpuipc_client *c, int timeout_ms,
                                     gpuipc_event **ret_event);
 GPUIPC_EXPORT void gpuipc_event_free(gpuipc_event *e);
 
 /* Removes name from the namespace and takes every lease on it away: the
  * holders get a `revoked` event.  Needs root or the daemon's admin-group
  * (-EPERM otherwise).  *ret_leases (may be NULL) is how many were revoked. */
-GPUIPC_EXPORT int gpuipc_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases);
+GPUIPC_EXPORT int gpuipc_name_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases);
 
-/* The daemon's metrics in the Prometheus text format; free() *ret_text. */
-GPUIPC_EXPORT int gpuipc_metrics_get(gpuipc_client *c, char **ret_text);
+/* The daemon's metrics in the Prometheus text format; the caller frees
+ * *ret_text with gpuipc_free(). */
+GPUIPC_EXPORT int gpuipc_metrics_fetch(gpuipc_client *c, char **ret_text);
 
 /* One CUDA device as this process sees it. */
 typedef struct gpuipc_cuda_device {
@@ -563,14 +494,16 @@ typedef struct gpuipc_cuda_status {
         int available;                  /* the driver loaded and initialised */
         const char *reason;             /* why not; "" when available */
         uint32_t driver_version;        /* e.g. 13000; 0 when unknown */
-        uint32_t n_devices;
-        const gpuipc_cuda_device *devices;
-        /* n_devices * n_devices entries: peer_access[i * n_devices + j] is 1
-         * when device i can access device j's memory (cuDeviceCanAccessPeer;
-         * 1 for i == j), 0 when not, -1 when the driver cannot say.  NULL
-         * when n_devices is 0. */
-        const int *peer_access;
+        uint32_t n_devices;             /* see gpuipc_cuda_status_device() */
 } gpuipc_cuda_status;
+
+/* Device i (< n_devices) of s, owned by s; NULL past the end. */
+GPUIPC_EXPORT const gpuipc_cuda_device *gpuipc_cuda_status_device(const gpuipc_cuda_status *s,
+                                                                  size_t i);
+/* Whether device i can access device j's memory (cuDeviceCanAccessPeer; 1
+ * for i == j): 1, 0, or -1 when the driver cannot say or i, j are out of
+ * range. */
+GPUIPC_EXPORT int gpuipc_cuda_status_peer(const gpuipc_cuda_status *s, size_t i, size_t j);
 
 /* Fills *ret_status; fails only for lack of memory.  Free it with
  * gpuipc_cuda_status_free(). */
@@ -583,9 +516,10 @@ GPUIPC_EXPORT void gpuipc_cuda_status_free(gpuipc_cuda_status *s);
 
 /* Who besides the owner's uid (and root) may look a registration up, list,
  * stat and watch it.  group is a group name (NULL: none), resolved to a gid
- * by gpuipc_access_set() in the calling process (the daemon is told both);
+ * by gpuipc_client_set_access() in the calling process (the daemon is told both);
  * public_ nonzero allows every peer that can reach the socket. */
 typedef struct gpuipc_access {
+        size_t size;                    /* sizeof(gpuipc_access) */
         const uint32_t *uids;
         uint32_t n_uids;                /* at most GPUIPC_ACCESS_IDS_MAX */
         const uint32_t *gids;
@@ -593,12 +527,13 @@ typedef struct gpuipc_access {
         const char *group;              /* at most 32 bytes */
         int public_;
 } gpuipc_access;
+#define GPUIPC_ACCESS_INIT { .size = sizeof(gpuipc_access) }
 
 /* Sets the access rule of this client's later registrations (all kinds);
  * the library copies a.  NULL restores the default, owner only.  -EINVAL
  * for more than GPUIPC_ACCESS_IDS_MAX ids or a bad group name, -ENOENT when
  * this process knows no group of that name. */
-GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a);
+GPUIPC_EXPORT int gpuipc_client_set_access(gpuipc_client *c, const gpuipc_access *a);
 
 #ifdef __cplusplus
 }

@@ -80,7 +80,7 @@ static int lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writa
                          "process in another PID namespace, and legacy CUDA IPC works only "
                          "within one PID namespace: have the producer share cuda-vmm memory "
                          "(gpuipc_cudabuf_new, or an allocator exporting POSIX fds), adopt "
-                         "it (gpuipcctl adopt / gpuipc_adopt), or register it with "
+                         "it (gpuipcctl adopt / gpuipc_name_adopt), or register it with "
                          "GPUIPC_REGISTER_COPY", r->name);
                 return -ENOTSUP;
         }

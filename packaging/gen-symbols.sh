@@ -28,7 +28,7 @@ NODES=$(sed -n 's/^\([A-Za-z0-9_.]*\) *{.*/\1/p' "$MAP")
 
 TMP=$(mktemp "${TMPDIR:-/tmp}/gpuipc-symbols.XXXXXX")
 trap 'rm -f "$TMP" "$TMP.new"' EXIT
-# objdump -T: "... .text  0000...  GPUIPC_1  gpuipc_connect"; the node
+# objdump -T: "... .text  0000...  GPUIPC_1  gpuipc_client_connect"; the node
 # itself is an *ABS* entry named after itself.
 objdump -T "$LIB" | awk -v nodes="$NODES" '
         BEGIN { n = split(nodes, a, /[ \n]+/); for (i = 1; i <= n; i++) want[a[i]] = 1 }

@@ -120,26 +120,26 @@ int main(int argc, char **argv)
         gpuipc_view *v;
         int r;
 
-        if ((r = gpuipc_connect(NULL, &c)) < 0) {
+        if ((r = gpuipc_client_connect(NULL, &c)) < 0) {
                 fprintf(stderr, "connect: %s\n", gpuipc_strerror(r));
                 return 1;
         }
         if (gpuipc_hostbuf_new(4096, &b) < 0)
                 return 1;
         strcpy(gpuipc_hostbuf_data(b), "hello from libgpuipc");
-        r = gpuipc_register_host(c, name, b, NULL, 0, NULL);
+        r = gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
         if (r < 0) {
                 fprintf(stderr, "register: %s\n", gpuipc_errmsg(c));
                 return 1;
         }
-        if ((r = gpuipc_lookup(c, name, 1000, 0, &v)) < 0) {
+        if ((r = gpuipc_view_lookup(c, name, 1000, 0, &v)) < 0) {
                 fprintf(stderr, "lookup: %s\n", gpuipc_errmsg(c));
                 return 1;
         }
-        printf("%s %s\n", gpuipc_version(), (const char *)gpuipc_view_data(v));
+        printf("%s %s\n", gpuipc_version_string(), (const char *)gpuipc_view_data(v));
         gpuipc_view_release(v);
-        if (gpuipc_unregister(c, name) < 0) {
+        if (gpuipc_name_unregister(c, name) < 0) {
                 fprintf(stderr, "unregister: %s\n", gpuipc_errmsg(c));
                 return 1;
         }

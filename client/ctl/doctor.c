@@ -161,12 +161,12 @@ static void check_peer(const gpuipc_cuda_status *s)
         bool all = true;
         uint32_t n = s->n_devices;
 
-        if (!s->peer_access || n == 0)
+        if (n == 0)
                 return;
         n_peer = n < PEER_MAX ? n : PEER_MAX;
         for (uint32_t i = 0; i < n_peer; i++)
                 for (uint32_t j = 0; j < n_peer; j++)
-                        peer[i * n_peer + j] = s->peer_access[i * n + j];
+                        peer[i * n_peer + j] = gpuipc_cuda_status_peer(s, i, j);
         if (n < 2) {
                 add("peer", "ok", "one visible GPU: no peer access to check");
                 return;
@@ -174,15 +174,16 @@ static void check_peer(const gpuipc_cuda_status *s)
         msg[0] = '\0';
         for (uint32_t i = 0; i < n_peer; i++)
                 for (uint32_t j = 0; j < n_peer; j++) {
-                        int v = s->peer_access[i * n + j];
+                        int v = gpuipc_cuda_status_peer(s, i, j);
                         if (i == j)
                                 continue;
                         if (v != 1)
                                 all = false;
                         if (len < sizeof(msg))
                                 len += (size_t)snprintf(msg + len, sizeof(msg) - len, "%s%d->%d %s",
-                                                        len ? ", " : "", s->devices[i].ordinal,
-                                                        s->devices[j].ordinal,
+                                                        len ? ", " : "",
+                                                        gpuipc_cuda_status_device(s, i)->ordinal,
+                                                        gpuipc_cuda_status_device(s, j)->ordinal,
                                                         v == 1 ? "yes" : v == 0 ? "NO" : "unknown");
                 }
         add("peer", all ? "ok" : "warn", "peer access (device->memory of device, "
@@ -212,7 +213,7 @@ static void check_cuda_here(void)
                 add("devices", "warn", "no CUDA device is visible (CUDA_VISIBLE_DEVICES=%s)",
                     cvd ? cvd : "<unset>");
         for (uint32_t i = 0; i < s->n_devices; i++) {
-                const gpuipc_cuda_device *d = &s->devices[i];
+                const gpuipc_cuda_device *d = gpuipc_cuda_status_device(s, i);
                 add("device", "ok", "device %d is %s (CUDA_VISIBLE_DEVICES=%s)", d->ordinal,
                     d->uuid, cvd ? cvd : "<unset>");
                 add("handles", d->vmm_posix_fd == 1 ? "ok" : "warn",
@@ -322,21 +323,21 @@ int doctor_main(int argc, char **argv)
                 return r;
         if (idx < argc)
                 return ctl_usage(argv[0], "unexpected argument '%s'", argv[idx]);
-        path = ctl_socket ? ctl_socket : gpuipc_default_socket();
+        path = ctl_socket ? ctl_socket : gpuipc_client_default_socket();
 
         check_socket_file(path);
-        r = gpuipc_connect(path, &c);
+        r = gpuipc_client_connect(path, &c);
         reachable = r == 0;
         if (r < 0)
                 add("connect", "fail", "%s", gpuipc_errmsg(NULL));
         else
                 add("connect", "ok", "connected and said hello");
-        if (c && (r = gpuipc_stats_get(c, &s)) < 0)
+        if (c && (r = gpuipc_stats_fetch(c, &s)) < 0)
                 add("daemon", "fail", "the daemon refused stats: %s", gpuipc_errmsg(c));
         if (s) {
                 add("daemon", s->protocol == GPUIPC_PROTOCOL_VERSION ? "ok" : "warn",
                     "%s, protocol %" PRIu32 " (this library %s speaks %d), pid %" PRIu32,
-                    s->server, s->protocol, gpuipc_version(), GPUIPC_PROTOCOL_VERSION, s->pid);
+                    s->server, s->protocol, gpuipc_version_string(), GPUIPC_PROTOCOL_VERSION, s->pid);
                 if (s->cuda_available)
                         add("daemon-cuda", "ok", "the daemon's CUDA driver is %" PRIu32
                             ": adopt works", s->cuda_driver_version);

@@ -79,7 +79,7 @@ int get_main(int argc, char **argv)
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 return r;
-        r = gpuipc_lookup(c, argv[idx], o.wait_ms, 0, &v);
+        r = gpuipc_view_lookup(c, argv[idx], o.wait_ms, 0, &v);
         if (r < 0) {
                 r = ctl_fail(argv[0], c, r);
                 goto out;

@@ -71,7 +71,7 @@ int main(int argc, char **argv)
                         usage(stdout);
                         return EXIT_OK;
                 case 'V':
-                        printf("gpuipcctl %s\n", gpuipc_version());
+                        printf("gpuipcctl %s\n", gpuipc_version_string());
                         return EXIT_OK;
                 default:
                         fprintf(stderr, "Try 'gpuipcctl --help'.\n");
@@ -94,8 +94,8 @@ int main(int argc, char **argv)
 
 int ctl_connect(const char *cmd, gpuipc_client **ret_client)
 {
-        const char *path = ctl_socket ? ctl_socket : gpuipc_default_socket();
-        int r = gpuipc_connect(path, ret_client);
+        const char *path = ctl_socket ? ctl_socket : gpuipc_client_default_socket();
+        int r = gpuipc_client_connect(path, ret_client);
 
         if (r == 0)
                 return EXIT_OK;

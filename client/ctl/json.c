@@ -154,7 +154,7 @@ void json_holders(FILE *f, const gpuipc_info *in, const char *ind)
 
         fprintf(f, ",\n%s  \"holders\": [", ind);
         for (uint32_t i = 0; i < in->n_holders; i++) {
-                const gpuipc_holder *h = &in->holders[i];
+                const gpuipc_holder *h = gpuipc_info_holder(in, i);
                 fprintf(f, "%s\n%s    {\"pid\": %" PRIu32 ", \"uid\": %" PRIu32 ", \"exe\": ",
                         i ? "," : "", ind, h->pid, h->uid);
                 json_str(f, h->exe);

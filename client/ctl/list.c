@@ -92,7 +92,7 @@ static void print_holders(const gpuipc_info *in)
         char age[32];
 
         for (uint32_t i = 0; i < in->n_holders; i++) {
-                const gpuipc_holder *h = &in->holders[i];
+                const gpuipc_holder *h = gpuipc_info_holder(in, i);
                 printf("       held by pid %" PRIu32 " (uid %" PRIu32 ", lease %" PRIu64
                        ", for %s) %s\n", h->pid, h->uid, h->lease,
                        ctl_age(h->since_ms, age, sizeof(age)), h->exe[0] ? h->exe : "-");
@@ -167,7 +167,7 @@ int list_main(int argc, char **argv)
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 return r;
-        r = gpuipc_list_fetch_ex(c, prefix, o.all ? GPUIPC_LIST_ALL | GPUIPC_LIST_HOLDERS : 0,
+        r = gpuipc_list_fetch(c, prefix, o.all ? GPUIPC_LIST_ALL | GPUIPC_LIST_HOLDERS : 0,
                                  &l);
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);

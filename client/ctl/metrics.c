@@ -23,11 +23,11 @@ int metrics_main(int argc, char **argv)
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 return r;
-        r = gpuipc_metrics_get(c, &text);
+        r = gpuipc_metrics_fetch(c, &text);
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);
         fputs(text, stdout);
-        free(text);
+        gpuipc_free(text);
         gpuipc_client_free(c);
         return ctl_flush(argv[0]);
 }

@@ -39,11 +39,11 @@ int ping_main(int argc, char **argv)
         if (r != EXIT_OK)
                 return r;
         /* The daemon's name and pid come with its counters. */
-        r = gpuipc_stats_get(c, &s);
+        r = gpuipc_stats_fetch(c, &s);
         if (r < 0)
                 goto fail;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        r = gpuipc_ping(c);
+        r = gpuipc_client_ping(c);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if (r < 0)
                 goto fail;

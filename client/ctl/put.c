@@ -320,7 +320,7 @@ int put_main(int argc, char **argv)
                 { "json",      no_argument,       NULL, 'j' },
                 {},
         };
-        struct put_opts o = {};
+        struct put_opts o = { .meta = GPUIPC_META_INIT, .access = GPUIPC_ACCESS_INIT };
         gpuipc_client *c = NULL;
         const char *name, *file = NULL;
         uint64_t size = 0, id, max;
@@ -381,11 +381,11 @@ int put_main(int argc, char **argv)
                 goto out;
         o.access.uids = o.uids;
         o.access.gids = o.gids;
-        r = o.has_access ? gpuipc_access_set(c, &o.access) : 0;
+        r = o.has_access ? gpuipc_client_set_access(c, &o.access) : 0;
         if (r == 0 && o.ttl_ms)
-                r = gpuipc_set_ttl(c, o.ttl_ms);
+                r = gpuipc_client_set_ttl(c, o.ttl_ms);
         if (r == 0)
-                r = gpuipc_register_fd(c, name, fd, 0, size, &o.meta, o.flags, &id);
+                r = gpuipc_fd_register(c, name, fd, 0, size, &o.meta, o.flags, &id);
         if (r < 0) {
                 r = ctl_fail(argv[0], c, r);
                 goto out;

@@ -26,7 +26,7 @@ int revoke_main(int argc, char **argv)
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 return r;
-        r = gpuipc_revoke(c, argv[idx], &n);
+        r = gpuipc_name_revoke(c, argv[idx], &n);
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);
         printf("revoked %s (%" PRIu32 " lease%s)\n", argv[idx], n, n == 1 ? "" : "s");

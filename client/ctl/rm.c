@@ -45,7 +45,7 @@ int rm_main(int argc, char **argv)
         if (r != EXIT_OK)
                 return r;
         if (!prefix) {
-                r = gpuipc_unregister(c, argv[idx]);
+                r = gpuipc_name_unregister(c, argv[idx]);
                 if (r == -EPERM)
                         r = ctl_error(argv[0], "permission denied: %s", gpuipc_errmsg(c));
                 else
@@ -53,7 +53,7 @@ int rm_main(int argc, char **argv)
                 gpuipc_client_free(c);
                 return r;
         }
-        r = gpuipc_unregister_prefix(c, prefix, &removed, &skipped);
+        r = gpuipc_prefix_unregister(c, prefix, &removed, &skipped);
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);
         gpuipc_client_free(c);

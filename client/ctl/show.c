@@ -83,7 +83,7 @@ static void print_holders(const gpuipc_info *in)
                 return;
         printf("  %-8s %-8s %-6s %5s  %s\n", "LEASE", "PID", "UID", "AGE", "EXE");
         for (uint32_t i = 0; i < in->n_holders; i++) {
-                const gpuipc_holder *h = &in->holders[i];
+                const gpuipc_holder *h = gpuipc_info_holder(in, i);
                 printf("  %-8" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %5s  %s\n", h->lease, h->pid,
                        h->uid, ctl_age(h->since_ms, age, sizeof(age)), h->exe[0] ? h->exe : "-");
         }
@@ -163,7 +163,7 @@ int show_main(int argc, char **argv)
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 return r;
-        r = gpuipc_stat(c, argv[idx], &l);
+        r = gpuipc_name_stat(c, argv[idx], &l);
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);
         if (json) {

@@ -87,7 +87,7 @@ int stats_main(int argc, char **argv)
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 return r;
-        r = gpuipc_stats_get(c, &s);
+        r = gpuipc_stats_fetch(c, &s);
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);
         if (json)

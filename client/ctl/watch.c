@@ -70,12 +70,12 @@ int watch_main(int argc, char **argv)
         r = ctl_connect(argv[0], &c);
         if (r != EXIT_OK)
                 return r;
-        r = gpuipc_watch(c, idx < argc ? argv[idx] : NULL);
+        r = gpuipc_event_watch(c, idx < argc ? argv[idx] : NULL);
         if (r < 0)
                 return ctl_fail_free(argv[0], c, r);
         /* Line by line, so that a pipe into grep or jq sees each event. */
         for (;;) {
-                r = gpuipc_next_event(c, -1, &e);
+                r = gpuipc_event_next(c, -1, &e);
                 if (r < 0)
                         break;
                 print_event(e, json);

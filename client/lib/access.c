@@ -45,10 +45,12 @@ static int resolve_group(gpuipc_client *c, const char *name, uint32_t *ret_gid)
         return 0;
 }
 
-GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a)
+GPUIPC_EXPORT int gpuipc_client_set_access(gpuipc_client *c, const gpuipc_access *a)
 {
         struct gpuipc__access n = { 0 };
+        const char *why;
         size_t glen;
+        int r;
 
         if (!c)
                 return -EINVAL;
@@ -56,6 +58,9 @@ GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a)
                 c->access = n;
                 return 0;
         }
+        r = gpuipc__sized_check(a, a->size, GPUIPC__ACCESS_V1, sizeof(*a), &why);
+        if (r < 0)
+                return gpuipc__fail(c, r, "gpuipc_access: %s", why);
         if (a->n_uids > GPUIPC_ACCESS_IDS_MAX || a->n_gids > GPUIPC_ACCESS_IDS_MAX ||
             (a->n_uids && !a->uids) || (a->n_gids && !a->gids))
                 return gpuipc__fail(c, -EINVAL, "an access rule lists at most %d uids and "
@@ -65,7 +70,7 @@ GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a)
                 return gpuipc__fail(c, -EINVAL, "access group names are 1 to %zu bytes",
                                     sizeof(n.rule.group) - 1);
         if (a->group) {
-                int r = resolve_group(c, a->group, &n.rule.group_gid);
+                r = resolve_group(c, a->group, &n.rule.group_gid);
                 if (r < 0)
                         return r;
                 memcpy(n.rule.group, a->group, glen + 1);
@@ -85,7 +90,7 @@ GPUIPC_EXPORT int gpuipc_access_set(gpuipc_client *c, const gpuipc_access *a)
 
 /* The TTL rides with the access rule: both are per-client settings that
  * every register request carries, whatever its kind. */
-int gpuipc_set_ttl(gpuipc_client *c, uint64_t ttl_ms)
+int gpuipc_client_set_ttl(gpuipc_client *c, uint64_t ttl_ms)
 {
         if (!c || ttl_ms > GPUIPC__TTL_MAX_MS)
                 return -EINVAL;

@@ -88,7 +88,7 @@ void gpuipc__watch_clear(gpuipc_client *c)
         c->wev_n = 0;
 }
 
-int gpuipc_watch(gpuipc_client *c, const char *prefix)
+int gpuipc_event_watch(gpuipc_client *c, const char *prefix)
 {
         struct gpuipc__reply rp;
         struct proto_out o;
@@ -114,7 +114,7 @@ int gpuipc_watch(gpuipc_client *c, const char *prefix)
         return gpuipc__end(c, r);
 }
 
-int gpuipc_next_event(gpuipc_client *c, int timeout_ms, gpuipc_event **ret_event)
+int gpuipc_event_next(gpuipc_client *c, int timeout_ms, gpuipc_event **ret_event)
 {
         int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
         struct gpuipc__wev *w;
@@ -154,7 +154,7 @@ void gpuipc_event_free(gpuipc_event *e)
                 free((char *)e - offsetof(struct gpuipc__wev, ev));
 }
 
-int gpuipc_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases)
+int gpuipc_name_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases)
 {
         uint64_t n = 0;
         int r = gpuipc__name_op(c, "revoke", name, &n);
@@ -164,7 +164,7 @@ int gpuipc_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases)
         return r;
 }
 
-int gpuipc_metrics_get(gpuipc_client *c, char **ret_text)
+int gpuipc_metrics_fetch(gpuipc_client *c, char **ret_text)
 {
         struct gpuipc__reply rp;
         const char *text;

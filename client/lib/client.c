@@ -61,7 +61,7 @@ int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         return err;
 }
 
-/* Why this thread's last gpuipc_connect() failed (gpuipc_errmsg(NULL)), in
+/* Why this thread's last gpuipc_client_connect() failed (gpuipc_errmsg(NULL)), in
  * a buffer per thread.  A pthread key rather than __thread: the library is
  * a shared object even when built without -fPIC on a PIE toolchain, whose
  * TLS model cannot link into one. */
@@ -338,7 +338,7 @@ static uint32_t busy_poll_default(void)
         return (uint32_t)v;
 }
 
-int gpuipc_set_lookup_owner(gpuipc_client *c, long long uid)
+int gpuipc_client_set_lookup_owner(gpuipc_client *c, long long uid)
 {
         if (!c || uid < -1 || uid >= (long long)UINT32_MAX)
                 return -EINVAL;
@@ -346,7 +346,7 @@ int gpuipc_set_lookup_owner(gpuipc_client *c, long long uid)
         return 0;
 }
 
-int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms)
+int gpuipc_client_set_reconnect(gpuipc_client *c, int timeout_ms)
 {
         if (!c || timeout_ms < 0)
                 return -EINVAL;
@@ -356,7 +356,7 @@ int gpuipc_set_reconnect(gpuipc_client *c, int timeout_ms)
         return 0;
 }
 
-int gpuipc_connect(const char *path, gpuipc_client **ret_client)
+int gpuipc_client_connect(const char *path, gpuipc_client **ret_client)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         char *msg;
@@ -367,7 +367,7 @@ int gpuipc_connect(const char *path, gpuipc_client **ret_client)
         if (!ret_client)
                 return -EINVAL;
         if (!path)
-                path = gpuipc_default_socket();
+                path = gpuipc_client_default_socket();
         msg = connect_buf(false);
         if (msg)
                 msg[0] = '\0';
@@ -436,7 +436,7 @@ int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_
         return r < 0 ? gpuipc__end(c, r) : 0;
 }
 
-int gpuipc_ping(gpuipc_client *c)
+int gpuipc_client_ping(gpuipc_client *c)
 {
         struct gpuipc__reply rp;
         int r;
@@ -481,7 +481,7 @@ static bool unmapped_seen(const gpuipc_client *c, uint64_t alloc)
         return false;
 }
 
-int gpuipc_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
+int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
 {
         unsigned n;
         uint64_t alloc = 0;
@@ -517,7 +517,7 @@ int gpuipc_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
         return 0;
 }
 
-int gpuipc_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)
+int gpuipc_reg_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)
 {
         int64_t deadline;
         int r;

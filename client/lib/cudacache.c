@@ -292,7 +292,7 @@ unsigned gpuipc__cucache_take_unholds(gpuipc_client *c, uint64_t **ret)
         return n;
 }
 
-int gpuipc_cache_limits(uint64_t max_bytes, unsigned max_entries)
+int gpuipc_cache_set_limits(uint64_t max_bytes, unsigned max_entries)
 {
         struct cuda *cu;
 

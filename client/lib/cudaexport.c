@@ -440,7 +440,7 @@ out:
         return r;
 }
 
-int gpuipc_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf, size_t len)
+int gpuipc_cuda_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf, size_t len)
 {
         struct gpuipc__devreg *d;
         struct cuda *cu;
@@ -504,7 +504,7 @@ static const char *const path_names[] = {
         [GPUIPC_PATH_COPY] = "copy",
 };
 
-const char *gpuipc_path_name(int path)
+const char *gpuipc_cuda_path_name(int path)
 {
         if (path < 0 || (size_t)path >= sizeof(path_names) / sizeof(path_names[0]))
                 return "unknown";

@@ -221,7 +221,7 @@ static int send_register(gpuipc_client *c, const char *name, uint64_t size,
                 return gpuipc__end(c, r);
         r = proto_get_u64(rp.msg.root, "id", &id);
         if (r == 0 && d->cacheable && proto_get_u64(rp.msg.root, "alloc", &alloc) == 0) {
-                /* For gpuipc_wait_unmapped(): the newest are kept. */
+                /* For gpuipc_reg_wait_unmapped(): the newest are kept. */
                 unsigned k = c->cached_regs_n++ % GPUIPC__UNMAPPED_MAX;
                 c->cached_regs[k].id = id;
                 c->cached_regs[k].alloc = alloc;
@@ -292,7 +292,7 @@ out:
         return r;
 }
 
-int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint64_t size,
+int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint64_t size,
                          const gpuipc_meta *meta, void *event, unsigned flags, uint64_t *ret_id)
 {
         struct gpuipc__devreg *d;
@@ -309,8 +309,9 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
             (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_CUDA_IPC |
                        GPUIPC_REGISTER_COPY | GPUIPC_REGISTER_CACHEABLE)))
                 return gpuipc__fail(c, -EINVAL, "invalid pointer, size or flags");
-        if (gpuipc__meta_check(meta, &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid metadata: %s", why);
+        r = gpuipc__meta_check(meta, &why);
+        if (r < 0)
+                return gpuipc__fail(c, r, "invalid metadata: %s", why);
         r = gpuipc__cu_get(c, &cu);
         if (r < 0)
                 return gpuipc__end(c, r);
@@ -348,7 +349,7 @@ out:
 #endif
 
 /* adopt needs no driver in this process: the daemon does the copy. */
-int gpuipc_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases)
+int gpuipc_name_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases)
 {
         uint64_t n = 0;
         int r = gpuipc__name_op(c, "adopt", name, &n);

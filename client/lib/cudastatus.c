@@ -26,6 +26,26 @@ void gpuipc_cuda_status_free(gpuipc_cuda_status *s)
         free(s);
 }
 
+/* s is always the first member of a struct status. */
+static const struct status *status_of(const gpuipc_cuda_status *s)
+{
+        return (const struct status *)(const void *)s;
+}
+
+const gpuipc_cuda_device *gpuipc_cuda_status_device(const gpuipc_cuda_status *s, size_t i)
+{
+        if (!s || i >= s->n_devices)
+                return NULL;
+        return &status_of(s)->devs[i];
+}
+
+int gpuipc_cuda_status_peer(const gpuipc_cuda_status *s, size_t i, size_t j)
+{
+        if (!s || i >= s->n_devices || j >= s->n_devices)
+                return -1;
+        return status_of(s)->peer[i * s->n_devices + j];
+}
+
 #ifdef GPUIPC_HAVE_CUDA_H
 
 /* 1 or 0 for a device attribute, -1 when the driver cannot say. */
@@ -50,7 +70,6 @@ int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status)
         if (!st)
                 return -ENOMEM;
         st->s.reason = st->reason;
-        st->s.devices = st->devs;
         if (gpuipc__cu_get(NULL, &cu) < 0) {
                 snprintf(st->reason, sizeof(st->reason), "%s", gpuipc__cu_why());
                 *ret_status = &st->s;
@@ -87,8 +106,6 @@ int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status)
                                                       st->devs[j].ordinal);
                         st->peer[i * st->s.n_devices + j] = can < 0 ? -1 : can;
                 }
-        if (st->s.n_devices > 0)
-                st->s.peer_access = st->peer;
         *ret_status = &st->s;
         return 0;
 }
@@ -105,7 +122,6 @@ int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status)
         if (!st)
                 return -ENOMEM;
         st->s.reason = st->reason;
-        st->s.devices = st->devs;
         snprintf(st->reason, sizeof(st->reason), "libgpuipc was built without <cuda.h>");
         *ret_status = &st->s;
         return 0;

@@ -29,7 +29,7 @@ void gpuipc_cudabuf_free(gpuipc_cudabuf *b)
 {
 }
 
-int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint64_t size,
+int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint64_t size,
                          const gpuipc_meta *meta, void *event, unsigned flags, uint64_t *ret_id)
 {
         int r;
@@ -42,7 +42,7 @@ int gpuipc_register_cuda(gpuipc_client *c, const char *name, uint64_t dptr, uint
         return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
 }
 
-int gpuipc_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf, size_t len)
+int gpuipc_cuda_explain(uint64_t dptr, uint64_t size, unsigned flags, char *buf, size_t len)
 {
         if (buf && len)
                 snprintf(buf, len, "none: %s", NO_CUDA);
@@ -88,7 +88,7 @@ unsigned gpuipc__cucache_take_unholds(gpuipc_client *c, uint64_t **ret)
         return 0;
 }
 
-int gpuipc_cache_limits(uint64_t max_bytes, unsigned max_entries)
+int gpuipc_cache_set_limits(uint64_t max_bytes, unsigned max_entries)
 {
         return 0;
 }

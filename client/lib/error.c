@@ -46,12 +46,22 @@ const char *gpuipc_strerror(int err)
         return strerror(err);   /* glibc: "Unknown error N", never NULL */
 }
 
-const char *gpuipc_version(void)
+unsigned int gpuipc_version(void)
+{
+        return GPUIPC_VERSION_HEX;
+}
+
+const char *gpuipc_version_string(void)
 {
         return GPUIPC_VERSION;
 }
 
-const char *gpuipc_default_socket(void)
+void gpuipc_free(void *p)
+{
+        free(p);
+}
+
+const char *gpuipc_client_default_socket(void)
 {
         const char *s = getenv("GPUIPC_SOCKET");
 

@@ -132,7 +132,7 @@ static int seal_for_register(gpuipc_client *c, int fd, uint64_t offset, uint64_t
         return 0;
 }
 
-int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offset, uint64_t size,
+int gpuipc_fd_register(gpuipc_client *c, const char *name, int fd, uint64_t offset, uint64_t size,
                        const gpuipc_meta *meta, unsigned flags, uint64_t *ret_id)
 {
         struct gpuipc__reply rp;
@@ -152,8 +152,9 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
         if (fd < 0 || size == 0 || offset > UINT64_MAX - size ||
             (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_SHARED_WRITE)))
                 return gpuipc__fail(c, -EINVAL, "invalid fd, size, offset or flags");
-        if (gpuipc__meta_check(meta, &why) < 0)
-                return gpuipc__fail(c, -EINVAL, "invalid metadata: %s", why);
+        r = gpuipc__meta_check(meta, &why);
+        if (r < 0)
+                return gpuipc__fail(c, r, "invalid metadata: %s", why);
         r = seal_for_register(c, fd, offset, size, &shared_write);
         if (r < 0)
                 return gpuipc__end(c, r);
@@ -188,10 +189,10 @@ int gpuipc_register_fd(gpuipc_client *c, const char *name, int fd, uint64_t offs
         return 0;
 }
 
-int gpuipc_register_host(gpuipc_client *c, const char *name, const gpuipc_hostbuf *b,
+int gpuipc_hostbuf_register(gpuipc_client *c, const char *name, const gpuipc_hostbuf *b,
                          const gpuipc_meta *meta, unsigned flags, uint64_t *ret_id)
 {
         if (!c || !b)
                 return -EINVAL;
-        return gpuipc_register_fd(c, name, b->fd, 0, b->size, meta, flags, ret_id);
+        return gpuipc_fd_register(c, name, b->fd, 0, b->size, meta, flags, ret_id);
 }

@@ -13,12 +13,33 @@
 
 /* ---- meta -> wire ------------------------------------------------------ */
 
+int gpuipc__sized_check(const void *p, size_t size, size_t v1, size_t known,
+                        const char **ret_why)
+{
+        const unsigned char *b = p;
+
+        if (size < v1) {
+                *ret_why = "its size field is not set: initialise it with its _INIT macro";
+                return -EINVAL;
+        }
+        for (size_t i = known; i < size; i++)
+                if (b[i]) {
+                        *ret_why = "it sets fields this version of libgpuipc does not know";
+                        return -E2BIG;
+                }
+        return 0;
+}
+
 int gpuipc__meta_check(const gpuipc_meta *m, const char **ret_why)
 {
         const char *why = NULL;
+        int r;
 
         if (!m)
                 return 0;
+        r = gpuipc__sized_check(m, m->size, GPUIPC__META_V1, sizeof(*m), ret_why);
+        if (r < 0)
+                return r;
         if (m->dtype && strlen(m->dtype) > PROTO_DTYPE_MAX)
                 why = "dtype is longer than 32 bytes";
         else if (m->ndim > PROTO_NDIM_MAX)
@@ -371,7 +392,14 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
                 (void)opt_str(h, "exe", &exe);
                 holders[i].exe = put_str(&pos, exe);
         }
-        info->holders = r.info.n_holders ? holders : NULL;
         *ret_info = info;
         return 0;
+}
+
+/* The holders follow their gpuipc_info in its heap block (see above). */
+const gpuipc_holder *gpuipc_info_holder(const gpuipc_info *info, size_t i)
+{
+        if (!info || i >= info->n_holders)
+                return NULL;
+        return (const gpuipc_holder *)(const void *)(info + 1) + i;
 }

@@ -54,7 +54,7 @@ struct gpuipc__relev {
         uint8_t handles[];              /* n * GPUIPC__EVENT_LEN bytes */
 };
 
-/* The access rule of later registrations, copied from gpuipc_access_set. */
+/* The access rule of later registrations, copied from gpuipc_client_set_access. */
 struct gpuipc__access {
         bool set;
         struct proto_access rule;       /* its group resolved here (getgrnam_r) */
@@ -111,7 +111,7 @@ struct gpuipc_client {
          * longer holds, to tell the daemon at the next call (`unhold`). */
         uint64_t *unholds;
         unsigned n_unholds, cap_unholds;
-        /* `unmapped` events not yet claimed by gpuipc_wait_unmapped(), and
+        /* `unmapped` events not yet claimed by gpuipc_reg_wait_unmapped(), and
          * the allocation of each cacheable registration made here. */
         uint64_t unmapped[GPUIPC__UNMAPPED_MAX];
         unsigned unmapped_n;
@@ -223,7 +223,7 @@ bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch);
 /* The id the caller knows for a daemon registration id. */
 uint64_t gpuipc__user_id(const gpuipc_client *c, uint64_t id);
 void gpuipc__resume_clear(gpuipc_client *c);
-/* Forgets the lost registrations (gpuipc_lost_next). */
+/* Forgets the lost registrations (gpuipc_client_next_lost). */
 void gpuipc__lost_clear(gpuipc_client *c);
 
 /* ---- admin.c ----------------------------------------------------------- */
@@ -237,13 +237,20 @@ void gpuipc__watch_clear(gpuipc_client *c);
 /* ---- info.c ------------------------------------------------------------ */
 
 /* Checks meta against the protocol's limits; -EINVAL with a reason. */
+/* Versions of the caller-filled structs: the bytes of their first release. */
+#define GPUIPC__META_V1 (offsetof(gpuipc_meta, user_values) + sizeof(const char *const *))
+#define GPUIPC__ACCESS_V1 (offsetof(gpuipc_access, public_) + sizeof(int))
+/* A caller-filled struct of `size` bytes (its size field): -EINVAL below v1,
+ * -E2BIG when bytes past `known` (what this library knows) are not zero. */
+int gpuipc__sized_check(const void *p, size_t size, size_t v1, size_t known,
+                        const char **ret_why);
 int gpuipc__meta_check(const gpuipc_meta *m, const char **ret_why);
 /* Number of keys gpuipc__meta_pack() writes: 0 means omit `meta`. */
 uint32_t gpuipc__meta_keys(const gpuipc_meta *m);
 /* Packs the value of the `meta` key (a map).  m must have passed the check
  * and have at least one key. */
 void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m);
-/* The longest TTL gpuipc_set_ttl() takes: ten years (the daemon's limit). */
+/* The longest TTL gpuipc_client_set_ttl() takes: ten years (the daemon's limit). */
 #define GPUIPC__TTL_MAX_MS (10ull * 366 * 24 * 3600 * 1000)
 /* How many keys register carries for c's access map and TTL
  * (gpuipc__access_pack packs them). */

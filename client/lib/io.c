@@ -2,7 +2,7 @@
  *
  * Calls are synchronous: a request is sent, then frames are read until the
  * reply with its seq arrives.  Events that arrive meanwhile are handled on
- * the way (a `released` id is remembered for gpuipc_wait_released()), and
+ * the way (a `released` id is remembered for gpuipc_reg_wait_released()), and
  * frames after the reply stay buffered in the reader for the next call.
  */
 #include <errno.h>

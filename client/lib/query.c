@@ -98,13 +98,8 @@ out:
         return r;
 }
 
-int gpuipc_list_fetch(gpuipc_client *c, const char *prefix, gpuipc_list **ret_list)
-{
-        return gpuipc_list_fetch_ex(c, prefix, 0, ret_list);
-}
-
-int gpuipc_list_fetch_ex(gpuipc_client *c, const char *prefix, unsigned flags,
-                         gpuipc_list **ret_list)
+int gpuipc_list_fetch(gpuipc_client *c, const char *prefix, unsigned flags,
+                      gpuipc_list **ret_list)
 {
         gpuipc_list *l;
         uint64_t after = 0, next;
@@ -132,7 +127,7 @@ int gpuipc_list_fetch_ex(gpuipc_client *c, const char *prefix, unsigned flags,
         return 0;
 }
 
-int gpuipc_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
+int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
 {
         struct gpuipc__reply rp;
         const msgpack_object *reg;
@@ -194,12 +189,12 @@ int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t
         return 0;
 }
 
-int gpuipc_unregister(gpuipc_client *c, const char *name)
+int gpuipc_name_unregister(gpuipc_client *c, const char *name)
 {
         return gpuipc__name_op(c, "unregister", name, NULL);
 }
 
-int gpuipc_unregister_prefix(gpuipc_client *c, const char *prefix, uint64_t *ret_removed,
+int gpuipc_prefix_unregister(gpuipc_client *c, const char *prefix, uint64_t *ret_removed,
                              uint64_t *ret_skipped)
 {
         struct gpuipc__reply rp;
@@ -233,7 +228,7 @@ int gpuipc_unregister_prefix(gpuipc_client *c, const char *prefix, uint64_t *ret
 
 /* ---- stats ------------------------------------------------------------- */
 
-int gpuipc_stats_get(gpuipc_client *c, gpuipc_stats **ret_stats)
+int gpuipc_stats_fetch(gpuipc_client *c, gpuipc_stats **ret_stats)
 {
         struct gpuipc__reply rp;
         const msgpack_object *bytes, *cuda = NULL;

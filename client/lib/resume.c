@@ -79,11 +79,11 @@ static void note_lost(gpuipc_client *c, const struct gpuipc__rec *r, int err)
 
 void gpuipc__lost_clear(gpuipc_client *c)
 {
-        while (gpuipc_lost_next(c, NULL, 0, NULL, NULL) == 1)
+        while (gpuipc_client_next_lost(c, NULL, 0, NULL, NULL) == 1)
                 ;
 }
 
-int gpuipc_lost_next(gpuipc_client *c, char *buf, size_t len, uint64_t *ret_id, int *ret_err)
+int gpuipc_client_next_lost(gpuipc_client *c, char *buf, size_t len, uint64_t *ret_id, int *ret_err)
 {
         struct gpuipc__lost *l;
 

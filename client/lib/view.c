@@ -75,13 +75,13 @@ static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned 
         return 0;
 }
 
-int gpuipc_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned flags,
+int gpuipc_view_lookup(gpuipc_client *c, const char *name, int timeout_ms, unsigned flags,
                   gpuipc_view **ret_view)
 {
-        return gpuipc_lookup_device(c, name, timeout_ms, flags, -1, ret_view);
+        return gpuipc_view_lookup_device(c, name, timeout_ms, flags, -1, ret_view);
 }
 
-int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, unsigned flags,
+int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, unsigned flags,
                          int device, gpuipc_view **ret_view)
 {
         struct gpuipc__reply rp;
@@ -120,7 +120,7 @@ int gpuipc_lookup_device(gpuipc_client *c, const char *name, int timeout_ms, uns
                               1 + (wait_ms > 0) + writable + (have > 0) + cache +
                               (c->lookup_owner >= 0));
         proto_pack_kstr(&o.pk, "name", name);
-        /* Only that uid's registration will do (gpuipc_set_lookup_owner). */
+        /* Only that uid's registration will do (gpuipc_client_set_lookup_owner). */
         if (c->lookup_owner >= 0)
                 proto_pack_ku64(&o.pk, "owner_uid", (uint64_t)c->lookup_owner);
         if (wait_ms > 0)

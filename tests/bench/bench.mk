@@ -19,13 +19,13 @@ GPU_BENCH_ROUNDS ?= 16
 BENCH_UTIL := $(call obj,tests/bench/bench_util.c)
 BENCH_HOST := $(BENCH_DIR)/bench_ipc $(BENCH_DIR)/bench_handoff
 
-$(BENCH_DIR)/bench_%: $(call obj,tests/bench/bench_%.c) $(BENCH_UTIL) $(LIBA)
+$(BENCH_DIR)/bench_%: $(call obj,tests/bench/bench_%.c) $(BENCH_UTIL) $(PROTO_OBJ) $(LIBA)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) -ldl -lpthread -lm
 
 $(call obj,tests/bench/gpu_bench.c): CPPFLAGS += -Itests/gpu
-$(BENCH_DIR)/gpu_bench: $(call obj,tests/bench/gpu_bench.c tests/gpu/gpu_util.c) $(LIBA)
+$(BENCH_DIR)/gpu_bench: $(call obj,tests/bench/gpu_bench.c tests/gpu/gpu_util.c) $(PROTO_OBJ) $(LIBA)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(MSGPACK_LIBS) -L$(CUDA_HOME)/lib64/stubs -lcuda -ldl -lpthread -lm

@@ -1,7 +1,7 @@
 /* bench_handoff.c: host buffer handoff, producer register -> consumer has
  * read every byte, for 1 MiB, 64 MiB and 1 GiB:
  *   4k      a memfd of 4 KiB pages (gpuipc_hostbuf_new), first lookup
- *   huge    an MFD_HUGETLB memfd (gpuipc_register_fd), when the host has
+ *   huge    an MFD_HUGETLB memfd (gpuipc_fd_register), when the host has
  *           huge pages configured (HugePages_Total), else "not available"
  *   cached  a second lookup of the same buffer in the same consumer (the
  *           library reuses the mapping; its pages are already faulted in)
@@ -75,16 +75,16 @@ static void consumer_lookup(const char *name, size_t size, int out)
         uint64_t s1, s2;
         char ready = 1;
 
-        gk(NULL, gpuipc_connect(sock, &c), "consumer connect");
+        gk(NULL, gpuipc_client_connect(sock, &c), "consumer connect");
         put(out, &ready, 1);
-        gk(c, gpuipc_lookup(c, name, 30000, 0, &v1), "consumer lookup");
+        gk(c, gpuipc_view_lookup(c, name, 30000, 0, &v1), "consumer lookup");
         t[0] = now_us();
         if (gpuipc_view_size(v1) != size)
                 die("view is %zu bytes, expected %zu", gpuipc_view_size(v1), size);
         s1 = sum_all(gpuipc_view_data(v1), size);
         t[1] = now_us();
         t[2] = now_us();
-        gk(c, gpuipc_lookup(c, name, 0, 0, &v2), "consumer second lookup");
+        gk(c, gpuipc_view_lookup(c, name, 0, 0, &v2), "consumer second lookup");
         s2 = sum_all(gpuipc_view_data(v2), size);
         t[3] = now_us();
         if (s1 != s2)
@@ -184,7 +184,7 @@ static bool run_one(const char *mode, size_t size, int round, double res[3])
                 void *p;
                 int fd = -1;
 
-                gk(NULL, gpuipc_connect(sock, &c), "producer connect");
+                gk(NULL, gpuipc_client_connect(sock, &c), "producer connect");
                 if (huge) {
                         fd = memfd_sealed(size < 2 * MiB ? 2 * MiB : size, true);
                         if (fd < 0) {
@@ -209,16 +209,16 @@ static bool run_one(const char *mode, size_t size, int round, double res[3])
                 usleep(20000);
                 t0 = now_us();
                 if (huge)
-                        gk(c, gpuipc_register_fd(c, name, fd, 0, size, NULL, 0, &id),
-                           "gpuipc_register_fd (hugetlb)");
+                        gk(c, gpuipc_fd_register(c, name, fd, 0, size, NULL, 0, &id),
+                           "gpuipc_fd_register (hugetlb)");
                 else
-                        gk(c, gpuipc_register_host(c, name, hb, NULL, 0, &id),
-                           "gpuipc_register_host");
+                        gk(c, gpuipc_hostbuf_register(c, name, hb, NULL, 0, &id),
+                           "gpuipc_hostbuf_register");
                 get(pfd[0], t, sizeof(t));
                 res[0] = (t[1] - t0) / 1e3;
                 res[1] = (t[3] - t[2]) / 1e3;
                 res[2] = (t[0] - t0) / 1e3;
-                gk(c, gpuipc_unregister(c, name), "gpuipc_unregister");
+                gk(c, gpuipc_name_unregister(c, name), "gpuipc_name_unregister");
                 if (huge) {
                         munmap(p, size);
                         close(fd);

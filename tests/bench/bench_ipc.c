@@ -30,9 +30,9 @@
 
 enum kind {
         K_RAW,          /* raw floor: steps[] round trips, or `depth` pipelined */
-        K_LIB_LOOKUP,   /* gpuipc_lookup, views held */
+        K_LIB_LOOKUP,   /* gpuipc_view_lookup, views held */
         K_LIB_LOOKUP_REL,
-        K_LIB_REG,      /* gpuipc_register_fd, ephemeral */
+        K_LIB_REG,      /* gpuipc_fd_register, ephemeral */
         K_LIB_REG_UNREG,
         K_WIRE_LOOKUP,  /* proto frames, leases held; depth > 1: pipelined */
         K_WIRE_LOOKUP_HAVE, /* the same offering a held lease: replies without fd */
@@ -210,14 +210,14 @@ static void run_lib(struct worker *w)
          * of REG_QUOTA (closing drops ephemeral ones). */
         uint64_t quota = REG_QUOTA / (uint64_t)sp->conns, held = 0;
 
-        gk(NULL, gpuipc_connect(G.sock, &c), "gpuipc_connect");
+        gk(NULL, gpuipc_client_connect(G.sock, &c), "gpuipc_client_connect");
         for (uint64_t i = 0, warm = 0, seq = 0;; i++, seq++) {
                 gpuipc_view *v;
                 if (sp->kind == K_LIB_REG && ++held > quota) {
                         double tp = now_us();
                         gpuipc_client_free(c);
                         usleep(20000);
-                        gk(NULL, gpuipc_connect(G.sock, &c), "gpuipc_connect");
+                        gk(NULL, gpuipc_client_connect(G.sock, &c), "gpuipc_client_connect");
                         held = 1;
                         w->t0 += now_us() - tp;
                 }
@@ -225,7 +225,7 @@ static void run_lib(struct worker *w)
                 switch (sp->kind) {
                 case K_LIB_LOOKUP:
                 case K_LIB_LOOKUP_REL:
-                        gk(c, gpuipc_lookup(c, HOT, 0, 0, &v), "gpuipc_lookup");
+                        gk(c, gpuipc_view_lookup(c, HOT, 0, 0, &v), "gpuipc_view_lookup");
                         t_mid = now_us();
                         if (sp->kind == K_LIB_LOOKUP_REL) {
                                 gk(c, gpuipc_view_release(v), "gpuipc_view_release");
@@ -241,12 +241,12 @@ static void run_lib(struct worker *w)
                         break;
                 default:
                         snprintf(name, sizeof(name), "bench/r/%d/%" PRIu64, w->idx, seq);
-                        gk(c, gpuipc_register_fd(c, name, G.memfd, 0, 4096, NULL,
+                        gk(c, gpuipc_fd_register(c, name, G.memfd, 0, 4096, NULL,
                                                  GPUIPC_REGISTER_EPHEMERAL, NULL),
-                           "gpuipc_register_fd");
+                           "gpuipc_fd_register");
                         t_mid = now_us();
                         if (sp->kind == K_LIB_REG_UNREG)
-                                gk(c, gpuipc_unregister(c, name), "gpuipc_unregister");
+                                gk(c, gpuipc_name_unregister(c, name), "gpuipc_name_unregister");
                         break;
                 }
                 if (warm < WARMUP) {
@@ -642,13 +642,13 @@ static void scale_lookups(const char *sock, uint64_t n, bool lib, struct scale_r
         samples_init(&s, (size_t)iters);
         row->lib_p50 = row->lib_p99 = NAN;
         if (lib) {
-                gk(NULL, gpuipc_connect(sock, &c), "gpuipc_connect");
+                gk(NULL, gpuipc_client_connect(sock, &c), "gpuipc_client_connect");
                 for (int i = -500; i < iters; i++) {
                         gpuipc_view *v;
                         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
                         snprintf(name, sizeof(name), "s/%07" PRIu64, x % n);
                         double t = now_us();
-                        gk(c, gpuipc_lookup(c, name, 0, 0, &v), "gpuipc_lookup (scale)");
+                        gk(c, gpuipc_view_lookup(c, name, 0, 0, &v), "gpuipc_view_lookup (scale)");
                         if (i >= 0)
                                 samples_add(&s, now_us() - t);
                         gk(c, gpuipc_view_release(v), "gpuipc_view_release (scale)");

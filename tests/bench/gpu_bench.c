@@ -19,8 +19,8 @@
  *            cuda-ipc: cuIpcGetMemHandle, the 64-byte handle, then
  *            cuIpcOpenMemHandle.  cuda-vmm: cuMemExportToShareableHandle,
  *            the fd over SCM_RIGHTS, then import, reserve, map, set access.
- *   gpuipc   the C library and gpuipcd: gpuipc_register_cuda, and a
- *            gpuipc_lookup already waiting for the name.  cuda-ipc memory is
+ *   gpuipc   the C library and gpuipcd: gpuipc_cuda_register, and a
+ *            gpuipc_view_lookup already waiting for the name.  cuda-ipc memory is
  *            cuMemAlloc's, cuda-vmm memory gpuipc_cudabuf_new's.
  *   pinned   cuMemcpyDtoH to pinned memory, the bytes over the socket in
  *            1 MiB writes into the consumer's pinned buffer, cuMemcpyHtoD.
@@ -28,7 +28,7 @@
  * go of it; "reused", the same memory every round (the floor's consumer
  * keeps its mapping and the producer its handle; gpuipc registers cuda-ipc
  * memory GPUIPC_REGISTER_CACHEABLE, so the library keeps it mapped).
- * rtt is the socketpair's ping-pong (floor) or gpuipc_ping (gpuipc), median
+ * rtt is the socketpair's ping-pong (floor) or gpuipc_client_ping (gpuipc), median
  * of 1000, measured before the rounds.
  *
  * usage: gpu_bench all [ROUNDS]       CSV on stdout (ROUNDS 2..64, default 16)
@@ -167,7 +167,7 @@ static double rtt_p50(gpuipc_client *c, int sock, bool start)
         for (int i = 0; i < 1000; i++) {
                 double t0 = now_us();
                 if (c) {
-                        if (gpuipc_ping(c) < 0)
+                        if (gpuipc_client_ping(c) < 0)
                                 return NAN;
                 } else if (start) {
                         if (write(sock, &b, 1) != 1 || read(sock, &b, 1) != 1)
@@ -300,7 +300,7 @@ static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
                 } else if (g->sys == S_GPUIPC) {
                         unsigned fl = !g->fresh && g->kind == K_IPC ? GPUIPC_REGISTER_CACHEABLE : 0;
                         snprintf(name, sizeof(name), "bench/gpu/%d", i);
-                        GK(gpuipc_register_cuda(c, name, m.d, g->size, NULL, NULL, fl, &id));
+                        GK(gpuipc_cuda_register(c, name, m.d, g->size, NULL, NULL, fl, &id));
                 } else if (g->kind == K_IPC) {
                         static CUipcMemHandle h;
                         if (!exported)
@@ -328,7 +328,7 @@ static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
                 if (io_all(sock, &b, 1, false))         /* the consumer let go */
                         return 1;
                 if (g->sys == S_GPUIPC)
-                        GK(gpuipc_unregister(c, name));
+                        GK(gpuipc_name_unregister(c, name));
                 if (g->fresh) {
                         if (pmem_free(g, &m))
                                 return 1;
@@ -337,7 +337,7 @@ static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
         }
         /* Cached by the consumer: free only once nobody maps it. */
         if (g->sys == S_GPUIPC && !g->fresh && g->kind == K_IPC)
-                GK(gpuipc_wait_unmapped(c, id, 120000));
+                GK(gpuipc_reg_wait_unmapped(c, id, 120000));
         return pmem_free(g, &m);
 }
 
@@ -384,7 +384,7 @@ static int consumer(gpuipc_client *c, const struct cfg *g, int sock)
                         p = dd;
                 } else if (g->sys == S_GPUIPC) {
                         snprintf(name, sizeof(name), "bench/gpu/%d", i);
-                        GK(gpuipc_lookup(c, name, 600000, 0, &v));
+                        GK(gpuipc_view_lookup(c, name, 600000, 0, &v));
                         if (gpuipc_view_size(v) != g->size)
                                 return fail("view is %zu bytes, expected %llu",
                                             gpuipc_view_size(v), (unsigned long long)g->size);
@@ -464,7 +464,7 @@ static int role(char **argv)
         res_fd = 3;
         gpu_setup();
         if (g.sys == S_GPUIPC) {
-                GK(gpuipc_connect(NULL, &c));
+                GK(gpuipc_client_connect(NULL, &c));
                 gpu_client = c;
         }
         r = prod ? producer(c, &g, 4, 5) : consumer(c, &g, 5);

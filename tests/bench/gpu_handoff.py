@@ -133,7 +133,7 @@ def gi_consumer(prefix, n, res, ready, lib="torch"):
         import cupy
         w = cupy.full((1 << 20,), P, dtype=cupy.uint8)
         assert int((w != P).sum()) == 0
-    pr = Probe(["gpuipc_lookup"])
+    pr = Probe(["gpuipc_view_lookup"])
     c = gpuipc.connect()
     ready.set()
     for i in range(n):
@@ -155,14 +155,14 @@ def gi_consumer(prefix, n, res, ready, lib="torch"):
         del t
         v.release()
         del v
-        res.put((i, t1, t2, bad, pr.t_end["gpuipc_lookup"], t_lk, drv, calls))
+        res.put((i, t1, t2, bad, pr.t_end["gpuipc_view_lookup"], t_lk, drv, calls))
     c.close()
 
 
 def gi_producer(prefix, n, size, pattern, idle, res, go):
     import gpuipc
     warm_cuda()
-    pr = Probe(["gpuipc_register_cuda"])
+    pr = Probe(["gpuipc_cuda_register"])
     c = gpuipc.connect()
     go.wait()
     for i in range(n):
@@ -176,7 +176,7 @@ def gi_producer(prefix, n, size, pattern, idle, res, go):
         rid = c.register(f"{prefix}/{i}", x, cacheable=(pattern == "reused"))
         t_reg = time.monotonic()
         drv, calls = driver_delta(d0, pr.driver())
-        res.put(("t0", i, t0, t_reg - t0, pr.dur["gpuipc_register_cuda"], drv, calls))
+        res.put(("t0", i, t0, t_reg - t0, pr.dur["gpuipc_cuda_register"], drv, calls))
         c.wait_released(rid, timeout=120)
         if pattern == "fresh":
             c.unregister(f"{prefix}/{i}")

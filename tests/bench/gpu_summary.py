@@ -97,7 +97,7 @@ def py_table(py, c):
     sock = statistics.median([x for x in rtts if x == x]) if rtts else float("nan")
     ping = statistics.median([x for x in pings if x == x]) if pings else float("nan")
     print(f"### Reused blocks from Python against the socket round trip (target ≤ 3×)\n\n"
-          f"Socketpair round trip {sock:.1f} µs; gpuipc_ping {ping:.1f} µs (medians of the "
+          f"Socketpair round trip {sock:.1f} µs; gpuipc_client_ping {ping:.1f} µs (medians of the "
           f"C cases).\n")
     print("| idle, size | system | cuda-ipc reused | / socket rtt | / gpuipc ping |")
     print("| --- | --- | --- | --- | --- |")

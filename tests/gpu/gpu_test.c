@@ -12,7 +12,7 @@
  * CUDA_VISIBLE_DEVICES=0,1, the consumer sees CUDA_VISIBLE_DEVICES=1,0, so
  * its ordinal 0 (where gpu_setup() loads the kernels) is physical GPU 1 and
  * the buffers' home is its ordinal 1; it maps both kinds for its ordinal 0
- * with gpuipc_lookup_device() and counts the bytes there. */
+ * with gpuipc_view_lookup_device() and counts the bytes there. */
 #include <errno.h>
 #include <stdbool.h>
 #include <spawn.h>
@@ -44,9 +44,9 @@ static int produce_pool(gpuipc_client *c)
         fill(base, 64 * MiB, 11, 0, NULL);
         CK(cuCtxSynchronize());
         for (int i = 0; i < 3; i++)
-                GK(gpuipc_register_cuda(c, names[i], base + offs[i], MiB, NULL, NULL, 0, &ids[i]));
+                GK(gpuipc_cuda_register(c, names[i], base + offs[i], MiB, NULL, NULL, 0, &ids[i]));
         for (int i = 0; i < 3; i++)
-                GK(gpuipc_wait_released(c, ids[i], 30000));
+                GK(gpuipc_reg_wait_released(c, ids[i], 30000));
         CK(cuMemFree(base));
         return 0;
 }
@@ -65,11 +65,11 @@ static int produce_share(gpuipc_client *c)
         CK(cuCtxSynchronize());
         for (int i = 0; i < 200; i++) {
                 snprintf(name, sizeof(name), "gpu/share/%d", i);
-                GK(gpuipc_register_cuda(c, name, base[i / 20] + (uint64_t)(i % 20) * 200000,
+                GK(gpuipc_cuda_register(c, name, base[i / 20] + (uint64_t)(i % 20) * 200000,
                                         4096, NULL, NULL, 0, &ids[i]));
         }
         for (int i = 0; i < 200; i++)
-                GK(gpuipc_wait_released(c, ids[i], 60000));
+                GK(gpuipc_reg_wait_released(c, ids[i], 60000));
         for (int a = 0; a < 10; a++)
                 CK(cuMemFree(base[a]));
         return 0;
@@ -84,7 +84,7 @@ static int produce_vmm(gpuipc_client *c)
         GK(gpuipc_cudabuf_new(0, 64 * MiB, &b));
         fill(gpuipc_cudabuf_ptr(b), 64 * MiB, 23, 0, NULL);
         CK(cuCtxSynchronize());
-        GK(gpuipc_register_cuda(c, "gpu/vmm", gpuipc_cudabuf_ptr(b), 64 * MiB, NULL, NULL, 0,
+        GK(gpuipc_cuda_register(c, "gpu/vmm", gpuipc_cudabuf_ptr(b), 64 * MiB, NULL, NULL, 0,
                                 NULL));
         gpuipc_cudabuf_free(b);
         return 0;
@@ -98,8 +98,8 @@ static int produce_adopt(gpuipc_client *c)
         CK(cuMemAlloc(&p, 8 * MiB));
         fill(p, 8 * MiB, 31, 0, NULL);
         CK(cuCtxSynchronize());
-        GK(gpuipc_register_cuda(c, "gpu/adopt", p + MiB, 6 * MiB, NULL, NULL, 0, NULL));
-        GK(gpuipc_adopt(c, "gpu/adopt", &leases));
+        GK(gpuipc_cuda_register(c, "gpu/adopt", p + MiB, 6 * MiB, NULL, NULL, 0, NULL));
+        GK(gpuipc_name_adopt(c, "gpu/adopt", &leases));
         if (leases != 0)
                 return fail("adopt reported %u leases, expected 0", leases);
         /* Overwrite and free at once: the daemon's copy must not care. */
@@ -125,9 +125,9 @@ static int produce_event(gpuipc_client *c, bool control)
         CK(cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
         fill(p, 256 * MiB, 47, 400000000ull, s);
         CK(cuEventRecord(e, s));
-        GK(gpuipc_register_cuda(c, control ? "gpu/event-control" : "gpu/event", p, 256 * MiB,
+        GK(gpuipc_cuda_register(c, control ? "gpu/event-control" : "gpu/event", p, 256 * MiB,
                                 NULL, e, 0, &id));
-        GK(gpuipc_wait_released(c, id, 60000));
+        GK(gpuipc_reg_wait_released(c, id, 60000));
         CK(cuStreamSynchronize(s));
         CK(cuMemFree(p));
         return 0;
@@ -144,17 +144,17 @@ static int produce_peer(gpuipc_client *c)
         GK(gpuipc_cudabuf_new(0, 8 * MiB, &b));
         fill(gpuipc_cudabuf_ptr(b), 8 * MiB, 59, 0, NULL);
         CK(cuCtxSynchronize());
-        GK(gpuipc_register_cuda(c, "gpu/peer/vmm", gpuipc_cudabuf_ptr(b), 8 * MiB, NULL, NULL, 0,
+        GK(gpuipc_cuda_register(c, "gpu/peer/vmm", gpuipc_cudabuf_ptr(b), 8 * MiB, NULL, NULL, 0,
                                 NULL));
         gpuipc_cudabuf_free(b);
-        GK(gpuipc_register_cuda(c, "gpu/peer/ipc", p + MiB, 4 * MiB, NULL, NULL, 0, &id));
+        GK(gpuipc_cuda_register(c, "gpu/peer/ipc", p + MiB, 4 * MiB, NULL, NULL, 0, &id));
         /* A consumer without peer access looks it up twice (the -EXDEV
          * probe, then the copy); it unregisters before its last release, so
          * the memory may go once a release finds the name gone. */
         for (;;) {
                 gpuipc_list *l = NULL;
-                GK(gpuipc_wait_released(c, id, 60000));
-                if (gpuipc_stat(c, "gpu/peer/ipc", &l) == -ENOENT)
+                GK(gpuipc_reg_wait_released(c, id, 60000));
+                if (gpuipc_name_stat(c, "gpu/peer/ipc", &l) == -ENOENT)
                         break;
                 gpuipc_list_free(l);
         }
@@ -177,7 +177,7 @@ static int consume_pool(gpuipc_client *c)
         for (int k = 0; k < 3; k++) {
                 int i = (k + 2) % 3;
                 t0 = now_us();
-                GK(gpuipc_lookup(c, names[i], 30000, 0, &v[i]));
+                GK(gpuipc_view_lookup(c, names[i], 30000, 0, &v[i]));
                 if (k == 0)
                         t_cold = now_us() - t0;
                 else if (k == 1)
@@ -216,7 +216,7 @@ static int consume_share(gpuipc_client *c)
 
         for (int i = 0; i < 200; i++) {
                 snprintf(name, sizeof(name), "gpu/share/%d", i);
-                GK(gpuipc_lookup(c, name, 30000, 0, &v[i]));
+                GK(gpuipc_view_lookup(c, name, 30000, 0, &v[i]));
                 if (count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v[i]), 4096,
                               (unsigned)(i / 20), (uint64_t)(i % 20) * 200000) != 0)
                         return fail("%s: wrong bytes", name);
@@ -243,7 +243,7 @@ static int consume_simple(gpuipc_client *c, const char *name, gpuipc_kind kind, 
         gpuipc_view *v;
         double t0 = now_us(), t;
 
-        GK(gpuipc_lookup(c, name, 30000, 0, &v));
+        GK(gpuipc_view_lookup(c, name, 30000, 0, &v));
         t = now_us() - t0;
         if (gpuipc_view_info(v)->kind != kind || gpuipc_view_size(v) != size)
                 return fail("%s: kind %d size %zu", name, gpuipc_view_info(v)->kind,
@@ -263,7 +263,7 @@ static int consume_event(gpuipc_client *c, bool control)
                 return consume_simple(c, "gpu/event", GPUIPC_KIND_CUDA_IPC, 256 * MiB, 47, 0);
         /* Control: skip the wait.  Reading at once should see stale bytes;
          * if it does not, the ordering case above proved nothing. */
-        GK(gpuipc_lookup(c, "gpu/event-control", 30000, GPUIPC_LOOKUP_NO_SYNC, &v));
+        GK(gpuipc_view_lookup(c, "gpu/event-control", 30000, GPUIPC_LOOKUP_NO_SYNC, &v));
         bad = count_bad((CUdeviceptr)(uintptr_t)gpuipc_view_data(v), 256 * MiB, 47, 0);
         printf("control: reading without waiting on the event saw %llu stale bytes of %llu\n",
                bad, 256 * MiB);
@@ -281,13 +281,13 @@ static int consume_peer_one(gpuipc_client *c, const char *name, uint64_t size, u
         int r;
 
         if (!can_peer) {
-                r = gpuipc_lookup_device(c, name, 30000, 0, 0, &v);
+                r = gpuipc_view_lookup_device(c, name, 30000, 0, 0, &v);
                 if (r != -EXDEV)
                         return fail("%s without peer access: %d, expected -EXDEV", name, r);
                 printf("no peer access: %s\n", gpuipc_errmsg(c));
         }
         t0 = now_us();
-        GK(gpuipc_lookup_device(c, name, 30000, flags, 0, &v));
+        GK(gpuipc_view_lookup_device(c, name, 30000, flags, 0, &v));
         if (!strcmp(gpuipc_view_info(v)->device, here))
                 return fail("%s lives on %s, this process's device 0: not a cross-device case",
                             name, here);
@@ -298,7 +298,7 @@ static int consume_peer_one(gpuipc_client *c, const char *name, uint64_t size, u
                 return fail("%s: wrong bytes on the consumer's GPU", name);
         printf("timing %s %s lookup_us=%.0f\n", name, can_peer ? "peer" : "copy", now_us() - t0);
         if (!strcmp(name, "gpu/peer/ipc"))
-                GK(gpuipc_unregister(c, name));         /* the producer's cue */
+                GK(gpuipc_name_unregister(c, name));         /* the producer's cue */
         GK(gpuipc_view_release(v));
         return 0;
 }
@@ -310,13 +310,14 @@ static int consume_peer(gpuipc_client *c)
         int can, r;
 
         GK(gpuipc_cuda_status_get(&s));
-        if (s->n_devices < 2 || !s->peer_access) {
+        if (s->n_devices < 2) {
                 gpuipc_cuda_status_free(s);
                 return fail("the consumer sees fewer than 2 GPUs");
         }
-        snprintf(here, sizeof(here), "%s", s->devices[0].uuid);
-        can = s->peer_access[0 * s->n_devices + 1] == 1;
-        printf("peer: consumer GPU %s, peer access to GPU %s: %s\n", here, s->devices[1].uuid,
+        snprintf(here, sizeof(here), "%s", gpuipc_cuda_status_device(s, 0)->uuid);
+        can = gpuipc_cuda_status_peer(s, 0, 1) == 1;
+        printf("peer: consumer GPU %s, peer access to GPU %s: %s\n", here,
+               gpuipc_cuda_status_device(s, 1)->uuid,
                can ? "yes" : "no");
         gpuipc_cuda_status_free(s);
         r = consume_peer_one(c, "gpu/peer/ipc", 4 * MiB, 53, MiB, can, here);
@@ -337,8 +338,8 @@ static int self_lookup(gpuipc_client *c)
         int r = 0;
 
         CK(cuMemAlloc(&p, 2 * MiB));
-        GK(gpuipc_register_cuda(c, "gpu/self", p + 4096, 8192, NULL, NULL, 0, NULL));
-        GK(gpuipc_lookup(c, "gpu/self", 0, 0, &v));
+        GK(gpuipc_cuda_register(c, "gpu/self", p + 4096, 8192, NULL, NULL, 0, NULL));
+        GK(gpuipc_view_lookup(c, "gpu/self", 0, 0, &v));
         if ((CUdeviceptr)(uintptr_t)gpuipc_view_data(v) != p + 4096)
                 r = fail("same-process lookup returned %p, not the producer's pointer",
                          gpuipc_view_data(v));
@@ -355,7 +356,7 @@ static int role(const char *who, const char *name)
         int r;
 
         gpu_setup();
-        GK(gpuipc_connect(NULL, &c));
+        GK(gpuipc_client_connect(NULL, &c));
         gpu_client = c;
         if (!strcmp(who, "producer"))
                 r = !strcmp(name, "pool") ? produce_pool(c) :

@@ -24,14 +24,14 @@
  *     memory is then overwritten and freed, the copy must not change.
  *     "ready".
  *   helper-alloc explain
- *     Prints "PATH TEXT" of gpuipc_explain() for cuMemAlloc memory, VMM
+ *     Prints "PATH TEXT" of gpuipc_cuda_explain() for cuMemAlloc memory, VMM
  *     chunks, an exportable pool and the default pool (with and without
  *     GPUIPC_REGISTER_COPY), one line each.
  *   helper-alloc cacheipc NAME SEED
  *     cuMemAlloc's 8 MiB and registers NAME/a (4 MiB at 0) and NAME/b
  *     (4 MiB at 4 MiB) with GPUIPC_REGISTER_CACHEABLE.  "ready", then
  *     "released R" once NAME/a's lease went (R the result of
- *     gpuipc_wait_released); on the line "unregister" it unregisters both
+ *     gpuipc_reg_wait_released); on the line "unregister" it unregisters both
  *     and waits for unmapped:
  *     "unmapped R" (R the result), then frees the memory.
  *   helper-alloc lookup NAME
@@ -96,7 +96,7 @@ static int fill(CUdeviceptr p, size_t n, uint32_t seed)
 
 static int reg(gpuipc_client *c, const char *name, CUdeviceptr p, size_t n, unsigned flags)
 {
-        int r = gpuipc_register_cuda(c, name, p, n, NULL, NULL, flags, NULL);
+        int r = gpuipc_cuda_register(c, name, p, n, NULL, NULL, flags, NULL);
 
         if (r < 0)
                 fprintf(stderr, "helper-alloc: register %s: %s\n", name, gpuipc_errmsg(c));
@@ -132,7 +132,7 @@ static void ready(const char *what)
 
 static void refused(gpuipc_client *c, const char *name, CUdeviceptr p, size_t n)
 {
-        int r = gpuipc_register_cuda(c, name, p, n, NULL, NULL, 0, NULL);
+        int r = gpuipc_cuda_register(c, name, p, n, NULL, NULL, 0, NULL);
 
         if (r == 0)
                 printf("registered?\n");
@@ -187,14 +187,14 @@ static int run_pool(gpuipc_client *c, const char *name, uint32_t seed)
             fill(a, 1u << 20, seed) < 0 || fill(b, 3000, seed + 1) < 0)
                 return 4;
         snprintf(nb, sizeof(nb), "%s-b", name);
-        if (gpuipc_register_cuda(c, name, a, 1u << 20, NULL, NULL, 0, &ida) < 0 ||
-            gpuipc_register_cuda(c, nb, b + 100, 2900, NULL, NULL, 0, &idb) < 0) {
+        if (gpuipc_cuda_register(c, name, a, 1u << 20, NULL, NULL, 0, &ida) < 0 ||
+            gpuipc_cuda_register(c, nb, b + 100, 2900, NULL, NULL, 0, &idb) < 0) {
                 fprintf(stderr, "helper-alloc: register: %s\n", gpuipc_errmsg(c));
                 return 6;
         }
         ready("ready");
         /* CUDA wants importers to free first: wait for both releases. */
-        if (gpuipc_wait_released(c, ida, 20000) < 0 || gpuipc_wait_released(c, idb, 20000) < 0)
+        if (gpuipc_reg_wait_released(c, ida, 20000) < 0 || gpuipc_reg_wait_released(c, idb, 20000) < 0)
                 return 7;
         ready("released");
         if (drv.cuMemFree_v2(a) || drv.cuMemFree_v2(b) || drv.cuMemPoolDestroy(pool))
@@ -230,19 +230,19 @@ static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
                 return 4;
         snprintf(na, sizeof(na), "%s/a", name);
         snprintf(nb, sizeof(nb), "%s/b", name);
-        if (gpuipc_register_cuda(c, na, a, 4u << 20, NULL, NULL, GPUIPC_REGISTER_CACHEABLE,
+        if (gpuipc_cuda_register(c, na, a, 4u << 20, NULL, NULL, GPUIPC_REGISTER_CACHEABLE,
                                  &ida) < 0 ||
             reg(c, nb, a + (4u << 20), 4u << 20, GPUIPC_REGISTER_CACHEABLE) < 0)
                 return 6;
         ready("ready");
         /* A lookup and release of NAME/a by the test comes first. */
-        printf("released %d\n", gpuipc_wait_released(c, ida, 5000));
+        printf("released %d\n", gpuipc_reg_wait_released(c, ida, 5000));
         fflush(stdout);
         if (!fgets(line, sizeof(line), stdin) || strncmp(line, "unregister", 10) != 0)
                 return 7;
-        if (gpuipc_unregister(c, na) < 0 || gpuipc_unregister(c, nb) < 0)
+        if (gpuipc_name_unregister(c, na) < 0 || gpuipc_name_unregister(c, nb) < 0)
                 return 8;
-        r = gpuipc_wait_unmapped(c, ida, 10000);
+        r = gpuipc_reg_wait_unmapped(c, ida, 10000);
         printf("unmapped %d\n", r);
         fflush(stdout);
         return drv.cuMemFree_v2(a) ? 9 : 0;
@@ -251,9 +251,9 @@ static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
 static void explain_line(CUdeviceptr p, size_t n, unsigned flags)
 {
         char text[1024];
-        int r = gpuipc_explain(p, n, flags, text, sizeof(text));
+        int r = gpuipc_cuda_explain(p, n, flags, text, sizeof(text));
 
-        printf("%s %s\n", r < 0 ? "error" : gpuipc_path_name(r), text);
+        printf("%s %s\n", r < 0 ? "error" : gpuipc_cuda_path_name(r), text);
 }
 
 static int run_explain(void)
@@ -284,7 +284,7 @@ static int run_lookup(gpuipc_client *c, const char *name)
 {
         gpuipc_view *v = NULL;
         const uint8_t *p;
-        int r = gpuipc_lookup(c, name, 5000, 0, &v);
+        int r = gpuipc_view_lookup(c, name, 5000, 0, &v);
 
         if (r < 0) {
                 printf("err %d %s\n", r, gpuipc_errmsg(c));
@@ -316,7 +316,7 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[1], "explain") == 0)
                 return run_explain();
-        if (argc < 3 || gpuipc_connect(NULL, &c) < 0)
+        if (argc < 3 || gpuipc_client_connect(NULL, &c) < 0)
                 return 3;
         if (strcmp(argv[1], "lookup") == 0) {
                 r = run_lookup(c, argv[2]);

@@ -49,12 +49,12 @@ int main(int argc, char **argv)
                 else
                         return USAGE;
         }
-        r = gpuipc_connect(NULL, &c);
+        r = gpuipc_client_connect(NULL, &c);
         if (r < 0) {
                 fprintf(stderr, "helper-consumer: connect: %s\n", gpuipc_strerror(r));
                 return NO_CONNECT;
         }
-        r = gpuipc_lookup(c, argv[1], timeout, 0, &v);
+        r = gpuipc_view_lookup(c, argv[1], timeout, 0, &v);
         if (r < 0) {
                 if (r != -ENOENT && r != -ETIMEDOUT)
                         fprintf(stderr, "helper-consumer: lookup %s: %s\n", argv[1], gpuipc_strerror(r));

@@ -100,7 +100,7 @@ static int run_ipc(gpuipc_client *c, char **argv, int argc)
                         snprintf(name, sizeof(name), "%s", argv[2]);
                 else
                         snprintf(name, sizeof(name), "%s/%u", argv[2], i);
-                r = gpuipc_register_cuda(c, name, p, REG_SIZE, NULL, ev, 0, NULL);
+                r = gpuipc_cuda_register(c, name, p, REG_SIZE, NULL, ev, 0, NULL);
                 if (r < 0) {
                         fprintf(stderr, "helper-cuda-producer: register %s: %s\n", name,
                                 gpuipc_errmsg(c));
@@ -149,7 +149,7 @@ static int run_vmm(gpuipc_client *c, char **argv, int argc)
                         snprintf(name, sizeof(name), "%s", argv[2]);
                 else
                         snprintf(name, sizeof(name), "%s/%u", argv[2], i);
-                if (gpuipc_register_cuda(c, name, gpuipc_cudabuf_ptr(b[i]), size, NULL, NULL, 0,
+                if (gpuipc_cuda_register(c, name, gpuipc_cudabuf_ptr(b[i]), size, NULL, NULL, 0,
                                          NULL) < 0) {
                         fprintf(stderr, "helper-cuda-producer: register %s: %s\n", name,
                                 gpuipc_errmsg(c));
@@ -171,7 +171,7 @@ static int adopt_one(gpuipc_client *c, const char *base, const char *leaf)
         uint32_t leases = 1;
 
         snprintf(name, sizeof(name), "%s/%s", base, leaf);
-        if (gpuipc_adopt(c, name, &leases) < 0) {
+        if (gpuipc_name_adopt(c, name, &leases) < 0) {
                 fprintf(stderr, "helper-cuda-producer: adopt %s: %s\n", name, gpuipc_errmsg(c));
                 return -1;
         }
@@ -209,16 +209,16 @@ static int run_adopt(gpuipc_client *c, char **argv)
             fill(p + ADOPT_B_OFF, ADOPT_B_SIZE, seed + 2) < 0)
                 return 4;
         snprintf(name, sizeof(name), "%s/vmm", argv[2]);
-        r = gpuipc_register_cuda(c, name, gpuipc_cudabuf_ptr(b), ADOPT_VMM_SIZE, NULL, NULL, 0,
+        r = gpuipc_cuda_register(c, name, gpuipc_cudabuf_ptr(b), ADOPT_VMM_SIZE, NULL, NULL, 0,
                                  NULL);
         if (r == 0) {
                 snprintf(name, sizeof(name), "%s/a", argv[2]);
-                r = gpuipc_register_cuda(c, name, p + ADOPT_A_OFF, ADOPT_A_SIZE, NULL, NULL, 0,
+                r = gpuipc_cuda_register(c, name, p + ADOPT_A_OFF, ADOPT_A_SIZE, NULL, NULL, 0,
                                          NULL);
         }
         if (r == 0) {
                 snprintf(name, sizeof(name), "%s/b", argv[2]);
-                r = gpuipc_register_cuda(c, name, p + ADOPT_B_OFF, ADOPT_B_SIZE, NULL, NULL, 0,
+                r = gpuipc_cuda_register(c, name, p + ADOPT_B_OFF, ADOPT_B_SIZE, NULL, NULL, 0,
                                          NULL);
         }
         if (r < 0) {
@@ -250,7 +250,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "helper-cuda-producer: no driver: %s\n", why);
                 return 4;
         }
-        r = gpuipc_connect(NULL, &c);
+        r = gpuipc_client_connect(NULL, &c);
         if (r < 0) {
                 fprintf(stderr, "helper-cuda-producer: connect: %s\n", gpuipc_strerror(r));
                 return 3;

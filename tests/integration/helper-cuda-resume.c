@@ -21,12 +21,12 @@
  *                               revocable)                  -> id N
  *   hreg NAME SIZE SEED         host buffer of h_pattern(i, SEED), registered
  *                               durable; the hostbuf is freed at once -> id N
- *   adopt NAME                  gpuipc_adopt()              -> leases L
+ *   adopt NAME                  gpuipc_name_adopt()              -> leases L
  *   free NAME                   the memory behind NAME (vmm: the cudabuf,
  *                               vmm2: NAME is the base name; ipc: the whole
  *                               allocation overwritten with 0x5a, then
  *                               cuMemFree)                  -> ok
- *   unreg NAME                  gpuipc_unregister()         -> ok
+ *   unreg NAME                  gpuipc_name_unregister()         -> ok
  *   lookup NAME                 keeps the view              -> id N
  *   check NAME SEED             every byte of the view      -> ok | bad
  *   release NAME                gpuipc_view_release()       -> ok
@@ -269,7 +269,7 @@ static int do_vmm(char **a)
                 return say("err %d cudabuf: %s", r, gpuipc_strerror(r));
         }
         e->cb = b;
-        r = gpuipc_register_cuda(c, a[0], gpuipc_cudabuf_ptr(b), size, NULL, NULL, 0, &id);
+        r = gpuipc_cuda_register(c, a[0], gpuipc_cudabuf_ptr(b), size, NULL, NULL, 0, &id);
         if (r < 0)
                 return reply_err(r);
         return say("id %" PRIu64, id);
@@ -308,7 +308,7 @@ static int do_vmm2(char **a)
         e->cb = b;
         for (int i = 0; i < 2; i++) {
                 snprintf(name, sizeof(name), "%s/%d", a[0], i);
-                r = gpuipc_register_cuda(c, name, gpuipc_cudabuf_ptr(b) + (i ? off : 0), size,
+                r = gpuipc_cuda_register(c, name, gpuipc_cudabuf_ptr(b) + (i ? off : 0), size,
                                          NULL, NULL, 0, &id[i]);
                 if (r < 0)
                         return reply_err(r);
@@ -350,7 +350,7 @@ static int do_ipc(char **a)
              cu->cuEventRecord(ev, NULL) != CUDA_SUCCESS))
                 return say("err -5 event failed");
         e->ev = ev;
-        r = gpuipc_register_cuda(c, a[0], p + off, size, NULL, ev, 0, &id);
+        r = gpuipc_cuda_register(c, a[0], p + off, size, NULL, ev, 0, &id);
         if (r < 0)
                 return reply_err(r);
         return say("id %" PRIu64, id);
@@ -375,7 +375,7 @@ static int do_hreg(char **a)
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < size; i++)
                 p[i] = h_pattern(i, seed);
-        r = gpuipc_register_host(c, a[0], b, NULL, 0, &id);
+        r = gpuipc_hostbuf_register(c, a[0], b, NULL, 0, &id);
         gpuipc_hostbuf_free(b);
         if (r < 0)
                 return reply_err(r);
@@ -389,7 +389,7 @@ static int do_adopt(const char *name)
 
         if (!name)
                 return say("err usage adopt NAME");
-        r = gpuipc_adopt(c, name, &leases);
+        r = gpuipc_name_adopt(c, name, &leases);
         if (r < 0)
                 return reply_err(r);
         return say("leases %" PRIu32, leases);
@@ -437,7 +437,7 @@ static int do_lookup(const char *name)
         e = find(name, true);
         if (!e || e->view)
                 return say("err usage %s: no slot, or a view is already held", name);
-        r = gpuipc_lookup(c, name, 0, 0, &v);
+        r = gpuipc_view_lookup(c, name, 0, 0, &v);
         if (r < 0) {
                 forget(e);
                 return reply_err(r);
@@ -502,7 +502,7 @@ static int do_unreg(const char *name)
 
         if (!name)
                 return say("err usage unreg NAME");
-        r = gpuipc_unregister(c, name);
+        r = gpuipc_name_unregister(c, name);
         if (r < 0)
                 return reply_err(r);
         return say("ok");
@@ -516,7 +516,7 @@ static int do_stat(const char *name)
 
         if (!name)
                 return say("err usage stat NAME");
-        r = gpuipc_stat(c, name, &l);
+        r = gpuipc_name_stat(c, name, &l);
         if (r < 0)
                 return reply_err(r);
         if (gpuipc_list_count(l) != 1) {
@@ -569,7 +569,7 @@ int main(void)
                 fprintf(stderr, "helper-cuda-resume: no driver: %s\n", why);
                 return 4;
         }
-        r = gpuipc_connect(NULL, &c);
+        r = gpuipc_client_connect(NULL, &c);
         if (r < 0) {
                 fprintf(stderr, "helper-cuda-resume: connect: %s\n", gpuipc_strerror(r));
                 return 3;
@@ -604,7 +604,7 @@ int main(void)
                 else if (strcmp(cmd, "stat") == 0)
                         do_stat(a[0]);
                 else if (strcmp(cmd, "ping") == 0) {
-                        r = gpuipc_ping(c);
+                        r = gpuipc_client_ping(c);
                         if (r < 0)
                                 reply_err(r);
                         else

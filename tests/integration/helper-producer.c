@@ -53,7 +53,7 @@ int main(int argc, char **argv)
                 else
                         return USAGE;
         }
-        r = gpuipc_connect(NULL, &c);
+        r = gpuipc_client_connect(NULL, &c);
         if (r < 0) {
                 fprintf(stderr, "helper-producer: connect: %s\n", gpuipc_strerror(r));
                 return NO_CONNECT;
@@ -73,7 +73,7 @@ int main(int argc, char **argv)
                 p[i] = h_pattern(i, seed);
         if (ephemeral)
                 flags |= GPUIPC_REGISTER_EPHEMERAL;
-        r = gpuipc_register_host(c, argv[1], b, NULL, flags, &id);
+        r = gpuipc_hostbuf_register(c, argv[1], b, NULL, flags, &id);
         /* the daemon holds the memory now */
         gpuipc_hostbuf_free(b);
         if (r < 0) {

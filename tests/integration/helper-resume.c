@@ -13,7 +13,7 @@
  *   check NAME SEED                  every byte of the view    -> ok | bad
  *   release NAME                     gpuipc_view_release()     -> ok
  *   ping                             -> ok
- *   waitrel ID MS                    gpuipc_wait_released()    -> ok
+ *   waitrel ID MS                    gpuipc_reg_wait_released()    -> ok
  *   stat NAME                        -> id N leases L connected 0|1 pid P eph 0|1
  *   quit                             frees the client, exits 0 -> bye
  *
@@ -110,7 +110,7 @@ static int do_reg(char *name, char *size_s, char *seed_s, char *opt1, char *opt2
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < size; i++)
                 p[i] = h_pattern(i, seed);
-        r = gpuipc_register_host(c, name, b, NULL, eph ? GPUIPC_REGISTER_EPHEMERAL : 0, &id);
+        r = gpuipc_hostbuf_register(c, name, b, NULL, eph ? GPUIPC_REGISTER_EPHEMERAL : 0, &id);
         if (r < 0) {
                 gpuipc_hostbuf_free(b);
                 return reply_err(r);
@@ -130,7 +130,7 @@ static int do_unreg(const char *name)
 
         if (!name)
                 return reply("err usage unreg NAME");
-        r = gpuipc_unregister(c, name);
+        r = gpuipc_name_unregister(c, name);
         if (r < 0)
                 return reply_err(r);
         e = find(name, false);
@@ -155,7 +155,7 @@ static int do_lookup(const char *name)
                 return reply("err usage more than %d names", MAX_ENTRIES);
         if (e->view)
                 return reply("err usage %s: a view is already held", name);
-        r = gpuipc_lookup(c, name, 0, 0, &v);
+        r = gpuipc_view_lookup(c, name, 0, 0, &v);
         if (r < 0) {
                 forget(e);
                 return reply_err(r);
@@ -211,7 +211,7 @@ static int do_waitrel(const char *id_s, const char *ms_s)
 
         if (!id_s || !ms_s)
                 return reply("err usage waitrel ID MS");
-        r = gpuipc_wait_released(c, strtoull(id_s, NULL, 0), atoi(ms_s));
+        r = gpuipc_reg_wait_released(c, strtoull(id_s, NULL, 0), atoi(ms_s));
         if (r < 0)
                 return reply_err(r);
         return reply("ok");
@@ -225,7 +225,7 @@ static int do_stat(const char *name)
 
         if (!name)
                 return reply("err usage stat NAME");
-        r = gpuipc_stat(c, name, &l);
+        r = gpuipc_name_stat(c, name, &l);
         if (r < 0)
                 return reply_err(r);
         if (gpuipc_list_count(l) != 1) {
@@ -255,7 +255,7 @@ int main(void)
         char line[1024];
         int r;
 
-        r = gpuipc_connect(NULL, &c);
+        r = gpuipc_client_connect(NULL, &c);
         if (r < 0) {
                 fprintf(stderr, "helper-resume: connect: %s\n", gpuipc_strerror(r));
                 return 3;
@@ -278,7 +278,7 @@ int main(void)
                 else if (strcmp(cmd, "release") == 0)
                         do_release(a[0]);
                 else if (strcmp(cmd, "ping") == 0) {
-                        r = gpuipc_ping(c);
+                        r = gpuipc_client_ping(c);
                         if (r < 0)
                                 reply_err(r);
                         else

@@ -93,7 +93,7 @@ struct reg_args {
         const char *name;
         gpuipc_access access;   /* all zero and !set: the default rule */
         bool set;
-        int want;               /* register's (or gpuipc_access_set's) expected result */
+        int want;               /* register's (or gpuipc_client_set_access's) expected result */
 };
 
 static int do_register(void *p)
@@ -103,10 +103,10 @@ static int do_register(void *p)
         gpuipc_hostbuf *b = NULL;
         int r;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
                 return 10;
         if (a->set) {
-                r = gpuipc_access_set(c, &a->access);
+                r = gpuipc_client_set_access(c, &a->access);
                 if (r < 0) {
                         gpuipc_hostbuf_free(b);
                         gpuipc_client_free(c);
@@ -114,7 +114,7 @@ static int do_register(void *p)
                 }
         }
         /* durable: it outlives this process, owned by its uid */
-        r = gpuipc_register_host(c, a->name, b, NULL, 0, NULL);
+        r = gpuipc_hostbuf_register(c, a->name, b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
         return r == a->want ? 0 : 12;
@@ -139,15 +139,15 @@ static int do_probe(void *p)
         gpuipc_list *l = NULL;
         int rl, rs, n;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                 return 10;
-        rl = gpuipc_lookup(c, name, 0, 0, &v);
+        rl = gpuipc_view_lookup(c, name, 0, 0, &v);
         if (v)
                 gpuipc_view_release(v);
-        rs = gpuipc_stat(c, name, &l);
+        rs = gpuipc_name_stat(c, name, &l);
         gpuipc_list_free(l);
         l = NULL;
-        if (gpuipc_list_fetch(c, name, &l) < 0)
+        if (gpuipc_list_fetch(c, name, 0, &l) < 0)
                 return 11;
         n = (int)gpuipc_list_count(l);
         gpuipc_list_free(l);
@@ -177,10 +177,10 @@ Test(access, default_owner_only)
         cr_expect_eq(probe(WHO(OWNER), "acc/a"), 0, "the owner's uid sees it");
         cr_expect_eq(probe(WHO(OTHER), "acc/a"), 1, "another uid must not");
         /* root sees it */
-        cr_assert_eq(gpuipc_connect(h_d.sock, &root), 0);
-        cr_expect_eq(gpuipc_lookup(root, "acc/a", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &root), 0);
+        cr_expect_eq(gpuipc_view_lookup(root, "acc/a", 0, 0, &v), 0);
         gpuipc_view_release(v);
-        cr_assert_eq(gpuipc_list_fetch(root, "acc", &l), 0);
+        cr_assert_eq(gpuipc_list_fetch(root, "acc", 0, &l), 0);
         cr_expect_eq(gpuipc_list_count(l), 1);
         gpuipc_list_free(l);
         gpuipc_client_free(root);
@@ -192,9 +192,9 @@ static int do_unregister(void *p)
         gpuipc_client *c = NULL;
         int r;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                 return 10;
-        r = gpuipc_unregister(c, p);
+        r = gpuipc_name_unregister(c, p);
         gpuipc_client_free(c);
         return r == 0 ? 0 : r == -ENOENT ? 1 : r == -EPERM ? 2 : 3;
 }
@@ -205,7 +205,7 @@ Test(access, unregister_owner_or_root)
 
         start(NULL);
         reg_as(OWNER, "acc/hidden", NULL);
-        reg_as(OWNER, "acc/shared", &(gpuipc_access){ .uids = other, .n_uids = 1 });
+        reg_as(OWNER, "acc/shared", &(gpuipc_access){ .size = sizeof(gpuipc_access), .uids = other, .n_uids = 1 });
         /* not visible: not_found, so existence is not revealed */
         cr_expect_eq(as_user(WHO(OTHER), do_unregister, "acc/hidden"), 1);
         /* visible, but not the owner's uid: permission */
@@ -219,7 +219,7 @@ Test(access, allowed_uid)
         static const uint32_t uids[] = { 1, OTHER };
 
         start(NULL);
-        reg_as(OWNER, "acc/u", &(gpuipc_access){ .uids = uids, .n_uids = 2 });
+        reg_as(OWNER, "acc/u", &(gpuipc_access){ .size = sizeof(gpuipc_access), .uids = uids, .n_uids = 2 });
         cr_expect_eq(probe(WHO(OTHER), "acc/u"), 0);
         cr_expect_eq(probe(WHO(THIRD), "acc/u"), 1);
         h_daemon_stop(&h_d);
@@ -232,7 +232,7 @@ Test(access, allowed_gid_primary_and_supplementary)
         struct who prim = { .uid = THIRD, .gid = GID };
 
         start(NULL);
-        reg_as(OWNER, "acc/g", &(gpuipc_access){ .gids = gids, .n_gids = 1 });
+        reg_as(OWNER, "acc/g", &(gpuipc_access){ .size = sizeof(gpuipc_access), .gids = gids, .n_gids = 1 });
         cr_expect_eq(probe(&supp, "acc/g"), 0, "supplementary group");
         cr_expect_eq(probe(&prim, "acc/g"), 0, "primary group");
         cr_expect_eq(probe(WHO(THIRD), "acc/g"), 1);
@@ -244,23 +244,23 @@ Test(access, allowed_group_by_name)
         struct who member = { .uid = OTHER, .gid = OTHER, .groups = { NOGROUP }, .ngroups = 1 };
         /* the library resolves the name, in the producer */
         struct reg_args bad = { .name = "acc/bad", .set = true, .want = -ENOENT,
-                                .access = { .group = "no-such-group-gpuipc" } };
+                                .access = { .size = sizeof(gpuipc_access), .group = "no-such-group-gpuipc" } };
 
         if (!getgrnam("nogroup"))
                 cr_skip_test("no group named nogroup");
         start(NULL);
-        reg_as(OWNER, "acc/n", &(gpuipc_access){ .group = "nogroup" });
+        reg_as(OWNER, "acc/n", &(gpuipc_access){ .size = sizeof(gpuipc_access), .group = "nogroup" });
         cr_expect_eq(probe(&member, "acc/n"), 0);
         cr_expect_eq(probe(WHO(THIRD), "acc/n"), 1);
         cr_expect_eq(as_user(WHO(OWNER), do_register, &bad), 0,
-                     "unknown group: gpuipc_access_set fails with ENOENT");
+                     "unknown group: gpuipc_client_set_access fails with ENOENT");
         h_daemon_stop(&h_d);
 }
 
 Test(access, public)
 {
         start(NULL);
-        reg_as(OWNER, "acc/p", &(gpuipc_access){ .public_ = 1 });
+        reg_as(OWNER, "acc/p", &(gpuipc_access){ .size = sizeof(gpuipc_access), .public_ = 1 });
         cr_expect_eq(probe(WHO(OTHER), "acc/p"), 0);
         cr_expect_eq(probe(WHO(THIRD), "acc/p"), 0);
         h_daemon_stop(&h_d);
@@ -280,12 +280,12 @@ static int do_list_revoke(void *p)
         size_t n;
         int r = 0;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_list_fetch(c, "acc", &l) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0 || gpuipc_list_fetch(c, "acc", 0, &l) < 0)
                 return 10;
         n = gpuipc_list_count(l);
         gpuipc_list_free(l);
         if (a->revoke)
-                r = gpuipc_revoke(c, a->revoke, NULL);
+                r = gpuipc_name_revoke(c, a->revoke, NULL);
         gpuipc_client_free(c);
         if (n != a->want)
                 return 11;
@@ -326,9 +326,9 @@ static int do_wait(void *p)
         gpuipc_view *v = NULL;
         int r;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                 return 10;
-        r = gpuipc_lookup(c, a->name, a->timeout_ms, 0, &v);
+        r = gpuipc_view_lookup(c, a->name, a->timeout_ms, 0, &v);
         if (v)
                 gpuipc_view_release(v);
         gpuipc_client_free(c);
@@ -347,7 +347,7 @@ Test(access, waiting_lookup_not_satisfied_by_hidden)
         p2 = as_user_start(WHO(OTHER), do_wait, &allowed);
         h_sleep_ms(300);        /* both are waiting by now */
         reg_as(OWNER, "acc/w", NULL);
-        reg_as(OWNER, "acc/w2", &(gpuipc_access){ .uids = other, .n_uids = 1 });
+        reg_as(OWNER, "acc/w2", &(gpuipc_access){ .size = sizeof(gpuipc_access), .uids = other, .n_uids = 1 });
         cr_expect_eq(as_user_wait(p1), 0, "a hidden registration must not end the wait");
         cr_expect_eq(as_user_wait(p2), 0, "an allowed one must");
         h_daemon_stop(&h_d);
@@ -360,13 +360,13 @@ static int do_watch(void *p)
         gpuipc_event *e = NULL;
         int r;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_watch(c, "acc") < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0 || gpuipc_event_watch(c, "acc") < 0)
                 return 10;
         if (write(ready[1], "x", 1) != 1)
                 return 11;
         /* The hidden registration comes first: the first event must be
          * the public one's. */
-        r = gpuipc_next_event(c, 5000, &e);
+        r = gpuipc_event_next(c, 5000, &e);
         if (r < 0)
                 return 12;
         r = strcmp(e->name, "acc/pub") == 0 && strcmp(e->type, "registered") == 0 ? 0 : 13;
@@ -386,7 +386,7 @@ Test(access, watch_does_not_leak)
         w = as_user_start(WHO(OTHER), do_watch, ready);
         cr_assert_eq(read(ready[0], &ch, 1), 1);
         reg_as(OWNER, "acc/hidden", NULL);
-        reg_as(OWNER, "acc/pub", &(gpuipc_access){ .public_ = 1 });
+        reg_as(OWNER, "acc/pub", &(gpuipc_access){ .size = sizeof(gpuipc_access), .public_ = 1 });
         cr_expect_eq(as_user_wait(w), 0);
         close(ready[0]);
         close(ready[1]);
@@ -423,7 +423,7 @@ Test(access, record_shows_access_and_bounds)
         int fd, mfd;
 
         start(NULL);
-        reg_as(OWNER, "acc/r", &(gpuipc_access){ .uids = uids, .n_uids = 2 });
+        reg_as(OWNER, "acc/r", &(gpuipc_access){ .size = sizeof(gpuipc_access), .uids = uids, .n_uids = 2 });
         fd = h_raw_connect(h_d.sock);
         h_raw_hello(fd, 1);
         cr_assert_eq(h_raw_request(fd, "stat", 2, 1, pack_stat, "acc/r", NULL, 0), 0);
@@ -552,7 +552,7 @@ Test(access, group_gid_from_the_producer)
 }
 
 /* In a mount namespace whose /etc/group (a bind mount of path) has
- * FAKE_GROUP as GID, which the daemon's does not: gpuipc_access_set
+ * FAKE_GROUP as GID, which the daemon's does not: gpuipc_client_set_access
  * resolves it here, and the daemon takes the gid it is sent.  50: no mount
  * namespace; 51: the bind mount is not what NSS reads. */
 static int do_register_fake_group(const char *path)
@@ -566,14 +566,14 @@ static int do_register_fake_group(const char *path)
                 return 50;
         if (!getgrnam(FAKE_GROUP))
                 return 51;
-        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
                 return 10;
-        if (gpuipc_access_set(c, &(gpuipc_access){ .group = "no-such-group-gpuipc" }) != -ENOENT ||
+        if (gpuipc_client_set_access(c, &(gpuipc_access){ .size = sizeof(gpuipc_access), .group = "no-such-group-gpuipc" }) != -ENOENT ||
             !strstr(gpuipc_errmsg(c), "no-such-group-gpuipc"))
                 return 11;
-        if (gpuipc_access_set(c, &(gpuipc_access){ .group = FAKE_GROUP }) < 0)
+        if (gpuipc_client_set_access(c, &(gpuipc_access){ .size = sizeof(gpuipc_access), .group = FAKE_GROUP }) < 0)
                 return 12;
-        r = gpuipc_register_host(c, "acc/lib-gg", b, NULL, 0, NULL);
+        r = gpuipc_hostbuf_register(c, "acc/lib-gg", b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
         return r == 0 ? 0 : 13;

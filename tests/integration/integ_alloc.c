@@ -2,7 +2,7 @@
  * real processes, through a real gpuipcd and the CUDA driver double:
  * VMM ranges over several chunks (PyTorch's expandable segments),
  * stream-ordered pools with and without an export handle type, register
- * with copy, gpuipc_explain(), and legacy IPC across PID namespaces.  The
+ * with copy, gpuipc_cuda_explain(), and legacy IPC across PID namespaces.  The
  * producers are helper-alloc. */
 #include <dlfcn.h>
 #include <errno.h>
@@ -51,8 +51,8 @@ static long dcount(const char *fn)
 static gpuipc_client *connect_client(void)
 {
         gpuipc_client *c = NULL;
-        int r = gpuipc_connect(h_d.sock, &c);
-        cr_assert_eq(r, 0, "gpuipc_connect: %s", gpuipc_strerror(r));
+        int r = gpuipc_client_connect(h_d.sock, &c);
+        cr_assert_eq(r, 0, "gpuipc_client_connect: %s", gpuipc_strerror(r));
         return c;
 }
 
@@ -85,7 +85,7 @@ static void expect_line(struct h_child *ch, const char *want, char *line, size_t
 static gpuipc_view *lookup(gpuipc_client *c, const char *name)
 {
         gpuipc_view *v = NULL;
-        int r = gpuipc_lookup(c, name, 5000, 0, &v);
+        int r = gpuipc_view_lookup(c, name, 5000, 0, &v);
         cr_assert_eq(r, 0, "lookup %s: %s", name, gpuipc_errmsg(c));
         return v;
 }
@@ -162,7 +162,7 @@ Test(alloc, vmm_chunk_without_export_type_copies)
         cr_assert_not_null(strstr(in->copied, "exportable handle type"), "copied: %s",
                            in->copied);
         check_bytes(gpuipc_view_data(v), CHUNK, 0, 9);
-        cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+        cr_assert_eq(gpuipc_stats_fetch(c, &s), 0);
         cr_assert_eq(s->copies, 1);
         cr_assert_eq(s->copied_bytes, CHUNK);
         gpuipc_stats_free(s);
@@ -348,7 +348,7 @@ Test(alloc, cacheable_ipc_stays_mapped_until_unmapped)
          * unholds; only then may the producer free. */
         send_line(&prod, "unregister\n");
         usleep(200 * 1000);
-        cr_assert_eq(gpuipc_ping(c), 0);        /* reads the uncache event */
+        cr_assert_eq(gpuipc_client_ping(c), 0);        /* reads the uncache event */
         cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
         cr_assert_eq(gpuipc_cache_trim(c), 0);  /* sends the unhold */
         expect_line(&prod, "unmapped 0", line, sizeof(line));
@@ -416,14 +416,14 @@ Test(alloc, vmm_cached_then_uncached_and_budget)
         cr_assert_eq(gpuipc_view_release(v), 0);
         cr_assert_eq(dcount("cuMemRelease"), 0);
         /* A budget of one entry: the second allocation evicts the first. */
-        cr_assert_eq(gpuipc_cache_limits(1ull << 30, 1), 0);
+        cr_assert_eq(gpuipc_cache_set_limits(1ull << 30, 1), 0);
         v = lookup(c, "vc/t/1");
         cr_assert_eq(gpuipc_view_release(v), 0);
         cr_assert_eq(dcount("cuMemRelease"), 1);
         /* Unregistered: uncached at our next call. */
-        cr_assert_eq(gpuipc_unregister(c, "vc/t/1"), 0);
+        cr_assert_eq(gpuipc_name_unregister(c, "vc/t/1"), 0);
         usleep(100 * 1000);
-        cr_assert_eq(gpuipc_ping(c), 0);
+        cr_assert_eq(gpuipc_client_ping(c), 0);
         cr_assert_eq(dcount("cuMemRelease"), 2);
         gpuipc_client_free(c);
 }
@@ -451,14 +451,14 @@ Test(alloc, known_allocation_costs_one_driver_call)
         cr_assert_eq(retain(&ctx, 0), 0);
         cr_assert_eq(set(ctx), 0);
         cr_assert_eq(alloc(&p, 8u << 20), 0);
-        cr_assert_eq(gpuipc_register_cuda(c, "fp/0", p + 100, 4096, NULL, NULL, 0, NULL), 0,
+        cr_assert_eq(gpuipc_cuda_register(c, "fp/0", p + 100, 4096, NULL, NULL, 0, NULL), 0,
                      "%s", gpuipc_errmsg(c));
         ranges = dcount("cuMemGetAddressRange_v2");
         handles = dcount("cuIpcGetMemHandle");
         attrs = dcount("cuPointerGetAttribute");
         for (int i = 1; i <= 3; i++) {
                 snprintf(name, sizeof(name), "fp/%d", i);
-                cr_assert_eq(gpuipc_register_cuda(c, name, p + (uint64_t)i * (1u << 20), 4096,
+                cr_assert_eq(gpuipc_cuda_register(c, name, p + (uint64_t)i * (1u << 20), 4096,
                                                   NULL, NULL, 0, NULL), 0, "%s",
                              gpuipc_errmsg(c));
         }
@@ -486,7 +486,7 @@ Test(alloc, uncache_answered_during_a_waiting_lookup)
         expect_line(&prod, "released 0", line, sizeof(line));
         send_line(&prod, "unregister\n");
         /* Waits 1.5 s for a name nobody registers, while uncache comes. */
-        cr_assert_eq(gpuipc_lookup(c, "cw/t/next", 1500, 0, &v), -ETIMEDOUT);
+        cr_assert_eq(gpuipc_view_lookup(c, "cw/t/next", 1500, 0, &v), -ETIMEDOUT);
         cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
         expect_line(&prod, "unmapped 0", line, sizeof(line));
         end_child(&prod);
@@ -520,9 +520,9 @@ Test(alloc, host_client_does_not_load_the_driver)
         gpuipc_view *v = NULL;
 
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
-        cr_assert_eq(gpuipc_register_host(c, "host/x", b, NULL, 0, NULL), 0, "%s",
+        cr_assert_eq(gpuipc_hostbuf_register(c, "host/x", b, NULL, 0, NULL), 0, "%s",
                      gpuipc_errmsg(c));
-        cr_assert_eq(gpuipc_lookup(c, "host/x", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "host/x", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
         cr_assert_eq(gpuipc_view_release(v), 0);
         cr_assert_eq(gpuipc_cache_trim(c), 0);
         gpuipc_client_free(c);

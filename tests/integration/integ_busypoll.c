@@ -56,7 +56,7 @@ static void put(gpuipc_client *c, const char *name)
 
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
         memset(gpuipc_hostbuf_data(b), 0x5a, 4096);
-        cr_assert_eq(gpuipc_register_host(c, name, b, NULL, 0, NULL), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL), 0, "%s", gpuipc_errmsg(c));
         gpuipc_hostbuf_free(b);
 }
 
@@ -67,10 +67,10 @@ Test(busypoll, daemon_serves_then_sleeps)
         long spent;
 
         h_daemon_start(&h_d, (const char *const[]){ "--busy-poll-us", "20000", NULL });
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         put(c, "bp/a");
         for (int i = 0; i < 200; i++) {
-                cr_assert_eq(gpuipc_lookup(c, "bp/a", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+                cr_assert_eq(gpuipc_view_lookup(c, "bp/a", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
                 cr_assert_eq(((const uint8_t *)gpuipc_view_data(v))[4095], 0x5a);
                 cr_assert_eq(gpuipc_view_release(v), 0);
         }
@@ -80,7 +80,7 @@ Test(busypoll, daemon_serves_then_sleeps)
         spent = cpu_during(h_d.pid, 1000);
         cr_expect_lt(spent, 200, "the idle daemon used %ld ms of CPU in 1 s", spent);
         /* Input starts the window again, and it ends again. */
-        cr_assert_eq(gpuipc_ping(c), 0);
+        cr_assert_eq(gpuipc_client_ping(c), 0);
         h_sleep_ms(100);
         spent = cpu_during(h_d.pid, 500);
         cr_expect_lt(spent, 100, "after a ping, %ld ms of CPU in 0.5 s", spent);
@@ -94,8 +94,8 @@ Test(busypoll, daemon_spins_within_the_window)
         long spent;
 
         h_daemon_start(&h_d, (const char *const[]){ "--busy-poll-us", "1000000", NULL });
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_ping(c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_ping(c), 0);
         spent = cpu_during(h_d.pid, 500);
         /* Half a second inside a one-second window: it polled, not slept. */
         cr_expect_gt(spent, 150, "the daemon used only %ld ms of CPU in its window", spent);
@@ -111,25 +111,25 @@ Test(busypoll, client_spin_keeps_timeouts)
 
         h_daemon_start(&h_d, NULL);
         setenv("GPUIPC_BUSY_POLL_US", "300000", 1);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         setenv("GPUIPC_BUSY_POLL_US", "20000", 1);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c2), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c2), 0);
         unsetenv("GPUIPC_BUSY_POLL_US");
         /* A wait shorter than the spin ends on time, not with the spin... */
         t0 = h_now_ms();
-        cr_expect_eq(gpuipc_lookup(c, "bp/none", 10, 0, &v), -ETIMEDOUT);
+        cr_expect_eq(gpuipc_view_lookup(c, "bp/none", 10, 0, &v), -ETIMEDOUT);
         took = h_now_ms() - t0;
         cr_expect(took >= 9 && took < 150, "a 10 ms wait took %lld ms", (long long)took);
         /* ...and a longer one spins first, then sleeps out the rest. */
         t0 = h_now_ms();
-        cr_expect_eq(gpuipc_lookup(c2, "bp/none", 200, 0, &v), -ETIMEDOUT);
+        cr_expect_eq(gpuipc_view_lookup(c2, "bp/none", 200, 0, &v), -ETIMEDOUT);
         took = h_now_ms() - t0;
         cr_expect(took >= 195 && took < 400, "a 200 ms wait took %lld ms", (long long)took);
         /* Answers arrive while spinning: a waiting lookup gets what another
          * client registers. */
-        cr_assert_eq(gpuipc_connect(h_d.sock, &p), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &p), 0);
         put(p, "bp/late");
-        cr_assert_eq(gpuipc_lookup(c, "bp/late", 1000, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "bp/late", 1000, 0, &v), 0, "%s", gpuipc_errmsg(c));
         cr_assert_eq(gpuipc_view_release(v), 0);
         gpuipc_client_free(p);
         gpuipc_client_free(c2);

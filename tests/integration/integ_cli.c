@@ -340,8 +340,8 @@ Test(cli, access_rule_is_shown)
         free(r.out);
 
         /* the library's fields */
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_stat(c, "acc/x", &l), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "acc/x", &l), 0);
         in = gpuipc_list_get(l, 0);
         cr_expect_eq(in->access_public, 0);
         cr_assert_eq(in->n_access_uids, 1);
@@ -350,7 +350,7 @@ Test(cli, access_rule_is_shown)
         cr_expect_null(in->access_gids);
         cr_expect_str_eq(in->access_group, group);
         gpuipc_list_free(l);
-        cr_assert_eq(gpuipc_stat(c, "acc/pub", &l), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "acc/pub", &l), 0);
         in = gpuipc_list_get(l, 0);
         cr_expect_eq(in->access_public, 1);
         cr_expect_eq(in->n_access_uids, 0);
@@ -374,14 +374,14 @@ Test(cli, put_shared_write)
         CTL(&r, data, sizeof(data), "--socket", h_d.sock, "put", "sw/rw", "--shared-write");
         cr_assert_eq(r.status, 0);
         free(r.out);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_lookup(c, "sw/rw", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0, "%s",
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "sw/rw", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0, "%s",
                      gpuipc_errmsg(c));
         ((uint8_t *)gpuipc_view_data(v))[0] = 9;
         cr_expect_eq(gpuipc_view_release(v), 0);
         v = NULL;
         /* an old kernel has no write seal: then the lookup succeeds */
-        if (gpuipc_lookup(c, "sw/ro", 0, GPUIPC_LOOKUP_WRITABLE, &v) == 0)
+        if (gpuipc_view_lookup(c, "sw/ro", 0, GPUIPC_LOOKUP_WRITABLE, &v) == 0)
                 gpuipc_view_release(v);
         else
                 cr_expect_not_null(strstr(gpuipc_errmsg(c), "GPUIPC_REGISTER_SHARED_WRITE"));

@@ -110,7 +110,7 @@ static int listen_at(char *path, size_t len)
 }
 
 /* A released event read in the same recv as the register reply used to sit
- * in the library's buffer while gpuipc_wait_released() polled the socket
+ * in the library's buffer while gpuipc_reg_wait_released() polled the socket
  * for the whole timeout. */
 Test(client, released_in_the_reply_read)
 {
@@ -124,13 +124,13 @@ Test(client, released_in_the_reply_read)
 
         s.lfd = listen_at(path, sizeof(path));
         cr_assert_eq(pthread_create(&t, NULL, released_with_reply, &s), 0);
-        cr_assert_eq(gpuipc_connect(path, &c), 0, "connect: %s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_client_connect(path, &c), 0, "connect: %s", gpuipc_errmsg(c));
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
-        cr_assert_eq(gpuipc_register_host(c, "t/buf", b, NULL, 0, &id), 0, "register: %s",
+        cr_assert_eq(gpuipc_hostbuf_register(c, "t/buf", b, NULL, 0, &id), 0, "register: %s",
                      gpuipc_errmsg(c));
         cr_assert_eq(id, 42);
         t0 = h_now_ms();
-        cr_expect_eq(gpuipc_wait_released(c, id, 3000), 0, "wait_released: %s",
+        cr_expect_eq(gpuipc_reg_wait_released(c, id, 3000), 0, "wait_released: %s",
                      gpuipc_errmsg(c));
         cr_expect_lt(h_now_ms() - t0, 1000, "the event was there: no wait");
         gpuipc_hostbuf_free(b);

@@ -69,8 +69,8 @@ static long dcount(const char *fn)
 static gpuipc_client *connect_client(void)
 {
         gpuipc_client *c = NULL;
-        int r = gpuipc_connect(h_d.sock, &c);
-        cr_assert_eq(r, 0, "gpuipc_connect: %s", gpuipc_strerror(r));
+        int r = gpuipc_client_connect(h_d.sock, &c);
+        cr_assert_eq(r, 0, "gpuipc_client_connect: %s", gpuipc_strerror(r));
         return c;
 }
 
@@ -107,7 +107,7 @@ Test(cuda, ipc_offset_cross_process)
 
         produce_ipc(&prod, "t/buf", "0", "1", "1", "7", true);
         c = connect_client();
-        r = gpuipc_lookup(c, "t/buf", 0, 0, &v);
+        r = gpuipc_view_lookup(c, "t/buf", 0, 0, &v);
         cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(c));
         info = gpuipc_view_info(v);
         cr_assert_eq(info->kind, GPUIPC_KIND_CUDA_IPC);
@@ -153,7 +153,7 @@ static void open_once(unsigned clients)
                 c[k] = connect_client();
                 for (unsigned i = 0; i < NREGS; i++) {
                         snprintf(name, sizeof(name), "pool/%u", i);
-                        r = gpuipc_lookup(c[k], name, 0, 0, &views[k][i]);
+                        r = gpuipc_view_lookup(c[k], name, 0, 0, &views[k][i]);
                         cr_assert_eq(r, 0, "lookup %s: %s", name, gpuipc_errmsg(c[k]));
                         cr_assert_eq(gpuipc_view_info(views[k][i])->offset, reg_offset(i, NALLOCS));
                         check_pattern(gpuipc_view_data(views[k][i]), REG_SIZE, 100 + i);
@@ -197,9 +197,9 @@ Test(cuda, same_process_uses_own_pointer)
         cr_assert_eq(cu->cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
         cr_assert_eq(cu->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
         cr_assert_eq(cu->cuMemAlloc_v2(&p, ALLOC_SIZE), CUDA_SUCCESS);
-        r = gpuipc_register_cuda(a, "own/x", p + 4096, 1000, NULL, NULL, 0, &id);
+        r = gpuipc_cuda_register(a, "own/x", p + 4096, 1000, NULL, NULL, 0, &id);
         cr_assert_eq(r, 0, "register: %s", gpuipc_errmsg(a));
-        r = gpuipc_lookup(b, "own/x", 0, 0, &v);
+        r = gpuipc_view_lookup(b, "own/x", 0, 0, &v);
         cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(b));
         cr_assert_eq((uint64_t)(uintptr_t)gpuipc_view_data(v), p + 4096);
         cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 0);
@@ -208,7 +208,7 @@ Test(cuda, same_process_uses_own_pointer)
         cr_assert_eq(cu->cuCtxGetCurrent(&cur), CUDA_SUCCESS);
         cr_assert_eq(cur, ctx);
         cr_assert_eq(gpuipc_view_release(v), 0);
-        cr_assert_eq(gpuipc_wait_released(a, id, 5000), 0, "%s", gpuipc_errmsg(a));
+        cr_assert_eq(gpuipc_reg_wait_released(a, id, 5000), 0, "%s", gpuipc_errmsg(a));
         cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
         gpuipc_client_free(b);
         gpuipc_client_free(a);
@@ -227,9 +227,9 @@ Test(cuda, vmm_outlives_producer)
         h_spawn(&prod, "helper-cuda-producer", args, false);
         cr_assert_eq(h_wait(&prod, 15000), 0);
         c = connect_client();
-        r = gpuipc_lookup(c, "v/buf", 0, 0, &v1);
+        r = gpuipc_view_lookup(c, "v/buf", 0, 0, &v1);
         cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(c));
-        r = gpuipc_lookup(c, "v/buf", 0, 0, &v2);
+        r = gpuipc_view_lookup(c, "v/buf", 0, 0, &v2);
         cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(c));
         info = gpuipc_view_info(v1);
         cr_assert_eq(info->kind, GPUIPC_KIND_CUDA_VMM);
@@ -265,7 +265,7 @@ static gpuipc_view *lookup_vmm(gpuipc_client *c, const char *name, uint64_t size
 {
         gpuipc_view *v = NULL;
         const gpuipc_info *info;
-        int r = gpuipc_lookup(c, name, 0, 0, &v);
+        int r = gpuipc_view_lookup(c, name, 0, 0, &v);
 
         cr_assert_eq(r, 0, "lookup %s: %s", name, gpuipc_errmsg(c));
         info = gpuipc_view_info(v);
@@ -348,7 +348,7 @@ Test(cuda2, visible_devices_map_by_uuid)
         produce_ipc(&prod, "d/buf", "1", "1", "1", "3", false);
         setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
         c = connect_client();
-        r = gpuipc_lookup(c, "d/buf", 0, 0, &v);
+        r = gpuipc_view_lookup(c, "d/buf", 0, 0, &v);
         cr_assert_eq(r, 0, "lookup: %s", gpuipc_errmsg(c));
         cr_assert_eq(gpuipc_view_device(v), 0);
         check_pattern(gpuipc_view_data(v), REG_SIZE, 3);
@@ -368,8 +368,8 @@ Test(cuda2, invisible_device_is_enodev)
         produce_ipc(&prod, "d/buf", "1", "1", "1", "3", false);
         setenv("CUDA_VISIBLE_DEVICES", "0", 1);
         c = connect_client();
-        cr_assert_eq(gpuipc_stat(c, "d/buf", &l), 0);
-        r = gpuipc_lookup(c, "d/buf", 0, 0, &v);
+        cr_assert_eq(gpuipc_name_stat(c, "d/buf", &l), 0);
+        r = gpuipc_view_lookup(c, "d/buf", 0, 0, &v);
         cr_assert_eq(r, -ENODEV, "lookup: %d", r);
         cr_assert_not_null(strstr(gpuipc_errmsg(c), gpuipc_list_get(l, 0)->device),
                            "errmsg: %s", gpuipc_errmsg(c));
@@ -391,19 +391,19 @@ Test(cuda, no_driver_is_enotsup)
         produce_ipc(&prod, "n/buf", "0", "1", "1", "3", false);
         setenv("GPUIPC_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
         c = connect_client();
-        r = gpuipc_register_cuda(c, "n/x", 0x10000, 10, NULL, NULL, 0, NULL);
+        r = gpuipc_cuda_register(c, "n/x", 0x10000, 10, NULL, NULL, 0, NULL);
         cr_assert_eq(r, -ENOTSUP);
         cr_assert_not_null(strstr(gpuipc_errmsg(c), "CUDA driver unavailable"), "%s",
                            gpuipc_errmsg(c));
-        r = gpuipc_lookup(c, "n/buf", 0, 0, &v);
+        r = gpuipc_view_lookup(c, "n/buf", 0, 0, &v);
         cr_assert_eq(r, -ENOTSUP);
         cr_assert_not_null(strstr(gpuipc_errmsg(c), "/nonexistent/libcuda.so.1"), "%s",
                            gpuipc_errmsg(c));
         cr_assert_eq(gpuipc_cudabuf_new(0, 4096, &cb), -ENOTSUP);
         /* Host buffers never need the driver. */
         cr_assert_eq(gpuipc_hostbuf_new(4096, &hb), 0);
-        cr_assert_eq(gpuipc_register_host(c, "n/host", hb, NULL, 0, NULL), 0);
-        cr_assert_eq(gpuipc_lookup(c, "n/host", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_hostbuf_register(c, "n/host", hb, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "n/host", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
         cr_assert_eq(gpuipc_view_device(v), -1);
         gpuipc_view_release(v);
         gpuipc_hostbuf_free(hb);
@@ -419,7 +419,7 @@ Test(cuda, stats_report_cuda)
 
         produce_ipc(&prod, "s/buf", "0", "1", "1", "3", false);
         c = connect_client();
-        cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+        cr_assert_eq(gpuipc_stats_fetch(c, &s), 0);
         cr_assert_eq(s->bytes_cuda_ipc, REG_SIZE, "bytes_cuda_ipc %llu",
                      (unsigned long long)s->bytes_cuda_ipc);
         cr_assert_not_null(s->cuda_reason);
@@ -451,7 +451,7 @@ static void produce_vmm_on0(const char *name, const char *seed)
 static gpuipc_view *lookup_dev(gpuipc_client *c, const char *name, unsigned flags, int device)
 {
         gpuipc_view *v = NULL;
-        int r = gpuipc_lookup_device(c, name, 0, flags, device, &v);
+        int r = gpuipc_view_lookup_device(c, name, 0, flags, device, &v);
 
         cr_assert_eq(r, 0, "lookup %s for device %d: %s", name, device, gpuipc_errmsg(c));
         return v;
@@ -527,7 +527,7 @@ static void check_no_peer(gpuipc_client *c, const char *name)
 {
         gpuipc_view *v = NULL;
         const char *m;
-        int r = gpuipc_lookup_device(c, name, 0, 0, 0, &v);
+        int r = gpuipc_view_lookup_device(c, name, 0, 0, 0, &v);
 
         cr_assert_eq(r, -EXDEV, "lookup: %d (%s)", r, gpuipc_errmsg(c));
         m = gpuipc_errmsg(c);
@@ -609,10 +609,10 @@ Test(cuda2, copy_needs_home_device_visible)
         produce_vmm_on0("nh/buf", "4");
         setenv("CUDA_VISIBLE_DEVICES", "1", 1);
         c = connect_client();
-        r = gpuipc_lookup_device(c, "nh/buf", 0, GPUIPC_LOOKUP_COPY_TO_DEVICE, 0, &v);
+        r = gpuipc_view_lookup_device(c, "nh/buf", 0, GPUIPC_LOOKUP_COPY_TO_DEVICE, 0, &v);
         cr_assert_eq(r, -ENODEV, "lookup: %d (%s)", r, gpuipc_errmsg(c));
         cr_assert_not_null(strstr(gpuipc_errmsg(c), UUID_PHYS0), "%s", gpuipc_errmsg(c));
-        r = gpuipc_lookup_device(c, "nh/buf", 0, 0, 5, &v);
+        r = gpuipc_view_lookup_device(c, "nh/buf", 0, 0, 5, &v);
         cr_assert_eq(r, -ENODEV, "lookup: %d", r);
         gpuipc_client_free(c);
 }
@@ -622,7 +622,7 @@ Test(cuda, lookup_device_bad_argument)
         gpuipc_client *c = connect_client();
         gpuipc_view *v = NULL;
 
-        cr_assert_eq(gpuipc_lookup_device(c, "x/y", 0, 0, -2, &v), -EINVAL);
+        cr_assert_eq(gpuipc_view_lookup_device(c, "x/y", 0, 0, -2, &v), -EINVAL);
         cr_assert_eq(gpuipc_view_copied(NULL), 0);
         gpuipc_client_free(c);
 }

@@ -21,8 +21,8 @@ TestSuite(handoff, .init = h_setup, .fini = h_teardown, .timeout = 20);
 static gpuipc_client *connect_client(void)
 {
         gpuipc_client *c = NULL;
-        int r = gpuipc_connect(h_d.sock, &c);
-        cr_assert_eq(r, 0, "gpuipc_connect(%s): %s", h_d.sock, gpuipc_strerror(r));
+        int r = gpuipc_client_connect(h_d.sock, &c);
+        cr_assert_eq(r, 0, "gpuipc_client_connect(%s): %s", h_d.sock, gpuipc_strerror(r));
         cr_assert_not_null(c);
         return c;
 }
@@ -71,7 +71,7 @@ static gpuipc_hostbuf *filled(size_t size, uint32_t seed)
 static int stat_one(gpuipc_client *c, const char *name, gpuipc_info *ret_info)
 {
         gpuipc_list *l = NULL;
-        int r = gpuipc_stat(c, name, &l);
+        int r = gpuipc_name_stat(c, name, &l);
         if (r < 0)
                 return r;
         cr_assert_eq(gpuipc_list_count(l), 1, "stat %s: %zu entries", name, gpuipc_list_count(l));
@@ -111,7 +111,7 @@ Test(handoff, metadata_round_trip)
         static const int64_t shape[] = { 4, 8 }, strides[] = { 32, 4 };
         static const char *const keys[] = { "codec", "origin" };
         static const char *const vals[] = { "none", "spark/app-42 \xc3\xa9" };
-        gpuipc_meta meta = {
+        gpuipc_meta meta = { .size = sizeof(gpuipc_meta),
                 .dtype = "float32", .ndim = 2, .shape = shape, .strides = strides,
                 .n_user = 2, .user_keys = keys, .user_values = vals,
         };
@@ -123,9 +123,9 @@ Test(handoff, metadata_round_trip)
         struct timeval tv;
         uint64_t now_ms;
 
-        cr_assert_eq(gpuipc_register_host(p, "meta/x", b, &meta, 0, &id), 0, "%s", gpuipc_errmsg(p));
+        cr_assert_eq(gpuipc_hostbuf_register(p, "meta/x", b, &meta, 0, &id), 0, "%s", gpuipc_errmsg(p));
         cr_expect_geq(id, 1);
-        cr_assert_eq(gpuipc_lookup(c, "meta/x", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "meta/x", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
         check_pattern(gpuipc_view_data(v), 128, 5);
         in = gpuipc_view_info(v);
         cr_assert_not_null(in);
@@ -164,8 +164,8 @@ Test(handoff, metadata_round_trip)
         cr_expect_eq(gpuipc_view_release(v), 0);
 
         /* no meta: empty strings and no arrays */
-        cr_assert_eq(gpuipc_register_host(p, "meta/none", b, NULL, GPUIPC_REGISTER_EPHEMERAL, NULL), 0);
-        cr_assert_eq(gpuipc_lookup(c, "meta/none", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(p, "meta/none", b, NULL, GPUIPC_REGISTER_EPHEMERAL, NULL), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "meta/none", 0, 0, &v), 0);
         in = gpuipc_view_info(v);
         cr_expect_str_eq(in->dtype, "");
         cr_expect_eq(in->ndim, 0);
@@ -178,8 +178,8 @@ Test(handoff, metadata_round_trip)
         /* C-order meta without strides comes back without strides */
         meta.strides = NULL;
         meta.n_user = 0;
-        cr_assert_eq(gpuipc_register_host(p, "meta/c-order", b, &meta, 0, NULL), 0);
-        cr_assert_eq(gpuipc_lookup(c, "meta/c-order", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(p, "meta/c-order", b, &meta, 0, NULL), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "meta/c-order", 0, 0, &v), 0);
         in = gpuipc_view_info(v);
         cr_expect_eq(in->ndim, 2);
         cr_expect_null(in->strides);
@@ -227,6 +227,51 @@ static int mappings_of(const void *addr, char *ret_ident, size_t ident_len)
         return n;
 }
 
+/* Caller-filled structs carry their size: an unset one is refused, a
+ * larger one (a newer header) is read as far as this library knows, and
+ * refused only when it sets fields the library does not know. */
+Test(handoff, sized_structs_and_versions)
+{
+        struct { gpuipc_meta m; uint64_t later; } big = { .m = GPUIPC_META_INIT };
+        struct { gpuipc_access a; uint64_t later; } bigacc = { .a = GPUIPC_ACCESS_INIT };
+        gpuipc_meta unset = { .dtype = "float32" };
+        gpuipc_access unset_acc = { .public_ = 1 };
+        gpuipc_client *p = connect_client();
+        gpuipc_hostbuf *b = filled(64, 1);
+        char v[32];
+
+        cr_expect_eq(gpuipc_hostbuf_register(p, "sz/a", b, &unset, 0, NULL), -EINVAL);
+        cr_expect(strstr(gpuipc_errmsg(p), "GPUIPC_META_INIT") || strstr(gpuipc_errmsg(p), "_INIT"),
+                  "%s", gpuipc_errmsg(p));
+        big.m.size = sizeof(big);
+        big.m.dtype = "uint8";
+        cr_expect_eq(gpuipc_hostbuf_register(p, "sz/b", b, &big.m, 0, NULL), 0, "%s",
+                     gpuipc_errmsg(p));
+        big.later = 1;
+        cr_expect_eq(gpuipc_hostbuf_register(p, "sz/c", b, &big.m, 0, NULL), -E2BIG);
+        cr_expect_eq(gpuipc_client_set_access(p, &unset_acc), -EINVAL);
+        bigacc.a.size = sizeof(bigacc);
+        bigacc.a.public_ = 1;
+        cr_expect_eq(gpuipc_client_set_access(p, &bigacc.a), 0, "%s", gpuipc_errmsg(p));
+        bigacc.later = 7;
+        cr_expect_eq(gpuipc_client_set_access(p, &bigacc.a), -E2BIG);
+
+        snprintf(v, sizeof(v), "%d.%d.%d", GPUIPC_VERSION_MAJOR, GPUIPC_VERSION_MINOR,
+                 GPUIPC_VERSION_PATCH);
+        cr_expect_str_eq(gpuipc_version_string(), v);
+        cr_expect_eq(gpuipc_version(), (unsigned)GPUIPC_VERSION_HEX);
+        gpuipc_free(NULL);
+        /* arrays inside returned structs are read through accessors */
+        gpuipc_cuda_status *st = NULL;
+        cr_assert_eq(gpuipc_cuda_status_get(&st), 0);
+        cr_expect_null(gpuipc_cuda_status_device(st, st->n_devices));
+        cr_expect_eq(gpuipc_cuda_status_peer(st, st->n_devices, 0), -1);
+        cr_expect_null(gpuipc_cuda_status_device(NULL, 0));
+        gpuipc_cuda_status_free(st);
+        gpuipc_hostbuf_free(b);
+        gpuipc_client_free(p);
+}
+
 Test(handoff, same_buffer_mapped_once_per_process)
 {
         gpuipc_client *c1, *c2;
@@ -236,13 +281,13 @@ Test(handoff, same_buffer_mapped_once_per_process)
         produce("once/x", "1048576", "11");
         c1 = connect_client();
         c2 = connect_client();
-        cr_assert_eq(gpuipc_lookup(c1, "once/x", 0, 0, &v1), 0);
-        cr_assert_eq(gpuipc_lookup(c1, "once/x", 0, 0, &v2), 0);
+        cr_assert_eq(gpuipc_view_lookup(c1, "once/x", 0, 0, &v1), 0);
+        cr_assert_eq(gpuipc_view_lookup(c1, "once/x", 0, 0, &v2), 0);
         cr_expect_eq(gpuipc_view_data(v1), gpuipc_view_data(v2), "two lookups, two mappings");
         cr_expect_eq(mappings_of(gpuipc_view_data(v1), ident, sizeof(ident)), 1,
                      "/proc/self/maps shows more than one mapping of %s", ident);
         /* from another connection of the same process too */
-        cr_assert_eq(gpuipc_lookup(c2, "once/x", 0, 0, &v3), 0);
+        cr_assert_eq(gpuipc_view_lookup(c2, "once/x", 0, 0, &v3), 0);
         cr_expect_eq(gpuipc_view_data(v3), gpuipc_view_data(v1));
         cr_expect_eq(mappings_of(NULL, ident, sizeof(ident)), 1);
 
@@ -271,7 +316,7 @@ Test(handoff, lookup_waits_for_registration)
 
         h_spawn(&ch, "helper-producer", args, false);
         t0 = h_now_ms();
-        r = gpuipc_lookup(c, "late/x", 5000, 0, &v);
+        r = gpuipc_view_lookup(c, "late/x", 5000, 0, &v);
         dt = h_now_ms() - t0;
         cr_assert_eq(r, 0, "waiting lookup: %s (%s) after %" PRId64 " ms", gpuipc_strerror(r),
                      gpuipc_errmsg(c), dt);
@@ -281,7 +326,7 @@ Test(handoff, lookup_waits_for_registration)
         cr_expect_eq(h_wait(&ch, 5000), 0);
         cr_expect_eq(gpuipc_view_release(v), 0);
         /* the connection is still in step after the wait */
-        cr_expect_eq(gpuipc_ping(c), 0);
+        cr_expect_eq(gpuipc_client_ping(c), 0);
         gpuipc_client_free(c);
 }
 
@@ -293,16 +338,16 @@ Test(handoff, lookup_times_out)
         int r;
 
         t0 = h_now_ms();
-        r = gpuipc_lookup(c, "never/x", 200, 0, &v);
+        r = gpuipc_view_lookup(c, "never/x", 200, 0, &v);
         dt = h_now_ms() - t0;
         cr_expect_eq(r, -ETIMEDOUT, "lookup: %d (%s)", r, gpuipc_strerror(r));
         cr_expect_null(v);
         cr_expect_geq(dt, 200, "timed out after %" PRId64 " ms", dt);
         cr_expect_lt(dt, 3000, "timed out after %" PRId64 " ms", dt);
-        cr_expect_eq(gpuipc_ping(c), 0);
+        cr_expect_eq(gpuipc_client_ping(c), 0);
         /* timeout 0 fails at once */
         t0 = h_now_ms();
-        cr_expect_eq(gpuipc_lookup(c, "never/x", 0, 0, &v), -ENOENT);
+        cr_expect_eq(gpuipc_view_lookup(c, "never/x", 0, 0, &v), -ENOENT);
         cr_expect_lt(h_now_ms() - t0, 1000);
         gpuipc_client_free(c);
 }
@@ -314,12 +359,12 @@ Test(handoff, unregister_while_leased)
         gpuipc_info old, now;
 
         produce("un/x", "262144", "1");
-        cr_assert_eq(gpuipc_lookup(c, "un/x", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "un/x", 0, 0, &v), 0);
         old = *gpuipc_view_info(v);
-        cr_assert_eq(gpuipc_unregister(c, "un/x"), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_name_unregister(c, "un/x"), 0, "%s", gpuipc_errmsg(c));
         check_pattern(gpuipc_view_data(v), 262144, 1);
         cr_expect_eq(stat_one(c, "un/x", &now), -ENOENT);
-        cr_expect_eq(gpuipc_unregister(c, "un/x"), -ENOENT);
+        cr_expect_eq(gpuipc_name_unregister(c, "un/x"), -ENOENT);
         /* the name is free again at once */
         produce("un/x", "131072", "2");
         cr_assert_eq(stat_one(c, "un/x", &now), 0);
@@ -343,22 +388,22 @@ Test(handoff, repeated_lookup_and_name_reused)
         gpuipc_view *v1 = NULL, *v2 = NULL, *v3 = NULL, *v4 = NULL, *w = NULL;
 
         produce("again/x", "65536", "7");
-        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, 0, &v1), 0, "%s", gpuipc_errmsg(c));
-        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, 0, &v2), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "again/x", 0, 0, &v1), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "again/x", 0, 0, &v2), 0, "%s", gpuipc_errmsg(c));
         cr_expect_eq(gpuipc_view_data(v1), gpuipc_view_data(v2));
         cr_expect_eq(gpuipc_view_info(v1)->id, gpuipc_view_info(v2)->id);
         check_pattern(gpuipc_view_data(v2), 65536, 7);
         /* the newest view goes first; the older one still serves */
         cr_expect_eq(gpuipc_view_release(v2), 0);
-        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, 0, &v3), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "again/x", 0, 0, &v3), 0, "%s", gpuipc_errmsg(c));
         check_pattern(gpuipc_view_data(v3), 65536, 7);
         /* a writable view is not served by a read-only mapping */
-        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, GPUIPC_LOOKUP_WRITABLE, &w), -EPERM,
+        cr_assert_eq(gpuipc_view_lookup(c, "again/x", 0, GPUIPC_LOOKUP_WRITABLE, &w), -EPERM,
                      "write-sealed buffer mapped writable");
         /* the name now names another buffer: its bytes, not the old ones */
-        cr_assert_eq(gpuipc_unregister(c, "again/x"), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_name_unregister(c, "again/x"), 0, "%s", gpuipc_errmsg(c));
         produce("again/x", "131072", "8");
-        cr_assert_eq(gpuipc_lookup(c, "again/x", 0, 0, &v4), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "again/x", 0, 0, &v4), 0, "%s", gpuipc_errmsg(c));
         cr_expect_neq(gpuipc_view_info(v4)->id, gpuipc_view_info(v1)->id);
         cr_expect_eq(gpuipc_view_size(v4), 131072);
         check_pattern(gpuipc_view_data(v4), 131072, 8);
@@ -408,13 +453,13 @@ Test(handoff, duplicate_name_exists)
         uint64_t id = 0;
         const char *args[] = { "dup/x", "4096", "1", NULL };
 
-        cr_assert_eq(gpuipc_register_host(c, "dup/x", b, NULL, 0, &id), 0);
-        cr_expect_eq(gpuipc_register_host(c, "dup/x", b, NULL, 0, NULL), -EEXIST);
-        cr_expect_eq(gpuipc_register_host(c2, "dup/x", b, NULL, GPUIPC_REGISTER_EPHEMERAL, NULL), -EEXIST);
+        cr_assert_eq(gpuipc_hostbuf_register(c, "dup/x", b, NULL, 0, &id), 0);
+        cr_expect_eq(gpuipc_hostbuf_register(c, "dup/x", b, NULL, 0, NULL), -EEXIST);
+        cr_expect_eq(gpuipc_hostbuf_register(c2, "dup/x", b, NULL, GPUIPC_REGISTER_EPHEMERAL, NULL), -EEXIST);
         cr_expect_str_neq(gpuipc_errmsg(c2), "");
         cr_expect_eq(run_helper("helper-producer", args, 10000), 5);
         /* the connection is usable after the error */
-        cr_expect_eq(gpuipc_ping(c2), 0);
+        cr_expect_eq(gpuipc_client_ping(c2), 0);
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c2);
         gpuipc_client_free(c);
@@ -426,15 +471,15 @@ Test(handoff, lookup_not_found_and_bad_names)
         gpuipc_hostbuf *b = filled(4096, 1);
         gpuipc_view *v = NULL;
 
-        cr_expect_eq(gpuipc_lookup(c, "no/such", 0, 0, &v), -ENOENT);
+        cr_expect_eq(gpuipc_view_lookup(c, "no/such", 0, 0, &v), -ENOENT);
         cr_expect_null(v);
         cr_expect_str_neq(gpuipc_errmsg(c), "");
         cr_expect_eq(consume("no/such", "4096", "1"), 4);
-        cr_expect_eq(gpuipc_lookup(c, "a//b", 0, 0, &v), -EINVAL);
-        cr_expect_eq(gpuipc_register_host(c, "a//b", b, NULL, 0, NULL), -EINVAL);
-        cr_expect_eq(gpuipc_register_host(c, "a/../b", b, NULL, 0, NULL), -EINVAL);
-        cr_expect_eq(gpuipc_register_host(c, "", b, NULL, 0, NULL), -EINVAL);
-        cr_expect_eq(gpuipc_ping(c), 0);
+        cr_expect_eq(gpuipc_view_lookup(c, "a//b", 0, 0, &v), -EINVAL);
+        cr_expect_eq(gpuipc_hostbuf_register(c, "a//b", b, NULL, 0, NULL), -EINVAL);
+        cr_expect_eq(gpuipc_hostbuf_register(c, "a/../b", b, NULL, 0, NULL), -EINVAL);
+        cr_expect_eq(gpuipc_hostbuf_register(c, "", b, NULL, 0, NULL), -EINVAL);
+        cr_expect_eq(gpuipc_client_ping(c), 0);
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
 }
@@ -444,7 +489,7 @@ static size_t list_count(gpuipc_client *c, const char *prefix, const char *must_
         gpuipc_list *l = NULL;
         uint64_t last = 0;
         size_t n;
-        int r = gpuipc_list_fetch(c, prefix, &l);
+        int r = gpuipc_list_fetch(c, prefix, 0, &l);
 
         cr_assert_eq(r, 0, "list %s: %s", prefix ? prefix : "(all)", gpuipc_strerror(r));
         n = gpuipc_list_count(l);
@@ -468,15 +513,15 @@ Test(handoff, list_prefix_and_paging)
 
         for (int i = 0; i < 1100; i++) {
                 snprintf(name, sizeof(name), "many/a/item-%04d", i);
-                cr_assert_eq(gpuipc_register_host(c, name, b, NULL, 0, NULL), 0, "%s: %s", name,
+                cr_assert_eq(gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL), 0, "%s: %s", name,
                              gpuipc_errmsg(c));
                 if (i < 10) {
                         snprintf(name, sizeof(name), "many/ab/item-%d", i);
-                        cr_assert_eq(gpuipc_register_host(c, name, b, NULL, 0, NULL), 0);
+                        cr_assert_eq(gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL), 0);
                 }
                 if (i < 5) {
                         snprintf(name, sizeof(name), "other/item-%d", i);
-                        cr_assert_eq(gpuipc_register_host(c, name, b, NULL, 0, NULL), 0);
+                        cr_assert_eq(gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL), 0);
                 }
         }
         cr_expect_eq(list_count(c, "many/a", "many/a/"), 1100);
@@ -500,7 +545,7 @@ Test(handoff, stats_counts)
         gpuipc_view *v = NULL, *none = NULL;
         int64_t deadline;
 
-        cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+        cr_assert_eq(gpuipc_stats_fetch(c, &s), 0);
         cr_expect_eq(s->pid, (uint32_t)h_d.pid);
         cr_expect_eq(s->protocol, 1);
         cr_expect(strncmp(s->server, "gpuipcd ", 8) == 0, "server \"%s\"", s->server);
@@ -511,10 +556,10 @@ Test(handoff, stats_counts)
         gpuipc_stats_free(s);
 
         c2 = connect_client();
-        cr_assert_eq(gpuipc_register_host(c, "st/a", b1, NULL, 0, NULL), 0);
-        cr_assert_eq(gpuipc_register_host(c, "st/b", b2, NULL, 0, NULL), 0);
-        cr_assert_eq(gpuipc_lookup(c2, "st/a", 0, 0, &v), 0);
-        cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(c, "st/a", b1, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(c, "st/b", b2, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_view_lookup(c2, "st/a", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_stats_fetch(c, &s), 0);
         cr_expect_eq(s->connections, 2);
         cr_expect_eq(s->registrations, 2);
         cr_expect_eq(s->leases, 1);
@@ -523,17 +568,17 @@ Test(handoff, stats_counts)
         cr_expect_geq(s->uptime_ms, 0);
 
         /* one failed request counts as one error */
-        cr_expect_eq(gpuipc_lookup(c2, "st/none", 0, 0, &none), -ENOENT);
-        cr_assert_eq(gpuipc_stats_get(c, &s2), 0);
+        cr_expect_eq(gpuipc_view_lookup(c2, "st/none", 0, 0, &none), -ENOENT);
+        cr_assert_eq(gpuipc_stats_fetch(c, &s2), 0);
         cr_expect_eq(s2->errors, s->errors + 1, "errors %" PRIu64 " -> %" PRIu64, s->errors, s2->errors);
         cr_expect_geq(s2->requests, s->requests + 2);
         gpuipc_stats_free(s);
         gpuipc_stats_free(s2);
 
         /* unregistered but leased still counts; released, it is gone */
-        cr_assert_eq(gpuipc_unregister(c, "st/a"), 0);
-        cr_assert_eq(gpuipc_unregister(c, "st/b"), 0);
-        cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+        cr_assert_eq(gpuipc_name_unregister(c, "st/a"), 0);
+        cr_assert_eq(gpuipc_name_unregister(c, "st/b"), 0);
+        cr_assert_eq(gpuipc_stats_fetch(c, &s), 0);
         cr_expect_eq(s->registrations, 1);
         cr_expect_eq(s->leases, 1);
         cr_expect_eq(s->bytes_host, 4096);
@@ -542,7 +587,7 @@ Test(handoff, stats_counts)
         gpuipc_client_free(c2);
         deadline = h_now_ms() + 3000;
         for (;;) {
-                cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+                cr_assert_eq(gpuipc_stats_fetch(c, &s), 0);
                 if ((s->connections == 1 && s->registrations == 0) || h_now_ms() > deadline)
                         break;
                 gpuipc_stats_free(s);
@@ -592,11 +637,11 @@ Test(handoff, views_read_only_unless_writable)
                 cr_assert_eq(run_helper("helper-producer", args, 10000), 0);
         }
         c = connect_client();
-        cr_assert_eq(gpuipc_lookup(c, "rw/x", 0, 0, &ro), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "rw/x", 0, 0, &ro), 0);
         perms_of(gpuipc_view_data(ro), perms);
         cr_expect_eq(perms[1], '-', "a default view is mapped %s", perms);
         cr_expect_eq(perms[3], 's', "a view is not a shared mapping: %s", perms);
-        cr_assert_eq(gpuipc_lookup(c, "rw/x", 0, GPUIPC_LOOKUP_WRITABLE, &rw), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "rw/x", 0, GPUIPC_LOOKUP_WRITABLE, &rw), 0);
         w = gpuipc_view_data(rw);
         perms_of(w, perms);
         cr_assert_eq(perms[1], 'w', "a WRITABLE view is mapped %s", perms);
@@ -623,12 +668,12 @@ Test(handoff, register_fd_checks)
         cr_assert_geq(mfd, 0);
         cr_assert_eq(ftruncate(mfd, 8192), 0);
         cr_assert_eq(pipe(p), 0);
-        cr_expect_eq(gpuipc_register_fd(c, "fd/pipe", p[0], 0, 10, NULL, 0, NULL), -EBADF);
-        cr_expect_eq(gpuipc_register_fd(c, "fd/big", mfd, 0, 8193, NULL, 0, NULL), -EINVAL);
-        cr_expect_eq(gpuipc_register_fd(c, "fd/off", mfd, 4096, 4097, NULL, 0, NULL), -EINVAL);
+        cr_expect_eq(gpuipc_fd_register(c, "fd/pipe", p[0], 0, 10, NULL, 0, NULL), -EBADF);
+        cr_expect_eq(gpuipc_fd_register(c, "fd/big", mfd, 0, 8193, NULL, 0, NULL), -EINVAL);
+        cr_expect_eq(gpuipc_fd_register(c, "fd/off", mfd, 4096, 4097, NULL, 0, NULL), -EINVAL);
         /* the library seals an unsealed memfd against shrinking (and,
          * but for SHARED_WRITE, against the pwrite below) */
-        cr_expect_eq(gpuipc_register_fd(c, "fd/ok", mfd, 4096, 4096, NULL,
+        cr_expect_eq(gpuipc_fd_register(c, "fd/ok", mfd, 4096, 4096, NULL,
                                         GPUIPC_REGISTER_SHARED_WRITE, &id), 0, "%s",
                      gpuipc_errmsg(c));
         cr_expect(fcntl(mfd, F_GET_SEALS) & F_SEAL_SHRINK, "memfd not sealed against shrinking");
@@ -637,7 +682,7 @@ Test(handoff, register_fd_checks)
         {
                 gpuipc_view *v = NULL;
                 gpuipc_client *c2 = connect_client();
-                cr_assert_eq(gpuipc_lookup(c2, "fd/ok", 0, 0, &v), 0);
+                cr_assert_eq(gpuipc_view_lookup(c2, "fd/ok", 0, 0, &v), 0);
                 cr_expect_eq(gpuipc_view_size(v), 4096);
                 cr_expect_eq(gpuipc_view_info(v)->offset, 4096);
                 cr_expect_eq(gpuipc_view_info(v)->id, id);
@@ -661,9 +706,9 @@ Test(handoff, connect_errors)
         memset(path, 'x', sizeof(path));
         path[0] = '/';
         path[150] = '\0';
-        cr_expect_eq(gpuipc_connect(path, &c), -ENAMETOOLONG);
+        cr_expect_eq(gpuipc_client_connect(path, &c), -ENAMETOOLONG);
         cr_expect_null(c);
         snprintf(path, sizeof(path), "%s/nobody-here.sock", h_d.dir);
-        cr_expect_eq(gpuipc_connect(path, &c), -ENOENT);
+        cr_expect_eq(gpuipc_client_connect(path, &c), -ENOENT);
         cr_expect_null(c);
 }

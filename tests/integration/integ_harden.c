@@ -211,7 +211,7 @@ static gpuipc_client *client(void)
 {
         gpuipc_client *c;
 
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         return c;
 }
 
@@ -221,7 +221,7 @@ static int put(gpuipc_client *c, const char *name)
         int r;
 
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
-        r = gpuipc_register_host(c, name, b, NULL, 0, NULL);
+        r = gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
         return r;
 }
@@ -346,7 +346,7 @@ static void put_until_refused(uid_t uid, const char *prefix, int max, int *ret_n
                 (void)setrlimit(RLIMIT_NOFILE, &rl);
                 if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
                         _exit(100);
-                if (gpuipc_connect(h_d.sock, &c) < 0)
+                if (gpuipc_client_connect(h_d.sock, &c) < 0)
                         _exit(101);
                 for (; n < max; n++) {
                         gpuipc_hostbuf *b;
@@ -354,7 +354,7 @@ static void put_until_refused(uid_t uid, const char *prefix, int max, int *ret_n
                         snprintf(name, sizeof(name), "%s/%d", prefix, n);
                         if (gpuipc_hostbuf_new(4096, &b) < 0)
                                 _exit(102);
-                        r = gpuipc_register_host(c, name, b, NULL, 0, NULL);
+                        r = gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL);
                         gpuipc_hostbuf_free(b);
                         if (r < 0)
                                 break;
@@ -442,9 +442,9 @@ static bool lookup_ok(const char *name)
         gpuipc_view *v;
         int r;
 
-        if (gpuipc_connect(sd.sock, &c) < 0)
+        if (gpuipc_client_connect(sd.sock, &c) < 0)
                 return false;
-        r = gpuipc_lookup(c, name, 0, 0, &v);
+        r = gpuipc_view_lookup(c, name, 0, 0, &v);
         if (r == 0)
                 gpuipc_view_release(v);
         gpuipc_client_free(c);
@@ -482,8 +482,8 @@ static double metric(const char *name)
         const char *p;
         double v = -1;
 
-        cr_assert_eq(gpuipc_connect(sd.sock, &c), 0);
-        cr_assert_eq(gpuipc_metrics_get(c, &text), 0);
+        cr_assert_eq(gpuipc_client_connect(sd.sock, &c), 0);
+        cr_assert_eq(gpuipc_metrics_fetch(c, &text), 0);
         for (p = text; (p = strstr(p, name)); p++)
                 if ((p == text || p[-1] == '\n') && p[strlen(name)] == ' ') {
                         v = strtod(p + strlen(name) + 1, NULL);
@@ -580,7 +580,7 @@ static int64_t churn(gpuipc_client *c, int rounds)
 
         for (int i = 0; i < rounds; i++) {
                 cr_assert_eq(put(c, "wait/x"), 0, "%s", gpuipc_errmsg(c));
-                cr_assert_eq(gpuipc_unregister(c, "wait/x"), 0);
+                cr_assert_eq(gpuipc_name_unregister(c, "wait/x"), 0);
         }
         return h_now_ms() - t0;
 }
@@ -659,7 +659,7 @@ Test(harden, exe_read_at_accept)
         cr_assert_gt(h_read_line(&ch, line, sizeof(line), 10000), 0, "helper-rawreg said nothing");
         cr_assert_str_eq(line, "ok");
         c = client();
-        cr_assert_eq(gpuipc_stat(c, "exe/x", &l), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_name_stat(c, "exe/x", &l), 0, "%s", gpuipc_errmsg(c));
         cr_expect_str_eq(gpuipc_list_get(l, 0)->owner_exe, self);
         gpuipc_list_free(l);
         gpuipc_client_free(c);
@@ -672,7 +672,7 @@ Test(harden, many_groups_keep_first_256)
 {
         static gid_t groups[300];
         uint32_t gid = 20100;
-        gpuipc_access a = { .gids = &gid, .n_gids = 1 };
+        gpuipc_access a = { .size = sizeof(gpuipc_access), .gids = &gid, .n_gids = 1 };
         gpuipc_client *c;
         struct h_frame f;
         int fd;
@@ -681,7 +681,7 @@ Test(harden, many_groups_keep_first_256)
                 groups[i] = 20000 + (gid_t)i;
         start(NULL);
         c = client();
-        cr_assert_eq(gpuipc_access_set(c, &a), 0);
+        cr_assert_eq(gpuipc_client_set_access(c, &a), 0);
         cr_assert_eq(put(c, "grp/x"), 0, "%s", gpuipc_errmsg(c));
         cr_assert_eq(connect_as(&(struct who){ .uid = UID_A, .groups = groups, .ngroups = 300 },
                                 1, &fd), 1);
@@ -747,7 +747,7 @@ Test(harden, output_flood_memory_given_back)
         start((const char *const[]){ "--max-output", "8388608", NULL });
         c = client();
         /* public: the watchers of other uids see them */
-        cr_assert_eq(gpuipc_access_set(c, &(gpuipc_access){ .public_ = 1 }), 0);
+        cr_assert_eq(gpuipc_client_set_access(c, &(gpuipc_access){ .size = sizeof(gpuipc_access), .public_ = 1 }), 0);
         rss0 = h_daemon_rss_kb(&h_d);
         /* 8 watchers each of 4 uids (max-watches-per-uid is 8) */
         for (int i = 0; i < WATCHERS; i += 8)
@@ -764,7 +764,7 @@ Test(harden, output_flood_memory_given_back)
                 snprintf(name, sizeof(name), "flood/%0200d", i);
                 cr_assert_eq(put(c, name), 0, "%d: %s", i, gpuipc_errmsg(c));
                 if (i >= KEEP)
-                        cr_assert_eq(gpuipc_unregister(c, name), 0);
+                        cr_assert_eq(gpuipc_name_unregister(c, name), 0);
         }
         rss_peak = h_daemon_rss_kb(&h_d);
         cr_assert_gt(rss_peak - rss0, 40 * 1024, "the flood took %ld KiB", rss_peak - rss0);
@@ -772,7 +772,7 @@ Test(harden, output_flood_memory_given_back)
                 close(w[i]);
         /* a round trip: the daemon has seen the watchers go */
         h_sleep_ms(300);
-        cr_assert_eq(gpuipc_unregister(c, "flood/nonexistent"), -ENOENT);
+        cr_assert_eq(gpuipc_name_unregister(c, "flood/nonexistent"), -ENOENT);
         rss_after = h_daemon_rss_kb(&h_d);
         cr_expect_lt(rss_after - rss0, (rss_peak - rss0) / 3,
                      "RSS %ld KiB before, %ld KiB at the peak, %ld KiB after the watchers went",

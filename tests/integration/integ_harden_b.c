@@ -248,9 +248,9 @@ static int do_attack(void *p)
         char path[64];
         int fd, rw, bad = 0;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                 return 10;
-        if (gpuipc_lookup(c, a->name, 0, 0, &v) < 0)
+        if (gpuipc_view_lookup(c, a->name, 0, 0, &v) < 0)
                 return 11;
         /* the library keeps the fd of a host view: find it again by
          * looking up raw */
@@ -287,16 +287,16 @@ static int do_register_shared(void *p)
         static const uint32_t other[] = { OTHER };
         const char *name = p;
         gpuipc_client *c = NULL;
-        gpuipc_access acc = { .uids = other, .n_uids = 1 };
+        gpuipc_access acc = { .size = sizeof(gpuipc_access), .uids = other, .n_uids = 1 };
         int mfd, r;
 
         /* a memfd of the producer's own, with no seals yet */
         mfd = memfd_create("prod", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (mfd < 0 || ftruncate(mfd, 65536) < 0)
                 return 10;
-        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_access_set(c, &acc) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0 || gpuipc_client_set_access(c, &acc) < 0)
                 return 11;
-        r = gpuipc_register_fd(c, name, mfd, 0, 65536, NULL,
+        r = gpuipc_fd_register(c, name, mfd, 0, 65536, NULL,
                                strstr(name, "shared") ? GPUIPC_REGISTER_SHARED_WRITE : 0, NULL);
         gpuipc_client_free(c);
         /* the producer can still write its shared buffer */
@@ -332,9 +332,9 @@ Test(harden_b, bytes_quota_charges_the_memfd)
         int big, half[3], r;
 
         start(args);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         big = memfd_sealed((off_t)1 << 30, 0);                  /* sparse: 1 GiB */
-        r = gpuipc_register_fd(c, "q/big", big, 0, 1, NULL, 0, NULL);
+        r = gpuipc_fd_register(c, "q/big", big, 0, 1, NULL, 0, NULL);
         cr_expect_eq(r, -ENOBUFS, "size=1 of a 1 GiB memfd under a 1 MiB quota: %d (%s)", r,
                      gpuipc_errmsg(c));
         close(big);
@@ -342,15 +342,15 @@ Test(harden_b, bytes_quota_charges_the_memfd)
                 char name[16];
                 half[i] = memfd_sealed(512 << 10, 0);
                 snprintf(name, sizeof(name), "q/half%d", i);
-                r = gpuipc_register_fd(c, name, half[i], 0, 1, NULL, 0, NULL);
+                r = gpuipc_fd_register(c, name, half[i], 0, 1, NULL, 0, NULL);
                 cr_expect_eq(r, i < 2 ? 0 : -ENOBUFS, "512 KiB memfd %d: %d (%s)", i, r,
                              gpuipc_errmsg(c));
                 close(half[i]);
         }
         /* unregistering gives back what was charged */
-        cr_expect_eq(gpuipc_unregister(c, "q/half0"), 0);
+        cr_expect_eq(gpuipc_name_unregister(c, "q/half0"), 0);
         half[0] = memfd_sealed(512 << 10, 0);
-        cr_expect_eq(gpuipc_register_fd(c, "q/again", half[0], 0, 1, NULL, 0, NULL), 0, "%s",
+        cr_expect_eq(gpuipc_fd_register(c, "q/again", half[0], 0, 1, NULL, 0, NULL), 0, "%s",
                      gpuipc_errmsg(c));
         close(half[0]);
         gpuipc_client_free(c);
@@ -474,9 +474,9 @@ static int do_register_plain(void *p)
         gpuipc_hostbuf *b = NULL;
         int r;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
                 return 10;
-        r = gpuipc_register_host(c, p, b, NULL, 0, NULL);
+        r = gpuipc_hostbuf_register(c, p, b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
         return r == 0 ? 0 : 11;
@@ -722,7 +722,7 @@ static pid_t daemon_as(uid_t uid, const char *sock)
 static int do_connect(void *p)
 {
         gpuipc_client *c = NULL;
-        int r = gpuipc_connect(p, &c);
+        int r = gpuipc_client_connect(p, &c);
 
         gpuipc_client_free(c);
         return r == 0 ? 0 : r == -EPERM ? 1 : 2;
@@ -743,7 +743,7 @@ Test(harden_b, client_refuses_an_untrusted_listener)
         /* a process of another uid took the path over */
         impostor = daemon_as(OTHER, sock);
         unsetenv("GPUIPC_DAEMON_UID");
-        r = gpuipc_connect(sock, &c);
+        r = gpuipc_client_connect(sock, &c);
         cr_expect_eq(r, -EPERM, "root connected to uid %u's listener: %d", OTHER, r);
         gpuipc_client_free(c);
         c = NULL;
@@ -752,7 +752,7 @@ Test(harden_b, client_refuses_an_untrusted_listener)
         /* its own uid's daemon is fine; so is one named by GPUIPC_DAEMON_UID */
         cr_expect_eq(as_user(OTHER, do_connect, sock), 0);
         setenv("GPUIPC_DAEMON_UID", "65533", 1);
-        r = gpuipc_connect(sock, &c);
+        r = gpuipc_client_connect(sock, &c);
         cr_expect_eq(r, 0, "GPUIPC_DAEMON_UID=65533: %d", r);
         gpuipc_client_free(c);
         c = NULL;
@@ -872,7 +872,7 @@ struct producer_args {
 };
 
 /* Registers svc/data, waits for the restart, makes one call and reports
- * what gpuipc_lost_next says: 0 when it names svc/data with -EEXIST. */
+ * what gpuipc_client_next_lost says: 0 when it names svc/data with -EEXIST. */
 static int do_producer(void *p)
 {
         struct producer_args *a = p;
@@ -882,21 +882,21 @@ static int do_producer(void *p)
         char name[64], ch;
         int err = 0, r;
 
-        if (gpuipc_connect(a->sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
+        if (gpuipc_client_connect(a->sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
                 return 10;
-        if (gpuipc_register_host(c, "svc/data", b, NULL, 0, &id) < 0)
+        if (gpuipc_hostbuf_register(c, "svc/data", b, NULL, 0, &id) < 0)
                 return 11;
         if (write(a->ready[1], "r", 1) != 1 || read(a->go[0], &ch, 1) != 1)
                 return 12;
-        r = gpuipc_ping(c);             /* reconnects, registers again */
+        r = gpuipc_client_ping(c);             /* reconnects, registers again */
         if (r < 0)
                 return 13;
-        r = gpuipc_lost_next(c, name, sizeof(name), &lost_id, &err);
+        r = gpuipc_client_next_lost(c, name, sizeof(name), &lost_id, &err);
         if (r != 1)
                 return 14;
         if (strcmp(name, "svc/data") != 0 || lost_id != id || err != -EEXIST)
                 return 15;
-        if (gpuipc_lost_next(c, name, sizeof(name), NULL, NULL) != 0)
+        if (gpuipc_client_next_lost(c, name, sizeof(name), NULL, NULL) != 0)
                 return 16;
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
@@ -907,12 +907,12 @@ static int do_impostor(void *p)
 {
         gpuipc_client *c = NULL;
         gpuipc_hostbuf *b = NULL;
-        gpuipc_access pub = { .public_ = 1 };
+        gpuipc_access pub = { .size = sizeof(gpuipc_access), .public_ = 1 };
 
-        if (gpuipc_connect(p, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0 ||
-            gpuipc_access_set(c, &pub) < 0)
+        if (gpuipc_client_connect(p, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0 ||
+            gpuipc_client_set_access(c, &pub) < 0)
                 return 10;
-        if (gpuipc_register_host(c, "svc/data", b, NULL, 0, NULL) < 0)
+        if (gpuipc_hostbuf_register(c, "svc/data", b, NULL, 0, NULL) < 0)
                 return 11;
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
@@ -949,23 +949,23 @@ Test(harden_b, restart_squatter_is_visible)
         cr_expect_eq(as_user_wait(prod), 0, "the producer did not learn it lost svc/data "
                      "(14: nothing reported, 15: wrong name, id or error)");
         /* a consumer that names the owner it expects is not fooled */
-        cr_assert_eq(gpuipc_connect(sock, &c), 0);
-        cr_assert_eq(gpuipc_set_lookup_owner(c, OWNER), 0);
-        r = gpuipc_lookup(c, "svc/data", 0, 0, &v);
+        cr_assert_eq(gpuipc_client_connect(sock, &c), 0);
+        cr_assert_eq(gpuipc_client_set_lookup_owner(c, OWNER), 0);
+        r = gpuipc_view_lookup(c, "svc/data", 0, 0, &v);
         cr_expect_eq(r, -ENOENT, "owner_uid %u: the impostor's buffer was handed out (%d)",
                      OWNER, r);
         if (r == 0)
                 gpuipc_view_release(v);
         v = NULL;
-        r = gpuipc_lookup(c, "svc/data", 300, 0, &v);
+        r = gpuipc_view_lookup(c, "svc/data", 300, 0, &v);
         cr_expect_eq(r, -ETIMEDOUT, "a waiting lookup took the impostor's (%d)", r);
         if (r == 0)
                 gpuipc_view_release(v);
         v = NULL;
-        cr_assert_eq(gpuipc_set_lookup_owner(c, OTHER), 0);
-        cr_expect_eq(gpuipc_lookup(c, "svc/data", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_client_set_lookup_owner(c, OTHER), 0);
+        cr_expect_eq(gpuipc_view_lookup(c, "svc/data", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
         gpuipc_view_release(v);
-        cr_expect_eq(gpuipc_set_lookup_owner(c, -2), -EINVAL);
+        cr_expect_eq(gpuipc_client_set_lookup_owner(c, -2), -EINVAL);
         gpuipc_client_free(c);
         h_daemon_stop(&d2);
         rmdir(dir);

@@ -17,8 +17,8 @@ TestSuite(lease, .init = h_setup, .fini = h_teardown, .timeout = 20);
 static gpuipc_client *connect_client(void)
 {
         gpuipc_client *c = NULL;
-        int r = gpuipc_connect(h_d.sock, &c);
-        cr_assert_eq(r, 0, "gpuipc_connect: %s", gpuipc_strerror(r));
+        int r = gpuipc_client_connect(h_d.sock, &c);
+        cr_assert_eq(r, 0, "gpuipc_client_connect: %s", gpuipc_strerror(r));
         return c;
 }
 
@@ -32,7 +32,7 @@ static uint64_t register_one(gpuipc_client *c, const char *name, size_t size, ui
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < size; i++)
                 p[i] = h_pattern(i, seed);
-        cr_assert_eq(gpuipc_register_host(c, name, b, NULL, 0, &id), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_hostbuf_register(c, name, b, NULL, 0, &id), 0, "%s", gpuipc_errmsg(c));
         gpuipc_hostbuf_free(b);
         return id;
 }
@@ -40,7 +40,7 @@ static uint64_t register_one(gpuipc_client *c, const char *name, size_t size, ui
 static int leases_of(gpuipc_client *c, const char *name)
 {
         gpuipc_list *l = NULL;
-        int r = gpuipc_stat(c, name, &l), n;
+        int r = gpuipc_name_stat(c, name, &l), n;
         cr_assert_eq(r, 0, "stat %s: %s", name, gpuipc_strerror(r));
         cr_assert_eq(gpuipc_list_count(l), 1);
         n = (int)gpuipc_list_get(l, 0)->leases;
@@ -78,7 +78,7 @@ Test(lease, killed_consumer_releases)
         cr_assert_eq(kill(ch.pid, SIGKILL), 0);
         cr_expect_eq(h_wait(&ch, 5000), 128 + SIGKILL);
         t0 = h_now_ms();
-        cr_expect_eq(gpuipc_wait_released(p, id, 5000), 0, "%s", gpuipc_errmsg(p));
+        cr_expect_eq(gpuipc_reg_wait_released(p, id, 5000), 0, "%s", gpuipc_errmsg(p));
         cr_expect_lt(h_now_ms() - t0, 4000);
         cr_expect_eq(leases_of(p, "lease/kill"), 0);
         /* still registered and intact */
@@ -97,11 +97,11 @@ Test(lease, release_before_wait_counts)
         uint64_t id = register_one(p, "lease/norm", 4096, 1);
         gpuipc_view *v = NULL;
 
-        cr_assert_eq(gpuipc_lookup(c, "lease/norm", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "lease/norm", 0, 0, &v), 0);
         cr_expect_eq(leases_of(p, "lease/norm"), 1);
         cr_expect_eq(gpuipc_view_release(v), 0);
         cr_expect_eq(leases_of(p, "lease/norm"), 0);
-        cr_expect_eq(gpuipc_wait_released(p, id, 5000), 0, "%s", gpuipc_errmsg(p));
+        cr_expect_eq(gpuipc_reg_wait_released(p, id, 5000), 0, "%s", gpuipc_errmsg(p));
         gpuipc_client_free(c);
         gpuipc_client_free(p);
 }
@@ -118,7 +118,7 @@ Test(lease, release_during_wait)
         h_spawn(&ch, "helper-consumer", args, true);
         cr_assert_geq(h_read_line(&ch, line, sizeof(line), 10000), 0);
         t0 = h_now_ms();
-        cr_expect_eq(gpuipc_wait_released(p, id, 5000), 0, "%s", gpuipc_errmsg(p));
+        cr_expect_eq(gpuipc_reg_wait_released(p, id, 5000), 0, "%s", gpuipc_errmsg(p));
         dt = h_now_ms() - t0;
         cr_expect_geq(dt, 150, "released after %" PRId64 " ms, while still held", dt);
         cr_expect_eq(h_wait(&ch, 5000), 0);
@@ -132,11 +132,11 @@ Test(lease, wait_released_times_out_without_lookup)
         int64_t t0, dt;
 
         t0 = h_now_ms();
-        cr_expect_eq(gpuipc_wait_released(p, id, 300), -ETIMEDOUT);
+        cr_expect_eq(gpuipc_reg_wait_released(p, id, 300), -ETIMEDOUT);
         dt = h_now_ms() - t0;
         cr_expect_geq(dt, 290, "timed out after %" PRId64 " ms", dt);
         cr_expect_lt(dt, 3000);
-        cr_expect_eq(gpuipc_ping(p), 0);
+        cr_expect_eq(gpuipc_client_ping(p), 0);
         gpuipc_client_free(p);
 }
 
@@ -153,9 +153,9 @@ Test(lease, last_of_two_holders)
         cr_expect_eq(h_wait(&a, 5000), 128 + SIGKILL);
         cr_expect_eq(leases_settle(p, "lease/two", 1), 1);
         /* one lease remains: not released yet */
-        cr_expect_eq(gpuipc_wait_released(p, id, 300), -ETIMEDOUT);
+        cr_expect_eq(gpuipc_reg_wait_released(p, id, 300), -ETIMEDOUT);
         cr_expect_eq(h_wait(&b, 5000), 0);      /* EOF on stdin: releases normally */
-        cr_expect_eq(gpuipc_wait_released(p, id, 5000), 0, "%s", gpuipc_errmsg(p));
+        cr_expect_eq(gpuipc_reg_wait_released(p, id, 5000), 0, "%s", gpuipc_errmsg(p));
         cr_expect_eq(leases_of(p, "lease/two"), 0);
         gpuipc_client_free(p);
 }
@@ -168,9 +168,9 @@ Test(lease, unregistered_buffer_freed_with_last_lease)
         int64_t deadline;
 
         register_one(p, "lease/gone", 4096, 5);
-        cr_assert_eq(gpuipc_lookup(c, "lease/gone", 0, 0, &v), 0);
-        cr_assert_eq(gpuipc_unregister(p, "lease/gone"), 0);
-        cr_assert_eq(gpuipc_stats_get(p, &s), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "lease/gone", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_name_unregister(p, "lease/gone"), 0);
+        cr_assert_eq(gpuipc_stats_fetch(p, &s), 0);
         cr_expect_eq(s->registrations, 1);
         cr_expect_eq(s->bytes_host, 4096);
         gpuipc_stats_free(s);
@@ -178,7 +178,7 @@ Test(lease, unregistered_buffer_freed_with_last_lease)
         gpuipc_client_free(c);
         deadline = h_now_ms() + 3000;
         for (;;) {
-                cr_assert_eq(gpuipc_stats_get(p, &s), 0);
+                cr_assert_eq(gpuipc_stats_fetch(p, &s), 0);
                 if (s->registrations == 0 || h_now_ms() > deadline)
                         break;
                 gpuipc_stats_free(s);

@@ -26,7 +26,7 @@ static gpuipc_client *client(void)
 {
         gpuipc_client *c;
 
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         return c;
 }
 
@@ -36,7 +36,7 @@ static int put(gpuipc_client *c, const char *name, size_t size)
         int r;
 
         cr_assert_eq(gpuipc_hostbuf_new(size, &b), 0);
-        r = gpuipc_register_host(c, name, b, NULL, 0, NULL);
+        r = gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
         return r;
 }
@@ -57,7 +57,7 @@ Test(uid_limits, registrations_count_orphans)
                            gpuipc_errmsg(c));
         cr_expect_not_null(strstr(gpuipc_errmsg(c), "has 2 registrations"), "%s",
                            gpuipc_errmsg(c));
-        cr_assert_eq(gpuipc_unregister(c, "lim/a"), 0);
+        cr_assert_eq(gpuipc_name_unregister(c, "lim/a"), 0);
         cr_expect_eq(put(c, "lim/c", 4096), 0, "%s", gpuipc_errmsg(c));
         gpuipc_client_free(c);
         h_daemon_stop(&h_d);
@@ -73,13 +73,13 @@ Test(uid_limits, leases)
         cr_assert_eq(put(p, "lim/l", 4096), 0);
         c1 = client();
         c2 = client();
-        cr_assert_eq(gpuipc_lookup(c1, "lim/l", 0, 0, &v1), 0);
-        cr_assert_eq(gpuipc_lookup(c2, "lim/l", 0, 0, &v2), 0);
-        cr_expect_eq(gpuipc_lookup(p, "lim/l", 0, 0, &v3), -ENOBUFS);
+        cr_assert_eq(gpuipc_view_lookup(c1, "lim/l", 0, 0, &v1), 0);
+        cr_assert_eq(gpuipc_view_lookup(c2, "lim/l", 0, 0, &v2), 0);
+        cr_expect_eq(gpuipc_view_lookup(p, "lim/l", 0, 0, &v3), -ENOBUFS);
         cr_expect_not_null(strstr(gpuipc_errmsg(p), "holds 2 leases (--max-leases-per-uid 2)"),
                            "%s", gpuipc_errmsg(p));
         cr_assert_eq(gpuipc_view_release(v1), 0);
-        cr_expect_eq(gpuipc_lookup(p, "lim/l", 0, 0, &v3), 0, "%s", gpuipc_errmsg(p));
+        cr_expect_eq(gpuipc_view_lookup(p, "lim/l", 0, 0, &v3), 0, "%s", gpuipc_errmsg(p));
         gpuipc_view_release(v2);
         gpuipc_view_release(v3);
         gpuipc_client_free(c1);
@@ -102,7 +102,7 @@ Test(uid_limits, bytes)
         cr_expect_not_null(strstr(gpuipc_errmsg(c), "max-bytes-per-uid"), "%s",
                            gpuipc_errmsg(c));
         /* unregistered and not leased: freed, its bytes given back */
-        cr_assert_eq(gpuipc_unregister(c, "lim/x"), 0);
+        cr_assert_eq(gpuipc_name_unregister(c, "lim/x"), 0);
         cr_expect_eq(put(c, "lim/z", 4096), 0, "%s", gpuipc_errmsg(c));
         gpuipc_client_free(c);
         h_daemon_stop(&h_d);
@@ -119,7 +119,7 @@ static int other_uid_connects(void)
                 alarm(10);
                 if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
                         _exit(100);
-                _exit(gpuipc_connect(h_d.sock, &c) == 0 ? 0 : 1);
+                _exit(gpuipc_client_connect(h_d.sock, &c) == 0 ? 0 : 1);
         }
         cr_assert_eq(waitpid(pid, &st, 0), pid);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
@@ -134,7 +134,7 @@ Test(uid_limits, connections)
                                                     "--socket-mode", "0666", NULL });
         a = client();
         b = client();
-        r = gpuipc_connect(h_d.sock, &c);
+        r = gpuipc_client_connect(h_d.sock, &c);
         cr_expect_lt(r, 0, "a third connection of this uid must be refused");
         if (r == 0)
                 gpuipc_client_free(c);
@@ -144,7 +144,7 @@ Test(uid_limits, connections)
         }
         gpuipc_client_free(b);
         h_sleep_ms(100);        /* the daemon sees b's end */
-        cr_expect_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_expect_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         gpuipc_client_free(c);
         gpuipc_client_free(a);
         h_daemon_stop(&h_d);

@@ -118,7 +118,7 @@ static void *worker_main(void *arg)
         uint64_t t0;
         int r;
 
-        r = gpuipc_connect(h_d.sock, &c);
+        r = gpuipc_client_connect(h_d.sock, &c);
         if (r < 0) {
                 fail(w, "connect: %s", gpuipc_strerror(r));
                 return NULL;
@@ -142,7 +142,7 @@ static void *worker_main(void *arg)
                         }
                         fill(gpuipc_hostbuf_data(b), OWN_SIZE, o->seed);
                         t0 = now_us();
-                        r = gpuipc_register_host(c, o->name, b, NULL, 0, &o->id);
+                        r = gpuipc_hostbuf_register(c, o->name, b, NULL, 0, &o->id);
                         record(w, OP_REGISTER, t0);
                         gpuipc_hostbuf_free(b);
                         if (r < 0)
@@ -171,7 +171,7 @@ static void *worker_main(void *arg)
                                 size = SHARED_SIZE;
                         }
                         t0 = now_us();
-                        r = gpuipc_lookup(c, name, 0, 0, &v);
+                        r = gpuipc_view_lookup(c, name, 0, 0, &v);
                         record(w, OP_LOOKUP, t0);
                         if (r < 0) {
                                 fail(w, "lookup %s: %s", name, gpuipc_errmsg(c));
@@ -207,7 +207,7 @@ static void *worker_main(void *arg)
                         unsigned want = 0, seen = 0;
                         snprintf(prefix, sizeof(prefix), "load/t%u", w->idx);
                         t0 = now_us();
-                        r = gpuipc_list_fetch(c, prefix, &l);
+                        r = gpuipc_list_fetch(c, prefix, 0, &l);
                         record(w, OP_LIST, t0);
                         if (r < 0) {
                                 fail(w, "list %s: %s", prefix, gpuipc_errmsg(c));
@@ -236,7 +236,7 @@ static void *worker_main(void *arg)
                         if (!o->live)
                                 continue;
                         t0 = now_us();
-                        r = gpuipc_unregister(c, o->name);
+                        r = gpuipc_name_unregister(c, o->name);
                         record(w, OP_UNREGISTER, t0);
                         if (r < 0)
                                 fail(w, "unregister %s: %s", o->name, gpuipc_errmsg(c));
@@ -247,7 +247,7 @@ static void *worker_main(void *arg)
                 if (held[k] && gpuipc_view_release(held[k]) < 0)
                         fail(w, "final release");
         for (unsigned k = 0; k < OWN_MAX; k++)
-                if (own[k].live && gpuipc_unregister(c, own[k].name) < 0)
+                if (own[k].live && gpuipc_name_unregister(c, own[k].name) < 0)
                         fail(w, "final unregister %s: %s", own[k].name, gpuipc_errmsg(c));
         gpuipc_client_free(c);
         return NULL;
@@ -269,7 +269,7 @@ Test(load, concurrent_clients_get_correct_answers)
         int64_t t0;
         int r;
 
-        r = gpuipc_connect(h_d.sock, &c);
+        r = gpuipc_client_connect(h_d.sock, &c);
         cr_assert_eq(r, 0);
         for (unsigned j = 0; j < SHARED_N; j++) {
                 gpuipc_hostbuf *b = NULL;
@@ -277,11 +277,11 @@ Test(load, concurrent_clients_get_correct_answers)
                 snprintf(name, sizeof(name), "load/shared/%u", j);
                 cr_assert_eq(gpuipc_hostbuf_new(SHARED_SIZE, &b), 0);
                 fill(gpuipc_hostbuf_data(b), SHARED_SIZE, 1000 + j);
-                r = gpuipc_register_host(c, name, b, NULL, 0, NULL);
+                r = gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL);
                 cr_assert_eq(r, 0, "register %s: %s", name, gpuipc_errmsg(c));
                 gpuipc_hostbuf_free(b);
         }
-        cr_assert_eq(gpuipc_stats_get(c, &st), 0);
+        cr_assert_eq(gpuipc_stats_fetch(c, &st), 0);
         base_regs = st->registrations;
         gpuipc_stats_free(st);
 
@@ -330,7 +330,7 @@ Test(load, concurrent_clients_get_correct_answers)
         cr_expect_eq(errors, 0, "%u errors under load", errors);
 
         /* Every thread cleaned up after itself. */
-        cr_assert_eq(gpuipc_stats_get(c, &st), 0);
+        cr_assert_eq(gpuipc_stats_fetch(c, &st), 0);
         cr_expect_eq(st->registrations, base_regs, "registrations %" PRIu64 ", want %" PRIu64,
                      st->registrations, base_regs);
         cr_expect_eq(st->leases, 0);

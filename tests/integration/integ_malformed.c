@@ -29,9 +29,9 @@ static void good_check(const char *after)
         int r;
 
         cr_assert(h_daemon_alive(&h_d), "daemon died after %s", after);
-        r = gpuipc_ping(good);
+        r = gpuipc_client_ping(good);
         cr_assert_eq(r, 0, "good client ping after %s: %s", after, gpuipc_strerror(r));
-        r = gpuipc_lookup(good, "good/x", 0, 0, &v);
+        r = gpuipc_view_lookup(good, "good/x", 0, 0, &v);
         cr_assert_eq(r, 0, "good client lookup after %s: %s", after, gpuipc_strerror(r));
         p = gpuipc_view_data(v);
         for (size_t i = 0; i < GOOD_SIZE; i++)
@@ -46,13 +46,13 @@ static void mal_setup(void)
         uint8_t *p;
 
         h_setup();
-        cr_assert_eq(gpuipc_connect(h_d.sock, &owner), 0);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &good), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &owner), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &good), 0);
         cr_assert_eq(gpuipc_hostbuf_new(GOOD_SIZE, &b), 0);
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < GOOD_SIZE; i++)
                 p[i] = h_pattern(i, GOOD_SEED);
-        cr_assert_eq(gpuipc_register_host(owner, "good/x", b, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(owner, "good/x", b, NULL, 0, NULL), 0);
         gpuipc_hostbuf_free(b);
         good_check("setup");
 }
@@ -542,7 +542,7 @@ Test(malformed, abrupt_connections)
         good_check("200 abrupt connections");
         deadline = h_now_ms() + 3000;
         for (;;) {
-                cr_assert_eq(gpuipc_stats_get(good, &s), 0);
+                cr_assert_eq(gpuipc_stats_fetch(good, &s), 0);
                 if (s->connections == 2 || h_now_ms() > deadline)
                         break;
                 gpuipc_stats_free(s);

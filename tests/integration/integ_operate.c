@@ -110,7 +110,7 @@ static void reg(gpuipc_client *c, const char *name, size_t n)
 
         cr_assert_eq(gpuipc_hostbuf_new(n, &b), 0);
         memset(gpuipc_hostbuf_data(b), 7, n);
-        cr_assert_eq(gpuipc_register_host(c, name, b, NULL, 0, NULL), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_hostbuf_register(c, name, b, NULL, 0, NULL), 0, "%s", gpuipc_errmsg(c));
         gpuipc_hostbuf_free(b);
 }
 
@@ -129,25 +129,25 @@ Test(operate, show_lists_holders)
         n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
         cr_assert_gt(n, 0);
         exe[n] = '\0';
-        cr_assert_eq(gpuipc_connect(h_d.sock, &p), 0);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &q), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &p), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &q), 0);
         reg(p, "op/held", 4096);
-        cr_assert_eq(gpuipc_lookup(q, "op/held", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(q, "op/held", 0, 0, &v), 0);
 
         /* the library */
-        cr_assert_eq(gpuipc_stat(p, "op/held", &l), 0);
+        cr_assert_eq(gpuipc_name_stat(p, "op/held", &l), 0);
         in = gpuipc_list_get(l, 0);
         cr_assert_eq(in->n_holders, 1);
-        cr_expect_eq(in->holders[0].pid, (uint32_t)getpid());
-        cr_expect_eq(in->holders[0].uid, (uint32_t)getuid());
-        cr_expect_str_eq(in->holders[0].exe, exe);
-        cr_expect_gt(in->holders[0].lease, 0);
-        cr_expect_gt(in->holders[0].since_ms, in->created_ms - 1);
+        cr_expect_eq(gpuipc_info_holder(in, 0)->pid, (uint32_t)getpid());
+        cr_expect_eq(gpuipc_info_holder(in, 0)->uid, (uint32_t)getuid());
+        cr_expect_str_eq(gpuipc_info_holder(in, 0)->exe, exe);
+        cr_expect_gt(gpuipc_info_holder(in, 0)->lease, 0);
+        cr_expect_gt(gpuipc_info_holder(in, 0)->since_ms, in->created_ms - 1);
         gpuipc_list_free(l);
         /* a plain list does not carry holders */
-        cr_assert_eq(gpuipc_list_fetch(p, "op", &l), 0);
+        cr_assert_eq(gpuipc_list_fetch(p, "op", 0, &l), 0);
         cr_expect_eq(gpuipc_list_get(l, 0)->n_holders, 0);
-        cr_expect_null(gpuipc_list_get(l, 0)->holders);
+        cr_expect_null(gpuipc_info_holder(gpuipc_list_get(l, 0), 0));
         gpuipc_list_free(l);
 
         sh(&o, "$C show op/held");
@@ -166,7 +166,7 @@ Test(operate, show_lists_holders)
         out_free(&o);
 
         /* unregistered while held: gone from list, shown by list --all */
-        cr_assert_eq(gpuipc_unregister(p, "op/held"), 0);
+        cr_assert_eq(gpuipc_name_unregister(p, "op/held"), 0);
         sh(&o, "$C list op");
         EXPECT_NOT_IN(o.out, "op/held");
         out_free(&o);
@@ -181,18 +181,18 @@ Test(operate, show_lists_holders)
         EXPECT_IN(o.out, "\"state\": \"unregistered\"");
         EXPECT_IN(o.out, "\"holders\": [");
         out_free(&o);
-        cr_assert_eq(gpuipc_list_fetch_ex(p, "op", GPUIPC_LIST_ALL | GPUIPC_LIST_HOLDERS, &l), 0);
+        cr_assert_eq(gpuipc_list_fetch(p, "op", GPUIPC_LIST_ALL | GPUIPC_LIST_HOLDERS, &l), 0);
         cr_assert_eq(gpuipc_list_count(l), 1);
         in = gpuipc_list_get(l, 0);
         cr_expect(in->flags & GPUIPC_INFO_UNREGISTERED);
         cr_assert_eq(in->n_holders, 1);
-        cr_expect_eq(in->holders[0].pid, (uint32_t)getpid());
+        cr_expect_eq(gpuipc_info_holder(in, 0)->pid, (uint32_t)getpid());
         gpuipc_list_free(l);
-        cr_expect_eq(gpuipc_list_fetch_ex(p, NULL, 0x80, &l), -EINVAL);
+        cr_expect_eq(gpuipc_list_fetch(p, NULL, 0x80, &l), -EINVAL);
 
         /* released: freed, gone from --all too */
         gpuipc_view_release(v);
-        cr_assert_eq(gpuipc_list_fetch_ex(p, "op", GPUIPC_LIST_ALL, &l), 0);
+        cr_assert_eq(gpuipc_list_fetch(p, "op", GPUIPC_LIST_ALL, &l), 0);
         cr_expect_eq(gpuipc_list_count(l), 0);
         gpuipc_list_free(l);
         gpuipc_client_free(q);
@@ -207,16 +207,16 @@ Test(operate, holders_are_capped)
         gpuipc_list *l;
         const gpuipc_info *in;
 
-        cr_assert_eq(gpuipc_connect(h_d.sock, &p), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &p), 0);
         reg(p, "op/many", 4096);
         for (int i = 0; i < 40; i++)
-                cr_assert_eq(gpuipc_lookup(p, "op/many", 0, 0, &v[i]), 0);
-        cr_assert_eq(gpuipc_stat(p, "op/many", &l), 0);
+                cr_assert_eq(gpuipc_view_lookup(p, "op/many", 0, 0, &v[i]), 0);
+        cr_assert_eq(gpuipc_name_stat(p, "op/many", &l), 0);
         in = gpuipc_list_get(l, 0);
         cr_expect_eq(in->leases, 40);
         cr_assert_eq(in->n_holders, 32);
         for (uint32_t i = 1; i < in->n_holders; i++)
-                cr_expect_gt(in->holders[i - 1].lease, in->holders[i].lease, "newest first");
+                cr_expect_gt(gpuipc_info_holder(in, i - 1)->lease, gpuipc_info_holder(in, i)->lease, "newest first");
         gpuipc_list_free(l);
         for (int i = 0; i < 40; i++)
                 gpuipc_view_release(v[i]);
@@ -231,7 +231,7 @@ Test(operate, rm_prefix)
         uint64_t removed = 9, skipped = 9;
         struct out o;
 
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         reg(c, "job/1/a", 64);
         reg(c, "job/1/b", 64);
         reg(c, "job/10", 64);
@@ -245,10 +245,10 @@ Test(operate, rm_prefix)
         EXPECT_IN(o.out, "keep/x");
         EXPECT_NOT_IN(o.out, "job/1/");
         out_free(&o);
-        cr_expect_eq(gpuipc_unregister_prefix(c, "job", &removed, &skipped), 0);
+        cr_expect_eq(gpuipc_prefix_unregister(c, "job", &removed, &skipped), 0);
         cr_expect_eq(removed, 1);
         cr_expect_eq(skipped, 0);
-        cr_expect_eq(gpuipc_unregister_prefix(c, "", NULL, NULL), -EINVAL);
+        cr_expect_eq(gpuipc_prefix_unregister(c, "", NULL, NULL), -EINVAL);
         sh(&o, "$C rm --prefix nothing/here");
         cr_expect_eq(o.status, 0);
         EXPECT_IN(o.out, "removed 0 registrations");
@@ -266,9 +266,9 @@ static int other_uid_rm(void *arg)
         int r;
 
         (void)arg;
-        if (gpuipc_connect(h_d.sock, &c) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                 return 10;
-        r = gpuipc_unregister_prefix(c, "mine", &removed, &skipped);
+        r = gpuipc_prefix_unregister(c, "mine", &removed, &skipped);
         gpuipc_client_free(c);
         /* public ones are visible to it, and not its to remove */
         return r == 0 && removed == 0 && skipped == 2 ? 0 : 11;
@@ -278,7 +278,7 @@ static int other_uid_rm(void *arg)
  * visible buffer says permission. */
 Test(operate, rm_other_users)
 {
-        gpuipc_access pub = { .public_ = 1 };
+        gpuipc_access pub = { .size = sizeof(gpuipc_access), .public_ = 1 };
         gpuipc_client *c;
         struct out o;
         pid_t pid;
@@ -286,8 +286,8 @@ Test(operate, rm_other_users)
 
         if (geteuid() != 0)
                 cr_skip_test("needs root to act as another uid");
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_access_set(c, &pub), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_set_access(c, &pub), 0);
         reg(c, "mine/a", 64);
         reg(c, "mine/b", 64);
         /* the directory and socket must let uid 65534 in */
@@ -338,14 +338,14 @@ Test(operate, put_ttl_expires)
         EXPECT_IN(o.out, "\"expires_ms\": 1");
         EXPECT_IN(o.out, "\"expires_ms\": null");
         out_free(&o);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_stat(c, "op/ttl", &l), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "op/ttl", &l), 0);
         cr_expect_gt(gpuipc_list_get(l, 0)->expires_ms, gpuipc_list_get(l, 0)->created_ms);
         cr_expect_eq(gpuipc_list_get(l, 0)->expires_ms - gpuipc_list_get(l, 0)->created_ms, 3000);
         gpuipc_list_free(l);
-        cr_assert_eq(gpuipc_lookup(c, "op/ttl", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "op/ttl", 0, 0, &v), 0);
         deadline = h_now_ms() + 10000;
-        while (gpuipc_stat(c, "op/ttl", &l) == 0) {
+        while (gpuipc_name_stat(c, "op/ttl", &l) == 0) {
                 gpuipc_list_free(l);
                 cr_assert_lt(h_now_ms(), deadline, "op/ttl did not expire");
                 h_sleep_ms(20);
@@ -353,22 +353,22 @@ Test(operate, put_ttl_expires)
         /* the reader keeps its mapping; the other registration stays */
         cr_expect_eq(memcmp(gpuipc_view_data(v), "abcdef", 6), 0);
         gpuipc_view_release(v);
-        cr_assert_eq(gpuipc_stat(c, "op/nottl", &l), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "op/nottl", &l), 0);
         gpuipc_list_free(l);
 
         /* the library's TTL applies to later registrations, until reset */
-        cr_expect_eq(gpuipc_set_ttl(c, 200), 0);
+        cr_expect_eq(gpuipc_client_set_ttl(c, 200), 0);
         reg(c, "op/lib", 64);
-        cr_expect_eq(gpuipc_set_ttl(c, 0), 0);
+        cr_expect_eq(gpuipc_client_set_ttl(c, 0), 0);
         reg(c, "op/lib-kept", 64);
-        cr_expect_eq(gpuipc_set_ttl(c, UINT64_MAX), -EINVAL);
+        cr_expect_eq(gpuipc_client_set_ttl(c, UINT64_MAX), -EINVAL);
         deadline = h_now_ms() + 5000;
-        while (gpuipc_stat(c, "op/lib", &l) == 0) {
+        while (gpuipc_name_stat(c, "op/lib", &l) == 0) {
                 gpuipc_list_free(l);
                 cr_assert_lt(h_now_ms(), deadline, "op/lib did not expire");
                 h_sleep_ms(20);
         }
-        cr_assert_eq(gpuipc_stat(c, "op/lib-kept", &l), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "op/lib-kept", &l), 0);
         cr_expect_eq(gpuipc_list_get(l, 0)->expires_ms, 0);
         gpuipc_list_free(l);
         gpuipc_client_free(c);
@@ -386,19 +386,19 @@ Test(operate, many_ttls)
         char name[32];
         int64_t deadline;
 
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         for (int i = 0; i < 50; i++) {
-                cr_assert_eq(gpuipc_set_ttl(c, 100 + (uint64_t)(i * 37 % 300)), 0);
+                cr_assert_eq(gpuipc_client_set_ttl(c, 100 + (uint64_t)(i * 37 % 300)), 0);
                 snprintf(name, sizeof(name), "ttl/%d", i);
                 reg(c, name, 64);
         }
         for (int i = 0; i < 50; i += 3) {
                 snprintf(name, sizeof(name), "ttl/%d", i);
-                cr_expect_eq(gpuipc_unregister(c, name), 0);
+                cr_expect_eq(gpuipc_name_unregister(c, name), 0);
         }
         deadline = h_now_ms() + 10000;
         for (;;) {
-                cr_assert_eq(gpuipc_list_fetch(c, "ttl", &l), 0);
+                cr_assert_eq(gpuipc_list_fetch(c, "ttl", 0, &l), 0);
                 if (gpuipc_list_count(l) == 0)
                         break;
                 gpuipc_list_free(l);
@@ -546,7 +546,7 @@ Test(operate, unreachable)
         EXPECT_IN(o.err, "is gpuipcd running?");
         out_free(&o);
         snprintf(path, sizeof(path), "%s/nobody.sock", h_d.dir);
-        cr_expect_eq(gpuipc_connect(path, &c), -ENOENT);
+        cr_expect_eq(gpuipc_client_connect(path, &c), -ENOENT);
         EXPECT_IN(gpuipc_errmsg(NULL), path);
         EXPECT_IN(gpuipc_errmsg(NULL), "no such socket; is gpuipcd running?");
         EXPECT_NOT_IN(gpuipc_errmsg(NULL), "registration");
@@ -590,9 +590,9 @@ Test(operate, daemon_sizes)
         fd = h_raw_connect(d2.sock);
         cr_expect_eq(h_raw_hello(fd, 1), 32768);
         close(fd);
-        cr_assert_eq(gpuipc_connect(d2.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(d2.sock, &c), 0);
         cr_assert_eq(gpuipc_hostbuf_new(2 << 20, &b), 0);
-        cr_expect_eq(gpuipc_register_host(c, "big/x", b, NULL, 0, NULL), -ENOBUFS);
+        cr_expect_eq(gpuipc_hostbuf_register(c, "big/x", b, NULL, 0, NULL), -ENOBUFS);
         EXPECT_IN(gpuipc_errmsg(c), "2.0 MiB more would pass --max-bytes-per-uid 1.0 MiB");
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
@@ -648,14 +648,14 @@ Test(operate_restart, ttl_survives)
         int64_t deadline;
 
         h_sd_start(&sd, NULL);
-        cr_assert_eq(gpuipc_connect(sd.sock, &c), 0);
-        cr_assert_eq(gpuipc_set_ttl(c, 5000), 0);
+        cr_assert_eq(gpuipc_client_connect(sd.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_set_ttl(c, 5000), 0);
         reg(c, "rt/ttl", 4096);
-        cr_assert_eq(gpuipc_set_ttl(c, 300), 0);
+        cr_assert_eq(gpuipc_client_set_ttl(c, 300), 0);
         reg(c, "rt/short", 4096);
-        cr_assert_eq(gpuipc_set_ttl(c, 0), 0);
+        cr_assert_eq(gpuipc_client_set_ttl(c, 0), 0);
         reg(c, "rt/kept", 4096);
-        cr_assert_eq(gpuipc_stat(c, "rt/ttl", &l), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "rt/ttl", &l), 0);
         expires = gpuipc_list_get(l, 0)->expires_ms;
         gpuipc_list_free(l);
         gpuipc_client_free(c);
@@ -663,25 +663,25 @@ Test(operate_restart, ttl_survives)
         h_sd_kill(&sd, SIGKILL);
         h_sleep_ms(400);                /* rt/short's TTL passes while it is down */
         h_sd_start_again(&sd);
-        cr_assert_eq(gpuipc_connect(sd.sock, &c), 0);
-        cr_assert_eq(gpuipc_stat(c, "rt/ttl", &l), 0, "rt/ttl was not restored: %s",
+        cr_assert_eq(gpuipc_client_connect(sd.sock, &c), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "rt/ttl", &l), 0, "rt/ttl was not restored: %s",
                      gpuipc_errmsg(c));
         cr_expect_eq(gpuipc_list_get(l, 0)->expires_ms, expires);
         gpuipc_list_free(l);
         deadline = h_now_ms() + 2000;
-        while (gpuipc_stat(c, "rt/short", &l) == 0) {
+        while (gpuipc_name_stat(c, "rt/short", &l) == 0) {
                 gpuipc_list_free(l);
                 cr_assert_lt(h_now_ms(), deadline, "rt/short outlived its TTL across the restart");
                 h_sleep_ms(20);
         }
         deadline = h_now_ms() + 10000;
-        while (gpuipc_stat(c, "rt/ttl", &l) == 0) {
+        while (gpuipc_name_stat(c, "rt/ttl", &l) == 0) {
                 gpuipc_list_free(l);
                 cr_assert_lt(h_now_ms(), deadline, "rt/ttl did not expire after the restart");
                 h_sleep_ms(20);
         }
         cr_expect_geq(ctl_now_unix_ms() + 50, expires, "rt/ttl ended early");
-        cr_assert_eq(gpuipc_stat(c, "rt/kept", &l), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "rt/kept", &l), 0);
         gpuipc_list_free(l);
         gpuipc_client_free(c);
         cr_expect_eq(h_sd_errors(&sd), 0);

@@ -31,7 +31,7 @@ static gpuipc_client *client(void)
 {
         gpuipc_client *c;
 
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         return c;
 }
 
@@ -41,7 +41,7 @@ static uint64_t put(gpuipc_client *c, const char *name, size_t size)
         uint64_t id;
 
         cr_assert_eq(gpuipc_hostbuf_new(size, &b), 0);
-        cr_assert_eq(gpuipc_register_host(c, name, b, NULL, 0, &id), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_hostbuf_register(c, name, b, NULL, 0, &id), 0, "%s", gpuipc_errmsg(c));
         gpuipc_hostbuf_free(b);
         return id;
 }
@@ -200,9 +200,9 @@ Test(ops, metrics_parse)
         start(NULL);
         c = client();
         put(c, "m/a", 4096);
-        cr_assert_eq(gpuipc_lookup(c, "m/a", 0, 0, &v), 0);
-        cr_assert_eq(gpuipc_stat(c, "m/none", &l), -ENOENT);
-        cr_assert_eq(gpuipc_metrics_get(c, &text), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "m/a", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "m/none", &l), -ENOENT);
+        cr_assert_eq(gpuipc_metrics_fetch(c, &text), 0, "%s", gpuipc_errmsg(c));
         cr_assert_gt(check_exposition(text), 20);
         cr_assert_not_null(strstr(text, "gpuipcd_registrations{kind=\"host\"} 1\n"), "%s", text);
         cr_assert_not_null(strstr(text, "gpuipcd_leases 1\n"));
@@ -255,7 +255,7 @@ Test(ops, metrics_process)
 
         start(NULL);
         c = client();
-        cr_assert_eq(gpuipc_metrics_get(c, &text), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_metrics_fetch(c, &text), 0, "%s", gpuipc_errmsg(c));
         check_exposition(text);
         fds = sample(text, "process_open_fds");
         cr_assert(fds >= 4 && fds < 1000, "process_open_fds %g\n%s", fds, text);
@@ -273,7 +273,7 @@ Test(ops, metrics_process)
         /* Each host registration holds fds in the daemon: the count moves. */
         put(c, "mp/a", 4096);
         put(c, "mp/b", 4096);
-        cr_assert_eq(gpuipc_metrics_get(c, &text), 0);
+        cr_assert_eq(gpuipc_metrics_fetch(c, &text), 0);
         fds2 = sample(text, "process_open_fds");
         cr_assert_geq(fds2, fds + 2, "%g then %g", fds, fds2);
         free(text);
@@ -441,7 +441,7 @@ static gpuipc_event *next(gpuipc_client *w, const char *type)
 {
         gpuipc_event *e;
 
-        cr_assert_eq(gpuipc_next_event(w, 5000, &e), 0, "waiting for %s: %s", type,
+        cr_assert_eq(gpuipc_event_next(w, 5000, &e), 0, "waiting for %s: %s", type,
                      gpuipc_errmsg(w));
         cr_assert_str_eq(e->type, type);
         return e;
@@ -460,11 +460,11 @@ Test(ops, watch_revoke_exe)
         w = client();
         p = client();
         c = client();
-        cr_assert_eq(gpuipc_watch(w, "ns"), 0, "%s", gpuipc_errmsg(w));
+        cr_assert_eq(gpuipc_event_watch(w, "ns"), 0, "%s", gpuipc_errmsg(w));
         put(p, "other/x", 100);         /* outside the prefix: not seen */
         id = put(p, "ns/a", 4096);
 
-        cr_assert_eq(gpuipc_stat(c, "ns/a", &l), 0);
+        cr_assert_eq(gpuipc_name_stat(c, "ns/a", &l), 0);
         cr_assert_not_null(strstr(gpuipc_list_get(l, 0)->owner_exe, "integ_ops"), "exe '%s'",
                            gpuipc_list_get(l, 0)->owner_exe);
         gpuipc_list_free(l);
@@ -476,14 +476,14 @@ Test(ops, watch_revoke_exe)
         cr_assert_eq(e->pid, (uint32_t)getpid());
         gpuipc_event_free(e);
 
-        cr_assert_eq(gpuipc_lookup(c, "ns/a", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "ns/a", 0, 0, &v), 0);
         e = next(w, "leased");
         cr_assert_eq(e->leases, 1);
         cr_assert_neq(e->lease, 0);
         gpuipc_event_free(e);
 
         /* Tests run as root, who may always revoke. */
-        cr_assert_eq(gpuipc_revoke(w, "ns/a", &n), 0, "%s", gpuipc_errmsg(w));
+        cr_assert_eq(gpuipc_name_revoke(w, "ns/a", &n), 0, "%s", gpuipc_errmsg(w));
         cr_assert_eq(n, 1);
         e = next(w, "revoked");
         gpuipc_event_free(e);
@@ -492,13 +492,13 @@ Test(ops, watch_revoke_exe)
         gpuipc_event_free(e);
         e = next(w, "unregistered");
         gpuipc_event_free(e);
-        cr_assert_eq(gpuipc_stat(c, "ns/a", &l), -ENOENT);
-        cr_assert_eq(gpuipc_next_event(w, 100, &e), -ETIMEDOUT);
+        cr_assert_eq(gpuipc_name_stat(c, "ns/a", &l), -ENOENT);
+        cr_assert_eq(gpuipc_event_next(w, 100, &e), -ETIMEDOUT);
         /* The holder's lease is gone: releasing it is not_found, the view
          * is freed all the same. */
         (void)gpuipc_view_release(v);
-        cr_assert_eq(gpuipc_revoke(w, "ns/a", NULL), -ENOENT);
-        cr_assert_eq(gpuipc_ping(c), 0);
+        cr_assert_eq(gpuipc_name_revoke(w, "ns/a", NULL), -ENOENT);
+        cr_assert_eq(gpuipc_client_ping(c), 0);
 
         gpuipc_client_free(c);
         gpuipc_client_free(p);
@@ -524,9 +524,9 @@ Test(ops, revoke_needs_admin)
                         int r;
                         if (setgid(65534) < 0 || setuid(65534) < 0)
                                 _exit(10);
-                        if (gpuipc_connect(h_d.sock, &c) < 0)
+                        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                                 _exit(11);
-                        r = gpuipc_revoke(c, "adm/x", NULL);
+                        r = gpuipc_name_revoke(c, "adm/x", NULL);
                         _exit(r == -EPERM ? 0 : 12);
                 }
                 cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -582,9 +582,9 @@ Test(ops, revoke_by_admin_group)
                         gid_t g = 65534;
                         if (setgroups(1, &g) < 0 || setgid(1) < 0 || setuid(65534) < 0)
                                 _exit(10);
-                        if (gpuipc_connect(h_d.sock, &c) < 0)
+                        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                                 _exit(11);
-                        _exit(gpuipc_revoke(c, "adm/y", NULL) == 0 ? 0 : 12);
+                        _exit(gpuipc_name_revoke(c, "adm/y", NULL) == 0 ? 0 : 12);
                 }
                 cr_assert_eq(waitpid(pid, &status, 0), pid);
                 cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);

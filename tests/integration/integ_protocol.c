@@ -480,12 +480,12 @@ Test(protocol, waiting_lookup_cancelled_by_disconnect)
         req(fd, 2, "lookup", "su", "name", "cancel/x", "wait_ms", (uint64_t)10000);
         h_sleep_ms(50);
         close(fd);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_register_fd(c, "cancel/x", mfd, 0, 4096, NULL, 0, NULL), 0,
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_fd_register(c, "cancel/x", mfd, 0, 4096, NULL, 0, NULL), 0,
                      "%s", gpuipc_errmsg(c));
         deadline = h_now_ms() + 2000;
         for (;;) {
-                cr_assert_eq(gpuipc_stats_get(c, &s), 0);
+                cr_assert_eq(gpuipc_stats_fetch(c, &s), 0);
                 if ((s->connections == 1 && s->leases == 0) || h_now_ms() > deadline)
                         break;
                 gpuipc_stats_free(s);
@@ -494,7 +494,7 @@ Test(protocol, waiting_lookup_cancelled_by_disconnect)
         cr_expect_eq(s->leases, 0, "a lease was taken for a closed connection's lookup");
         cr_expect_eq(s->connections, 1);
         gpuipc_stats_free(s);
-        cr_expect_eq(gpuipc_ping(c), 0);
+        cr_expect_eq(gpuipc_client_ping(c), 0);
         gpuipc_client_free(c);
         close(mfd);
 }
@@ -634,14 +634,14 @@ Test(limits, small_max_frame)
         close(fd);
 
         /* the library pages a list whose records do not fit one frame */
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         mfd = memfd_with(4096, 1);
         for (int i = 0; i < 40; i++) {
                 snprintf(name, sizeof(name), "small-frame/a-rather-long-name-%03d", i);
-                cr_assert_eq(gpuipc_register_fd(c, name, mfd, 0, 4096, NULL, 0, NULL), 0, "%s",
+                cr_assert_eq(gpuipc_fd_register(c, name, mfd, 0, 4096, NULL, 0, NULL), 0, "%s",
                              gpuipc_errmsg(c));
         }
-        cr_assert_eq(gpuipc_list_fetch(c, "small-frame", &l), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_list_fetch(c, "small-frame", 0, &l), 0, "%s", gpuipc_errmsg(c));
         cr_expect_eq(gpuipc_list_count(l), 40);
         gpuipc_list_free(l);
         gpuipc_client_free(c);
@@ -697,11 +697,11 @@ static int nobody_registers(void)
         gpuipc_hostbuf *b = NULL;
         int r;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                 return 10;
         if (gpuipc_hostbuf_new(4096, &b) < 0)
                 return 11;
-        r = gpuipc_register_host(c, "perm/nobody", b, NULL, 0, NULL);
+        r = gpuipc_hostbuf_register(c, "perm/nobody", b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
         return r == 0 ? 0 : 12;
@@ -713,13 +713,13 @@ static int nobody_unregisters_roots(void)
         gpuipc_view *v = NULL;
         int r, ret = 0;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                 return 10;
         /* looking up a public name is open to any peer; unregistering is not */
-        if (gpuipc_lookup(c, "perm/root", 0, 0, &v) < 0)
+        if (gpuipc_view_lookup(c, "perm/root", 0, 0, &v) < 0)
                 ret = 13;
         gpuipc_view_release(v);
-        r = gpuipc_unregister(c, "perm/root");
+        r = gpuipc_name_unregister(c, "perm/root");
         if (!ret)
                 ret = r == -EPERM ? 0 : r == 0 ? 14 : 15;
         gpuipc_client_free(c);
@@ -731,10 +731,10 @@ static int nobody_unregisters_own(void)
         gpuipc_client *c = NULL;
         int r;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0)
                 return 10;
         /* same uid, another connection */
-        r = gpuipc_unregister(c, "perm/nobody2");
+        r = gpuipc_name_unregister(c, "perm/nobody2");
         gpuipc_client_free(c);
         return r == 0 ? 0 : 16;
 }
@@ -745,9 +745,9 @@ static int nobody_registers2(void)
         gpuipc_hostbuf *b = NULL;
         int r;
 
-        if (gpuipc_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
+        if (gpuipc_client_connect(h_d.sock, &c) < 0 || gpuipc_hostbuf_new(4096, &b) < 0)
                 return 10;
-        r = gpuipc_register_host(c, "perm/nobody2", b, NULL, 0, NULL);
+        r = gpuipc_hostbuf_register(c, "perm/nobody2", b, NULL, 0, NULL);
         gpuipc_hostbuf_free(b);
         gpuipc_client_free(c);
         return r == 0 ? 0 : 12;
@@ -763,10 +763,10 @@ Test(limits, unregister_permission)
                 cr_skip_test("needs root to act as another uid");
         start_with(args);
         cr_assert_eq(chmod(h_d.dir, 0755), 0);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_access_set(c, &(gpuipc_access){ .public_ = 1 }), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_set_access(c, &(gpuipc_access){ .size = sizeof(gpuipc_access), .public_ = 1 }), 0);
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
-        cr_assert_eq(gpuipc_register_host(c, "perm/root", b, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(c, "perm/root", b, NULL, 0, NULL), 0);
         gpuipc_hostbuf_free(b);
         cr_expect_eq(as_nobody(nobody_registers), 0);
         cr_expect_eq(as_nobody(nobody_unregisters_roots), 0,
@@ -774,8 +774,8 @@ Test(limits, unregister_permission)
         cr_expect_eq(as_nobody(nobody_registers2), 0);
         cr_expect_eq(as_nobody(nobody_unregisters_own), 0, "same uid may unregister");
         /* root may unregister anyone's */
-        cr_expect_eq(gpuipc_unregister(c, "perm/nobody"), 0, "%s", gpuipc_errmsg(c));
-        cr_expect_eq(gpuipc_unregister(c, "perm/root"), 0);
+        cr_expect_eq(gpuipc_name_unregister(c, "perm/nobody"), 0, "%s", gpuipc_errmsg(c));
+        cr_expect_eq(gpuipc_name_unregister(c, "perm/root"), 0);
         gpuipc_client_free(c);
 }
 
@@ -893,12 +893,12 @@ Test(limits, sigterm_with_clients_connected)
         int fd;
 
         start_with(NULL);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         /* The daemon stays down: each call tries to reconnect this long. */
-        cr_assert_eq(gpuipc_set_reconnect(c, 200), 0);
+        cr_assert_eq(gpuipc_client_set_reconnect(c, 200), 0);
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
-        cr_assert_eq(gpuipc_register_host(c, "term/x", b, NULL, GPUIPC_REGISTER_EPHEMERAL, NULL), 0);
-        cr_assert_eq(gpuipc_lookup(c, "term/x", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(c, "term/x", b, NULL, GPUIPC_REGISTER_EPHEMERAL, NULL), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "term/x", 0, 0, &v), 0);
         fd = h_raw_connect(h_d.sock);
         h_raw_hello(fd, 1);
         req(fd, 2, "lookup", "su", "name", "term/never", "wait_ms", (uint64_t)60000);
@@ -925,7 +925,7 @@ Test(limits, sigterm_with_clients_connected)
         }
         close(fd);
         /* the library copes with a dead daemon */
-        cr_expect_lt(gpuipc_ping(c), 0);
+        cr_expect_lt(gpuipc_client_ping(c), 0);
         cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[0], 0, "the view stays readable after the daemon exits");
         gpuipc_view_release(v);
         gpuipc_hostbuf_free(b);
@@ -1073,11 +1073,11 @@ Test(limits, slow_reader_is_cut_off)
         int64_t deadline;
 
         start_with(args);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
         mfd = memfd_with(4096, 1);
         for (int i = 0; i < 100; i++) {
                 snprintf(name, sizeof(name), "slow/registration-with-a-longish-name-%03d", i);
-                cr_assert_eq(gpuipc_register_fd(c, name, mfd, 0, 4096, NULL, 0, NULL), 0);
+                cr_assert_eq(gpuipc_fd_register(c, name, mfd, 0, 4096, NULL, 0, NULL), 0);
         }
         close(mfd);
         fd = h_raw_connect(h_d.sock);
@@ -1090,7 +1090,7 @@ Test(limits, slow_reader_is_cut_off)
                 }
         }
         /* the daemon keeps serving others meanwhile */
-        cr_expect_eq(gpuipc_ping(c), 0);
+        cr_expect_eq(gpuipc_client_ping(c), 0);
         /* draining now finds the end of the connection, not 400 replies */
         deadline = h_now_ms() + 5000;
         {
@@ -1107,7 +1107,7 @@ Test(limits, slow_reader_is_cut_off)
                 cr_expect_lt(replies, 400, "a reader that never reads got all %d replies (send stopped at %d)",
                              replies, closed_at);
         }
-        cr_expect_eq(gpuipc_ping(c), 0);
+        cr_expect_eq(gpuipc_client_ping(c), 0);
         close(fd);
         gpuipc_client_free(c);
 }

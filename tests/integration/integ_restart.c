@@ -144,7 +144,7 @@ struct reg {
         bool has_event;
 };
 
-/* gpuipc_stat through a fresh connection: 0, or the error (-ENOENT). */
+/* gpuipc_name_stat through a fresh connection: 0, or the error (-ENOENT). */
 static int stat_name(const char *name, struct reg *ret)
 {
         gpuipc_client *c = NULL;
@@ -152,9 +152,9 @@ static int stat_name(const char *name, struct reg *ret)
         const gpuipc_info *i;
         int r;
 
-        r = gpuipc_connect(h_d.sock, &c);
+        r = gpuipc_client_connect(h_d.sock, &c);
         cr_assert_eq(r, 0, "connect %s: %s", h_d.sock, gpuipc_strerror(r));
-        r = gpuipc_stat(c, name, &l);
+        r = gpuipc_name_stat(c, name, &l);
         if (r == 0) {
                 cr_assert_eq(gpuipc_list_count(l), 1);
                 i = gpuipc_list_get(l, 0);
@@ -225,7 +225,7 @@ static uint64_t register_host(gpuipc_client *c, const char *name, size_t size, u
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < size; i++)
                 p[i] = h_pattern(i, seed);
-        r = gpuipc_register_host(c, name, b, NULL, 0, &id);
+        r = gpuipc_hostbuf_register(c, name, b, NULL, 0, &id);
         cr_assert_eq(r, 0, "register %s: %s (%s)", name, gpuipc_strerror(r), gpuipc_errmsg(c));
         gpuipc_hostbuf_free(b);
         return id;
@@ -234,8 +234,8 @@ static uint64_t register_host(gpuipc_client *c, const char *name, size_t size, u
 static gpuipc_client *connect_client(void)
 {
         gpuipc_client *c = NULL;
-        int r = gpuipc_connect(h_d.sock, &c);
-        cr_assert_eq(r, 0, "gpuipc_connect %s: %s", h_d.sock, gpuipc_strerror(r));
+        int r = gpuipc_client_connect(h_d.sock, &c);
+        cr_assert_eq(r, 0, "gpuipc_client_connect %s: %s", h_d.sock, gpuipc_strerror(r));
         return c;
 }
 
@@ -417,7 +417,7 @@ Test(restart, lease_survives)
         cr_expect_eq(must_stat("rs/lease", "after the release").leases, 0,
                      "the restored lease is still counted after its release");
         read_reply(&prod, cmd, buf, sizeof(buf));
-        cr_expect_str_eq(buf, "ok", "the producer's gpuipc_wait_released: %s", buf);
+        cr_expect_str_eq(buf, "ok", "the producer's gpuipc_reg_wait_released: %s", buf);
 
         helper_quit(&cons);
         helper_quit(&prod);
@@ -805,9 +805,9 @@ Test(restart, no_store_reregisters)
 
         /* the consumer looked up and released: the old id still works */
         snprintf(cmd, sizeof(cmd), "waitrel %" PRIu64 " 5000", id_d);
-        expect_cmd(&p, cmd, "ok", "gpuipc_wait_released with the id from before the restart");
+        expect_cmd(&p, cmd, "ok", "gpuipc_reg_wait_released with the id from before the restart");
         snprintf(cmd, sizeof(cmd), "waitrel %" PRIu64 " 5000", id_e);
-        expect_cmd(&p, cmd, "ok", "gpuipc_wait_released with the id from before the restart");
+        expect_cmd(&p, cmd, "ok", "gpuipc_reg_wait_released with the id from before the restart");
         helper_quit(&p);
         h_daemon_stop(&h_d);
         finish();
@@ -831,8 +831,8 @@ Test(restart, store_returns_to_baseline)
                 if (i == 0)
                         expect_stored(id);
                 if (leased)
-                        cr_assert_eq(gpuipc_lookup(r, "rs/cycle", 0, 0, &v), 0);
-                cr_assert_eq(gpuipc_unregister(c, "rs/cycle"), 0, "%s", gpuipc_errmsg(c));
+                        cr_assert_eq(gpuipc_view_lookup(r, "rs/cycle", 0, 0, &v), 0);
+                cr_assert_eq(gpuipc_name_unregister(c, "rs/cycle"), 0, "%s", gpuipc_errmsg(c));
                 if (leased) {
                         /* unregistered but leased: the memory, and its fd, stay */
                         cr_expect_eq(h_sd_stored_name(&sd, host_name(id)), 1,
@@ -865,7 +865,7 @@ Test(restart, ids_continue)
         a = register_host(c, "rs/id-a", 4096, 1);
         b = register_host(c, "rs/id-b", 4096, 2);
         gone = register_host(c, "rs/id-c", 4096, 3);
-        cr_assert_eq(gpuipc_unregister(c, "rs/id-c"), 0);
+        cr_assert_eq(gpuipc_name_unregister(c, "rs/id-c"), 0);
         gpuipc_client_free(c);
         cr_assert_eq(h_sd_stored_settle(&sd, "host-", 2, 2000), 2,
                      "want %s and %s stored (%s unregistered), the store holds [%s]", host_name(a),
@@ -964,7 +964,7 @@ static gpuipc_view *lookup_check(gpuipc_client *c, const char *name, gpuipc_kind
         gpuipc_view *v = NULL;
         const gpuipc_info *info;
         char what[300];
-        int r = gpuipc_lookup(c, name, 0, 0, &v);
+        int r = gpuipc_view_lookup(c, name, 0, 0, &v);
 
         cr_assert_eq(r, 0, "%s: lookup %s: %s (%s)", when, name, gpuipc_strerror(r),
                      gpuipc_errmsg(c));
@@ -1065,7 +1065,7 @@ static void expect_listed_once(const char *prefix, const char *name, uint64_t id
         gpuipc_client *c = connect_client();
         gpuipc_list *l = NULL;
         unsigned n = 0;
-        int r = gpuipc_list_fetch(c, prefix, &l);
+        int r = gpuipc_list_fetch(c, prefix, 0, &l);
 
         cr_assert_eq(r, 0, "list %s: %s", prefix, gpuipc_strerror(r));
         for (size_t i = 0; i < gpuipc_list_count(l); i++) {
@@ -1605,19 +1605,19 @@ Test(restart_cuda, vmm_chunks_survive)
                      h_sd_store_str(&sd));
         restart(SIGKILL);
         c = connect_client();
-        cr_assert_eq(gpuipc_lookup(c, "rs/es", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "rs/es", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
         cr_assert_eq(gpuipc_view_info(v)->n_chunks, 3);
         check_from(gpuipc_view_data(v), 2 * chunk, chunk / 2, 5, "rs/es after the restart");
         cr_assert_eq(gpuipc_view_release(v), 0);
-        cr_assert_eq(gpuipc_lookup(c, "rs/es-b", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_view_lookup(c, "rs/es-b", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
         cr_assert_eq(gpuipc_view_info(v)->n_chunks, 2);
         check_from(gpuipc_view_data(v), 3 * chunk / 2, 3 * chunk / 2, 5,
                    "rs/es-b after the restart");
         cr_assert_eq(gpuipc_view_release(v), 0);
-        cr_assert_eq(gpuipc_unregister(c, "rs/es"), 0);
+        cr_assert_eq(gpuipc_name_unregister(c, "rs/es"), 0);
         /* The first chunk was rs/es's alone. */
         cr_assert_eq(h_sd_stored_settle(&sd, "vmm-", 2, 3000), 2, "[%s]", h_sd_store_str(&sd));
-        cr_assert_eq(gpuipc_unregister(c, "rs/es-b"), 0);
+        cr_assert_eq(gpuipc_name_unregister(c, "rs/es-b"), 0);
         cr_assert_eq(h_sd_stored_settle(&sd, "vmm-", 0, 3000), 0, "[%s]", h_sd_store_str(&sd));
         gpuipc_client_free(c);
         finish();

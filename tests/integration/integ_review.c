@@ -41,18 +41,18 @@ static int hello_conn(void)
  * another uid. */
 static gpuipc_client *producer(unsigned flags)
 {
-        static const gpuipc_access pub = { .public_ = 1 };
+        static const gpuipc_access pub = { .size = sizeof(gpuipc_access), .public_ = 1 };
         gpuipc_client *c = NULL;
         gpuipc_hostbuf *b = NULL;
         uint8_t *p;
 
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_access_set(c, &pub), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_set_access(c, &pub), 0);
         cr_assert_eq(gpuipc_hostbuf_new(SIZE, &b), 0);
         p = gpuipc_hostbuf_data(b);
         for (size_t i = 0; i < SIZE; i++)
                 p[i] = h_pattern(i, SEED);
-        cr_assert_eq(gpuipc_register_host(c, "rv/buf", b, NULL, flags, NULL), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(c, "rv/buf", b, NULL, flags, NULL), 0);
         gpuipc_hostbuf_free(b);
         return c;
 }
@@ -95,8 +95,8 @@ static void expect_pattern(const char *what)
         gpuipc_view *v = NULL;
         const uint8_t *p;
 
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_lookup(c, "rv/buf", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "rv/buf", 0, 0, &v), 0);
         p = gpuipc_view_data(v);
         for (size_t i = 0; i < SIZE; i++)
                 cr_assert_eq(p[i], h_pattern(i, SEED), "byte %zu changed after %s", i, what);
@@ -193,8 +193,8 @@ Test(review, read_only_fd_reopened_read_write_cannot_write)
         cr_expect_eq(mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0), MAP_FAILED);
         close(mfd);
         close(fd);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_expect_eq(gpuipc_lookup(c, "rv/buf", 0, GPUIPC_LOOKUP_WRITABLE, &v), -EPERM);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_expect_eq(gpuipc_view_lookup(c, "rv/buf", 0, GPUIPC_LOOKUP_WRITABLE, &v), -EPERM);
         cr_expect_null(v);
         cr_expect(strstr(gpuipc_errmsg(c), "without GPUIPC_REGISTER_SHARED_WRITE"),
                   "errmsg: %s", gpuipc_errmsg(c));
@@ -215,15 +215,15 @@ Test(review, producer_mapping_stays_writable_after_sealing)
 
         if (!have_future_write_seal())
                 cr_skip_test("the kernel has no F_SEAL_FUTURE_WRITE");
-        cr_assert_eq(gpuipc_connect(h_d.sock, &prod), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &prod), 0);
         cr_assert_eq(gpuipc_hostbuf_new(SIZE, &b), 0);
         p = gpuipc_hostbuf_data(b);
         p[0] = 1;
-        cr_assert_eq(gpuipc_register_host(prod, "rv/own", b, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(prod, "rv/own", b, NULL, 0, NULL), 0);
         cr_expect(fcntl(gpuipc_hostbuf_fd(b), F_GET_SEALS) & F_SEAL_FUTURE_WRITE);
         p[0] = 2;       /* after sealing: the existing mapping still writes */
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_lookup(c, "rv/own", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "rv/own", 0, 0, &v), 0);
         cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[0], 2);
         p[0] = 3;
         cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[0], 3);
@@ -234,14 +234,14 @@ Test(review, producer_mapping_stays_writable_after_sealing)
         cr_assert(m1 >= 0 && m2 >= 0);
         cr_assert_eq(ftruncate(m1, SIZE), 0);
         cr_assert_eq(ftruncate(m2, SIZE), 0);
-        cr_assert_eq(gpuipc_register_fd(prod, "rv/fd1", m1, 0, SIZE, NULL, 0, NULL), 0);
-        cr_assert_eq(gpuipc_register_fd(prod, "rv/fd2", m2, 0, SIZE, NULL,
+        cr_assert_eq(gpuipc_fd_register(prod, "rv/fd1", m1, 0, SIZE, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_fd_register(prod, "rv/fd2", m2, 0, SIZE, NULL,
                                         GPUIPC_REGISTER_SHARED_WRITE, NULL), 0);
         cr_expect(fcntl(m1, F_GET_SEALS) & F_SEAL_FUTURE_WRITE);
         cr_expect_eq(fcntl(m2, F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
         cr_expect_eq(pwrite(m1, "x", 1, 0), -1);
         cr_expect_eq(pwrite(m2, "x", 1, 0), 1);
-        cr_assert_eq(gpuipc_lookup(c, "rv/fd2", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "rv/fd2", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0);
         ((uint8_t *)gpuipc_view_data(v))[1] = 'y';
         cr_assert_eq(gpuipc_view_release(v), 0);
         cr_expect_eq(pread(m2, got, 2, 0), 2);
@@ -265,11 +265,11 @@ Test(review, writable_lookup_same_uid)
         cr_assert_eq(fcntl(mfd, F_GETFL) & O_ACCMODE, O_RDWR);
         close(mfd);
         close(fd);
-        cr_assert_eq(gpuipc_connect(h_d.sock, &c), 0);
-        cr_assert_eq(gpuipc_lookup(c, "rv/buf", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0);
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "rv/buf", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0);
         ((uint8_t *)gpuipc_view_data(v))[1] = (uint8_t)~h_pattern(1, SEED);
         cr_assert_eq(gpuipc_view_release(v), 0);
-        cr_assert_eq(gpuipc_lookup(c, "rv/buf", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "rv/buf", 0, 0, &v), 0);
         cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[1], (uint8_t)~h_pattern(1, SEED));
         cr_assert_eq(gpuipc_view_release(v), 0);
         gpuipc_client_free(c);

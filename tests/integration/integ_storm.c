@@ -34,8 +34,8 @@ TestSuite(storm, .init = h_setup, .fini = h_teardown, .timeout = 60);
 static gpuipc_client *connect_client(void)
 {
         gpuipc_client *c = NULL;
-        int r = gpuipc_connect(h_d.sock, &c);
-        cr_assert_eq(r, 0, "gpuipc_connect: %s", gpuipc_strerror(r));
+        int r = gpuipc_client_connect(h_d.sock, &c);
+        cr_assert_eq(r, 0, "gpuipc_client_connect: %s", gpuipc_strerror(r));
         return c;
 }
 
@@ -46,7 +46,7 @@ static uint64_t register_one(gpuipc_client *c, const char *name, size_t size, un
         int r;
 
         cr_assert_eq(gpuipc_hostbuf_new(size, &b), 0);
-        r = gpuipc_register_host(c, name, b, NULL, flags, &id);
+        r = gpuipc_hostbuf_register(c, name, b, NULL, flags, &id);
         cr_assert_eq(r, 0, "register %s: %s", name, gpuipc_errmsg(c));
         gpuipc_hostbuf_free(b);
         return id;
@@ -60,7 +60,7 @@ static struct counts counts_get(gpuipc_client *c)
 {
         gpuipc_stats *s = NULL;
         struct counts k;
-        int r = gpuipc_stats_get(c, &s);
+        int r = gpuipc_stats_fetch(c, &s);
 
         cr_assert_eq(r, 0, "stats: %s", gpuipc_errmsg(c));
         k = (struct counts) { s->connections, s->registrations, s->leases, s->bytes_host };
@@ -231,7 +231,7 @@ static void __attribute__((noreturn)) child_main(unsigned i, enum mode mode)
                 break;
         }
 
-        if (gpuipc_connect(sock_path, &c) < 0)
+        if (gpuipc_client_connect(sock_path, &c) < 0)
                 _exit(20);
         switch (mode) {
         case M_EPHEMERAL:
@@ -242,7 +242,7 @@ static void __attribute__((noreturn)) child_main(unsigned i, enum mode mode)
                                  mode == M_DURABLE ? "d" : "e", i, k);
                         if (gpuipc_hostbuf_new(4096, &b) < 0)
                                 _exit(21);
-                        if (gpuipc_register_host(c, name, b, NULL,
+                        if (gpuipc_hostbuf_register(c, name, b, NULL,
                                                  mode == M_DURABLE ? 0 : GPUIPC_REGISTER_EPHEMERAL,
                                                  NULL) < 0)
                                 _exit(22);
@@ -252,14 +252,14 @@ static void __attribute__((noreturn)) child_main(unsigned i, enum mode mode)
                 child_sleep();
         case M_LEASE:
                 for (unsigned k = 0; k < 4; k++)
-                        if (gpuipc_lookup(c, SHARED, 5000, 0, &v[k]) < 0)
+                        if (gpuipc_view_lookup(c, SHARED, 5000, 0, &v[k]) < 0)
                                 _exit(23);
                 child_ready('l');
                 child_sleep();
         case M_WAIT:
                 snprintf(name, sizeof(name), "storm/never/%u", i);
                 child_ready('w');
-                (void)gpuipc_lookup(c, name, -1, 0, &v[0]);
+                (void)gpuipc_view_lookup(c, name, -1, 0, &v[0]);
                 _exit(24);      /* only the kill may end it */
         case M_CHURN:
                 child_ready('c');
@@ -268,14 +268,14 @@ static void __attribute__((noreturn)) child_main(unsigned i, enum mode mode)
                         gpuipc_list *l = NULL;
                         snprintf(name, sizeof(name), "storm/churn/%u/%u", i, k % 4);
                         if (gpuipc_hostbuf_new(4096, &b) == 0 &&
-                            gpuipc_register_host(c, name, b, NULL, GPUIPC_REGISTER_EPHEMERAL,
+                            gpuipc_hostbuf_register(c, name, b, NULL, GPUIPC_REGISTER_EPHEMERAL,
                                                  NULL) == 0 &&
-                            gpuipc_lookup(c, SHARED, 0, 0, &v[0]) == 0)
+                            gpuipc_view_lookup(c, SHARED, 0, 0, &v[0]) == 0)
                                 gpuipc_view_release(v[0]);
                         gpuipc_hostbuf_free(b);
-                        if (gpuipc_list_fetch(c, "storm", &l) == 0)
+                        if (gpuipc_list_fetch(c, "storm", 0, &l) == 0)
                                 gpuipc_list_free(l);
-                        (void)gpuipc_unregister(c, name);
+                        (void)gpuipc_name_unregister(c, name);
                 }
         default:
                 _exit(25);
@@ -390,7 +390,7 @@ Test(storm, killed_clients_leave_nothing_behind)
 
         /* A survivor removes them, exactly as many as the list shows. */
         c = connect_client();
-        r = gpuipc_list_fetch(c, "storm/d", &l);
+        r = gpuipc_list_fetch(c, "storm/d", 0, &l);
         cr_assert_eq(r, 0, "list: %s", gpuipc_errmsg(c));
         cr_expect_eq(gpuipc_list_count(l), got.registrations - base.registrations,
                      "durable left %zu, registrations over baseline %" PRIu64,
@@ -399,11 +399,11 @@ Test(storm, killed_clients_leave_nothing_behind)
                 const gpuipc_info *in = gpuipc_list_get(l, i);
                 cr_expect_eq(in->leases, 0, "%s still leased", in->name);
                 cr_expect(in->flags & GPUIPC_INFO_OWNER_GONE, "%s: owner not gone", in->name);
-                r = gpuipc_unregister(c, in->name);
+                r = gpuipc_name_unregister(c, in->name);
                 cr_expect_eq(r, 0, "unregister %s: %s", in->name, gpuipc_errmsg(c));
         }
         gpuipc_list_free(l);
-        r = gpuipc_list_fetch(c, "storm", &l);
+        r = gpuipc_list_fetch(c, "storm", 0, &l);
         cr_assert_eq(r, 0);
         cr_expect_eq(gpuipc_list_count(l), 1, "registrations left under storm/: %zu",
                      gpuipc_list_count(l));
@@ -416,15 +416,15 @@ Test(storm, killed_clients_leave_nothing_behind)
         cr_expect_eq(fds, fds0, "daemon fds: %d, before the storm %d", fds, fds0);
 
         /* The lease holders all died: the owner heard `released`. */
-        r = gpuipc_wait_released(owner, shared_id, 5000);
+        r = gpuipc_reg_wait_released(owner, shared_id, 5000);
         cr_expect_eq(r, 0, "wait_released: %s (%s)", gpuipc_strerror(r), gpuipc_errmsg(owner));
 
         /* And it still serves: a fresh round trip with a lease. */
         c = connect_client();
         {
                 gpuipc_view *v = NULL;
-                cr_expect_eq(gpuipc_ping(c), 0);
-                r = gpuipc_lookup(c, SHARED, 0, 0, &v);
+                cr_expect_eq(gpuipc_client_ping(c), 0);
+                r = gpuipc_view_lookup(c, SHARED, 0, 0, &v);
                 cr_expect_eq(r, 0, "lookup after the storm: %s", gpuipc_errmsg(c));
                 cr_expect_eq(gpuipc_view_size(v), SHARED_SIZE);
                 gpuipc_view_release(v);
@@ -488,7 +488,7 @@ Test(storm, killed_cuda_producers_are_revoked, .init = cuda_setup, .fini = h_tea
                 nready++;
                 for (unsigned k = 0; k < CREGS; k++) {
                         snprintf(name, sizeof(name), "cstorm/%u/%u", i, k);
-                        r = gpuipc_lookup(cons[k], name, 0, 0, &views[i][k]);
+                        r = gpuipc_view_lookup(cons[k], name, 0, 0, &views[i][k]);
                         cr_assert_eq(r, 0, "lookup %s: %s", name, gpuipc_errmsg(cons[k]));
                         cr_assert_eq(gpuipc_view_info(views[i][k])->kind, GPUIPC_KIND_CUDA_IPC);
                         nviews++;
@@ -550,7 +550,7 @@ Test(storm, killed_cuda_producers_are_revoked, .init = cuda_setup, .fini = h_tea
         expect_counts(got, base, "consumers gone");
         fds = h_daemon_fd_settle(&h_d, fds0 - 2, 5000);
         cr_expect_eq(fds, fds0 - 2, "daemon fds: %d, want %d", fds, fds0 - 2);
-        cr_expect_eq(gpuipc_ping(c), 0);
+        cr_expect_eq(gpuipc_client_ping(c), 0);
         gpuipc_client_free(c);
         cr_log_info("cuda storm: %u producers killed, %u views revoked", CPRODUCERS, revoked);
 }

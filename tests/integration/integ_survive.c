@@ -30,7 +30,7 @@ TestSuite(survive, .init = init, .fini = fini, .timeout = 240);
 static gpuipc_client *cl(void)
 {
         gpuipc_client *c = NULL;
-        int r = gpuipc_connect(h_d.sock, &c);
+        int r = gpuipc_client_connect(h_d.sock, &c);
         cr_assert_eq(r, 0, "connect: %s", gpuipc_strerror(r));
         return c;
 }
@@ -41,7 +41,7 @@ static uint64_t reg_host(gpuipc_client *c, const char *name, unsigned flags)
         uint64_t id = 0;
         cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
         memset(gpuipc_hostbuf_data(b), 0x5a, 4096);
-        int r = gpuipc_register_host(c, name, b, NULL, flags, &id);
+        int r = gpuipc_hostbuf_register(c, name, b, NULL, flags, &id);
         cr_assert_eq(r, 0, "register %s: %s (%s)", name, gpuipc_strerror(r), gpuipc_errmsg(c));
         gpuipc_hostbuf_free(b);
         return id;
@@ -50,7 +50,7 @@ static uint64_t reg_host(gpuipc_client *c, const char *name, unsigned flags)
 static void counts(gpuipc_client *c, uint64_t *regs, uint64_t *leases)
 {
         gpuipc_stats *s = NULL;
-        int r = gpuipc_stats_get(c, &s);
+        int r = gpuipc_stats_fetch(c, &s);
         cr_assert_eq(r, 0, "stats: %s (%s)", gpuipc_strerror(r), gpuipc_errmsg(c));
         *regs = s->registrations;
         *leases = s->leases;
@@ -71,9 +71,9 @@ Test(survive, sigterm_false_release)
         p = cl();
         id = reg_host(p, "t/a", 0);
         c = cl();
-        cr_assert_eq(gpuipc_lookup(c, "t/a", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/a", 0, 0, &v), 0);
         h_sd_restart(&sd, SIGTERM);
-        r = gpuipc_wait_released(p, id, 1000);
+        r = gpuipc_reg_wait_released(p, id, 1000);
         counts(p, &regs, &leases);
         cr_expect_neq(r, 0, "producer told 'released' while the consumer's lease "
                       "survived the restart (leases now %" PRIu64 ")", leases);
@@ -95,12 +95,12 @@ Test(survive, release_missed_two_restarts)
         p = cl();
         id = reg_host(p, "t/b", 0);
         c = cl();
-        cr_assert_eq(gpuipc_lookup(c, "t/b", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/b", 0, 0, &v), 0);
         h_sd_restart(&sd, SIGKILL);
         r = gpuipc_view_release(v);     /* c resumes, releases; p detached */
         cr_assert_eq(r, 0, "release: %s (%s)", gpuipc_strerror(r), gpuipc_errmsg(c));
         h_sd_restart(&sd, SIGKILL);
-        r = gpuipc_wait_released(p, id, 1500);
+        r = gpuipc_reg_wait_released(p, id, 1500);
         cr_expect_eq(r, 0, "released event lost over a second restart");
         gpuipc_client_free(c);
         gpuipc_client_free(p);
@@ -119,12 +119,12 @@ Test(survive, release_missed_freed)
         p = cl();
         id = reg_host(p, "t/c", 0);
         c = cl();
-        cr_assert_eq(gpuipc_lookup(c, "t/c", 0, 0, &v), 0);
-        cr_assert_eq(gpuipc_unregister(p, "t/c"), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/c", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_name_unregister(p, "t/c"), 0);
         h_sd_restart(&sd, SIGKILL);
         r = gpuipc_view_release(v);
         cr_assert_eq(r, 0, "release: %s (%s)", gpuipc_strerror(r), gpuipc_errmsg(c));
-        r = gpuipc_wait_released(p, id, 1500);
+        r = gpuipc_reg_wait_released(p, id, 1500);
         cr_expect_eq(r, 0, "released event of an unregistered buffer lost");
         gpuipc_client_free(c);
         gpuipc_client_free(p);
@@ -176,16 +176,16 @@ Test(survive, compact_at_release_resurrects_lease)
         c = cl();
         /* pad */
         while (T - jlen() > 4000) {
-                cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &v), 0);
+                cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
                 gpuipc_view_release(v);
         }
         l0 = jlen();
-        cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
         dl = jlen() - l0;
         l0 = jlen();
         gpuipc_view_release(v);
         dr = jlen() - l0;
-        cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &victim), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &victim), 0);
         for (;;) {
                 long long g = T - jlen();
                 cr_assert(g >= 0, "overshot");
@@ -205,11 +205,11 @@ Test(survive, compact_at_release_resurrects_lease)
                         }
                 cr_assert(found, "no pad plan for gap %lld (dl %lld dr %lld)", g, dl, dr);
                 if (bx > 0) {
-                        cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &v), 0);
+                        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
                         gpuipc_view_release(v);
                 } else {
                         cr_assert(nextra < 200);
-                        cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &extra[nextra++]), 0);
+                        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &extra[nextra++]), 0);
                 }
         }
         gpuipc_view_release(victim);
@@ -235,7 +235,7 @@ Test(survive, compact_at_hello_loses_session)
         reg_host(p, "t/e", 0);
         c = cl();
         while (T - jlen() > 60) {
-                cr_assert_eq(gpuipc_lookup(c, "t/e", 0, 0, &v), 0);
+                cr_assert_eq(gpuipc_view_lookup(c, "t/e", 0, 0, &v), 0);
                 gpuipc_view_release(v);
         }
         g = T - jlen();
@@ -243,7 +243,7 @@ Test(survive, compact_at_hello_loses_session)
         n = cl();        /* S record crosses the threshold */
         reg_host(n, "t/eph", GPUIPC_REGISTER_EPHEMERAL);
         h_sd_restart(&sd, SIGKILL);
-        r = gpuipc_stat(n, "t/eph", &l);    /* n reconnects and tries to resume */
+        r = gpuipc_name_stat(n, "t/eph", &l);    /* n reconnects and tries to resume */
         cr_expect_eq(r, 0, "live client's ephemeral registration lost");
         gpuipc_list_free(l);
         gpuipc_client_free(n);
@@ -266,14 +266,14 @@ Test(survive, snapshot_drops_leased_ephemeral)
         p = cl();
         reg_host(p, "t/f", GPUIPC_REGISTER_EPHEMERAL);
         c = cl();
-        cr_assert_eq(gpuipc_lookup(c, "t/f", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/f", 0, 0, &v), 0);
         gpuipc_client_free(p);
         h_sleep_ms(200);
         counts(c, &regs, &leases);
         /* force a compaction */
         start = jlen();
         while (jlen() >= start) {
-                cr_assert_eq(gpuipc_lookup(c, "t/pad", 0, 0, &w), 0);
+                cr_assert_eq(gpuipc_view_lookup(c, "t/pad", 0, 0, &w), 0);
                 gpuipc_view_release(w);
         }
         h_sd_restart(&sd, SIGKILL);
@@ -296,7 +296,7 @@ Test(survive, leased_ephemeral_of_a_gone_owner)
         p = cl();
         reg_host(p, "t/f", GPUIPC_REGISTER_EPHEMERAL);
         c = cl();
-        cr_assert_eq(gpuipc_lookup(c, "t/f", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/f", 0, 0, &v), 0);
         gpuipc_client_free(p);
         h_sleep_ms(200);
         counts(c, &regs, &leases);
@@ -319,11 +319,11 @@ Test(survive, release_missed_one_restart)
         p = cl();
         id = reg_host(p, "t/b", 0);
         c = cl();
-        cr_assert_eq(gpuipc_lookup(c, "t/b", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/b", 0, 0, &v), 0);
         h_sd_restart(&sd, SIGKILL);
         r = gpuipc_view_release(v);
         cr_assert_eq(r, 0);
-        r = gpuipc_wait_released(p, id, 1500);
+        r = gpuipc_reg_wait_released(p, id, 1500);
         cr_expect_eq(r, 0);
         gpuipc_client_free(c);
         gpuipc_client_free(p);
@@ -345,13 +345,13 @@ Test(survive, nostore_stale_release_hits_new_lease)
         ida = reg_host(p, "t/a", 0);
         idb = reg_host(p, "t/b", 0);
         c = cl();
-        cr_assert_eq(gpuipc_lookup(c, "t/a", 0, 0, &va), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/a", 0, 0, &va), 0);
         h_sd_restart(&sd, SIGKILL);
-        cr_assert_eq(gpuipc_ping(p), 0);          /* p re-registers a and b */
-        cr_assert_eq(gpuipc_lookup(c, "t/b", 0, 0, &vb), 0);  /* new lease id 1 */
+        cr_assert_eq(gpuipc_client_ping(p), 0);          /* p re-registers a and b */
+        cr_assert_eq(gpuipc_view_lookup(c, "t/b", 0, 0, &vb), 0);  /* new lease id 1 */
         r = gpuipc_view_release(va);              /* stale lease id 1 */
         counts(p, &regs, &leases);
-        r = gpuipc_wait_released(p, idb, 500);
+        r = gpuipc_reg_wait_released(p, idb, 500);
         cr_expect_eq(leases, 1, "the stale view's release dropped the live view's lease");
         cr_expect_neq(r, 0, "the producer heard t/b released while its view is live");
         (void)ida;
@@ -379,10 +379,10 @@ Test(survive, nostore_remap_collision)
         p = cl();
         ida = reg_host(p, "t/a", 0);
         c = cl();
-        cr_assert_eq(gpuipc_lookup(c, "t/a", 0, 0, &va), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/a", 0, 0, &va), 0);
         h_sd_restart(&sd, SIGKILL);
-        gpuipc_set_reconnect(q, 0);
-        cr_assert_eq(gpuipc_ping(p), 0);
+        gpuipc_client_set_reconnect(q, 0);
+        cr_assert_eq(gpuipc_client_ping(p), 0);
         /* The fresh daemon hands out ids that p's caller already holds for
          * t/a (given back under a new id): p must not pass them on. */
         for (int i = 0; i < 8; i++) {
@@ -394,13 +394,13 @@ Test(survive, nostore_remap_collision)
         }
         /* c's lease on a was forgotten; take a new one and release it */
         gpuipc_view *v2 = NULL;
-        cr_assert_eq(gpuipc_lookup(c, "t/a", 0, 0, &v2), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/a", 0, 0, &v2), 0);
         gpuipc_view_release(v2);
         for (int i = 0; i < 8; i++) {
-                r = gpuipc_wait_released(p, idd[i], 50);
+                r = gpuipc_reg_wait_released(p, idd[i], 50);
                 cr_expect_neq(r, 0, "the release of t/a satisfied wait_released of t/d%d", i);
         }
-        r = gpuipc_wait_released(p, ida, 2000);
+        r = gpuipc_reg_wait_released(p, ida, 2000);
         cr_expect_eq(r, 0, "wait_released of t/a under its first id: %s", gpuipc_strerror(r));
         gpuipc_client_free(c);
         gpuipc_client_free(p);
@@ -452,11 +452,11 @@ Test(survive, failed_start_keeps_the_store)
         close(port);
         h_sd_start_again(&sd);
         p = cl();
-        cr_expect_eq(gpuipc_stat(p, "t/durable", &l), 0, "t/durable is gone after the failed "
+        cr_expect_eq(gpuipc_name_stat(p, "t/durable", &l), 0, "t/durable is gone after the failed "
                      "start");
         gpuipc_list_free(l);
-        cr_expect_eq(gpuipc_ping(q), 0);
-        cr_expect_eq(gpuipc_stat(p, "t/eph", &l), 0, "t/eph is gone after the failed start");
+        cr_expect_eq(gpuipc_client_ping(q), 0);
+        cr_expect_eq(gpuipc_name_stat(p, "t/eph", &l), 0, "t/eph is gone after the failed start");
         gpuipc_list_free(l);
         gpuipc_client_free(q);
         gpuipc_client_free(p);
@@ -479,21 +479,21 @@ Test(survive, compact_at_unregister_resurrects)
         reg_host(p, "t/d", 0);
         c = cl();
         while (T - jlen() > 4000) {
-                cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &v), 0);
+                cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
                 gpuipc_view_release(v);
         }
         l0 = jlen();
-        cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
         dl = jlen() - l0;
         l0 = jlen();
         gpuipc_view_release(v);
         dr = jlen() - l0;
         reg_host(p, "t/x", 0);
-        cr_assert_eq(gpuipc_lookup(c, "t/x", 0, 0, &vx), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/x", 0, 0, &vx), 0);
         /* measure U size with a throwaway */
         reg_host(p, "t/y", 0);
         l0 = jlen();
-        cr_assert_eq(gpuipc_unregister(p, "t/y"), 0);
+        cr_assert_eq(gpuipc_name_unregister(p, "t/y"), 0);
         du = jlen() - l0;
         for (;;) {
                 long long g = T - jlen();
@@ -508,21 +508,21 @@ Test(survive, compact_at_unregister_resurrects)
                         }
                 cr_assert(found, "no pad plan for gap %lld", g);
                 if (bx > 0) {
-                        cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &v), 0);
+                        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
                         gpuipc_view_release(v);
                 } else {
                         cr_assert(nextra < 200);
-                        cr_assert_eq(gpuipc_lookup(c, "t/d", 0, 0, &extra[nextra++]), 0);
+                        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &extra[nextra++]), 0);
                 }
         }
         l0 = jlen();
-        cr_assert_eq(gpuipc_unregister(p, "t/x"), 0);
-        r = gpuipc_stat(p, "t/x", &l);
+        cr_assert_eq(gpuipc_name_unregister(p, "t/x"), 0);
+        r = gpuipc_name_stat(p, "t/x", &l);
         gpuipc_list_free(l);
         l = NULL;
         h_sd_restart(&sd, SIGKILL);
         gpuipc_client *o = cl();
-        r = gpuipc_stat(o, "t/x", &l);
+        r = gpuipc_name_stat(o, "t/x", &l);
         cr_expect_neq(r, 0, "an unregistered buffer is live again after the restart");
         gpuipc_list_free(l);
         gpuipc_client_free(o);

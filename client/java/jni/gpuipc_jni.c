@@ -232,6 +232,7 @@ static int jmeta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, stru
         jsize n = jkeys ? (*env)->GetArrayLength(env, jkeys) : 0;
 
         memset(m, 0, sizeof(*m));
+        m->meta.size = sizeof(m->meta);
         if (n == 0)
                 return 0;
         if (!jvalues || (*env)->GetArrayLength(env, jvalues) != n) {
@@ -281,12 +282,12 @@ static int jmeta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, stru
 
 JNIEXPORT jstring FN(version)(JNIEnv *env, jclass cls)
 {
-        return (*env)->NewStringUTF(env, gpuipc_version());
+        return (*env)->NewStringUTF(env, gpuipc_version_string());
 }
 
 JNIEXPORT jstring FN(defaultSocket)(JNIEnv *env, jclass cls)
 {
-        jbyteArray b = to_bytes(env, gpuipc_default_socket());
+        jbyteArray b = to_bytes(env, gpuipc_client_default_socket());
         jclass sc;
         jmethodID ctor;
         jstring cs;
@@ -309,9 +310,9 @@ JNIEXPORT jlong FN(connect)(JNIEnv *env, jclass cls, jbyteArray jpath)
 
         if ((*env)->ExceptionCheck(env))
                 return 0;
-        r = gpuipc_connect(path, &c);
+        r = gpuipc_client_connect(path, &c);
         if (r < 0)
-                throw_gpuipc(env, NULL, r, "connect %s", path ? path : gpuipc_default_socket());
+                throw_gpuipc(env, NULL, r, "connect %s", path ? path : gpuipc_client_default_socket());
         free(path);
         return r < 0 ? 0 : HANDLE(c);
 }
@@ -323,7 +324,7 @@ JNIEXPORT void FN(clientFree)(JNIEnv *env, jclass cls, jlong c)
 
 JNIEXPORT void FN(ping)(JNIEnv *env, jclass cls, jlong c)
 {
-        int r = gpuipc_ping(CLIENT(c));
+        int r = gpuipc_client_ping(CLIENT(c));
 
         if (r < 0)
                 throw_gpuipc(env, CLIENT(c), r, "ping");
@@ -391,7 +392,7 @@ JNIEXPORT jlong FN(registerHost)(JNIEnv *env, jclass cls, jlong c, jbyteArray jn
                 free(name);
                 return 0;
         }
-        r = gpuipc_register_host(CLIENT(c), name, HOSTBUF(b), m.n ? &m.meta : NULL,
+        r = gpuipc_hostbuf_register(CLIENT(c), name, HOSTBUF(b), m.n ? &m.meta : NULL,
                                  (unsigned)flags, &id);
         if (r < 0)
                 throw_gpuipc(env, CLIENT(c), r, "register %s", name);
@@ -416,7 +417,7 @@ JNIEXPORT jlong FN(registerCuda)(JNIEnv *env, jclass cls, jlong c, jbyteArray jn
                 free(name);
                 return 0;
         }
-        r = gpuipc_register_cuda(CLIENT(c), name, (uint64_t)dptr, (uint64_t)size,
+        r = gpuipc_cuda_register(CLIENT(c), name, (uint64_t)dptr, (uint64_t)size,
                                  m.n ? &m.meta : NULL, NULL, (unsigned)flags, &id);
         if (r < 0)
                 throw_gpuipc(env, CLIENT(c), r, "register %s (device 0x%llx, %lld bytes)", name,
@@ -433,7 +434,7 @@ JNIEXPORT void FN(unregister)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname
 
         if (!name)
                 return;
-        r = gpuipc_unregister(CLIENT(c), name);
+        r = gpuipc_name_unregister(CLIENT(c), name);
         if (r < 0)
                 throw_gpuipc(env, CLIENT(c), r, "unregister %s", name);
         free(name);
@@ -441,7 +442,7 @@ JNIEXPORT void FN(unregister)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname
 
 JNIEXPORT void FN(setTtl)(JNIEnv *env, jclass cls, jlong c, jlong ttl_ms)
 {
-        int r = ttl_ms < 0 ? -EINVAL : gpuipc_set_ttl(CLIENT(c), (uint64_t)ttl_ms);
+        int r = ttl_ms < 0 ? -EINVAL : gpuipc_client_set_ttl(CLIENT(c), (uint64_t)ttl_ms);
 
         if (r < 0)
                 throw_gpuipc(env, CLIENT(c), r, "set a TTL of %lld ms", (long long)ttl_ms);
@@ -449,7 +450,7 @@ JNIEXPORT void FN(setTtl)(JNIEnv *env, jclass cls, jlong c, jlong ttl_ms)
 
 JNIEXPORT void FN(waitReleased)(JNIEnv *env, jclass cls, jlong c, jlong id, jint timeout_ms)
 {
-        int r = gpuipc_wait_released(CLIENT(c), (uint64_t)id, timeout_ms);
+        int r = gpuipc_reg_wait_released(CLIENT(c), (uint64_t)id, timeout_ms);
 
         if (r < 0)
                 throw_gpuipc(env, CLIENT(c), r, "await release of registration %lld",
@@ -465,7 +466,7 @@ JNIEXPORT jlong FN(lookup)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname,
 
         if (!name)
                 return 0;
-        r = gpuipc_lookup(CLIENT(c), name, timeout_ms, (unsigned)flags, &v);
+        r = gpuipc_view_lookup(CLIENT(c), name, timeout_ms, (unsigned)flags, &v);
         if (r < 0)
                 throw_gpuipc(env, CLIENT(c), r, "lookup %s", name);
         free(name);
@@ -507,7 +508,7 @@ JNIEXPORT jobjectArray FN(list)(JNIEnv *env, jclass cls, jlong c, jbyteArray jpr
 
         if ((*env)->ExceptionCheck(env))
                 return NULL;
-        r = gpuipc_list_fetch(CLIENT(c), prefix, &l);
+        r = gpuipc_list_fetch(CLIENT(c), prefix, 0, &l);
         if (r < 0) {
                 throw_gpuipc(env, CLIENT(c), r, "list %s", prefix ? prefix : "(all)");
                 free(prefix);

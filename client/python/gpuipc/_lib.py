@@ -40,23 +40,24 @@ REGISTER_CUDA_IPC = 0x2
 REGISTER_SHARED_WRITE = 0x4     # host only: no write seal, writable lookups work
 REGISTER_COPY = 0x8             # device: copy into cuda-vmm memory when zero-copy is impossible
 REGISTER_CACHEABLE = 0x10       # cuda-ipc/pool: freed only after wait_unmapped
-# gpuipc_path (gpuipc_explain)
+# gpuipc_path (gpuipc_cuda_explain)
 PATH_NAMES = {0: "none", 1: "cuda-ipc", 2: "cuda-vmm", 3: "cuda-pool", 4: "copy"}
-# flags of gpuipc_lookup()
+# flags of gpuipc_view_lookup()
 LOOKUP_WRITABLE = 0x1
 LOOKUP_NO_SYNC = 0x2
-LOOKUP_COPY_TO_DEVICE = 0x4     # gpuipc_lookup_device()
+LOOKUP_COPY_TO_DEVICE = 0x4     # gpuipc_view_lookup_device()
 # gpuipc_info.flags
 INFO_EPHEMERAL = 0x1
 INFO_UNREGISTERED = 0x2
 INFO_OWNER_GONE = 0x4
-# gpuipc_list_fetch_ex()
+# gpuipc_list_fetch()
 LIST_ALL = 0x1
 LIST_HOLDERS = 0x2
 
 
 class gpuipc_meta(Structure):
     _fields_ = [
+        ("size", ctypes.c_size_t),      # sizeof(gpuipc_meta), set by __init__
         ("dtype", c_char_p),
         ("ndim", c_uint32),
         ("shape", POINTER(c_int64)),
@@ -65,6 +66,10 @@ class gpuipc_meta(Structure):
         ("user_keys", POINTER(c_char_p)),
         ("user_values", POINTER(c_char_p)),
     ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = ctypes.sizeof(gpuipc_meta)
 
 
 class gpuipc_holder(Structure):
@@ -113,8 +118,7 @@ class gpuipc_info(Structure):
         ("n_chunks", c_uint32),
         ("copied", c_char_p),
         ("expires_ms", c_uint64),
-        ("n_holders", c_uint32),
-        ("holders", POINTER(gpuipc_holder)),
+        ("n_holders", c_uint32),         # gpuipc_info_holder()
     ]
 
 
@@ -148,9 +152,7 @@ class gpuipc_cuda_status(Structure):
         ("available", c_int),
         ("reason", c_char_p),
         ("driver_version", c_uint32),
-        ("n_devices", c_uint32),
-        ("devices", POINTER(gpuipc_cuda_device)),
-        ("peer_access", POINTER(c_int)),
+        ("n_devices", c_uint32),         # gpuipc_cuda_status_device()
     ]
 
 
@@ -189,16 +191,18 @@ _PROTOTYPES = {
     # errors and versions
     "gpuipc_strerror": (c_char_p, [c_int]),
     "gpuipc_errmsg": (c_char_p, [_client_p]),
-    "gpuipc_version": (c_char_p, []),
+    "gpuipc_version": (ctypes.c_uint, []),
+    "gpuipc_version_string": (c_char_p, []),
+    "gpuipc_free": (None, [c_void_p]),
     # connection
-    "gpuipc_default_socket": (c_char_p, []),
-    "gpuipc_connect": (c_int, [c_char_p, POINTER(_client_p)]),
+    "gpuipc_client_default_socket": (c_char_p, []),
+    "gpuipc_client_connect": (c_int, [c_char_p, POINTER(_client_p)]),
     "gpuipc_client_free": (None, [_client_p]),
-    "gpuipc_access_set": (c_int, [_client_p, c_void_p]),
-    "gpuipc_ping": (c_int, [_client_p]),
-    "gpuipc_set_reconnect": (c_int, [_client_p, c_int]),
-    "gpuipc_set_lookup_owner": (c_int, [_client_p, ctypes.c_longlong]),
-    "gpuipc_lost_next": (c_int, [_client_p, c_char_p, c_size_t, POINTER(ctypes.c_uint64),
+    "gpuipc_client_set_access": (c_int, [_client_p, c_void_p]),
+    "gpuipc_client_ping": (c_int, [_client_p]),
+    "gpuipc_client_set_reconnect": (c_int, [_client_p, c_int]),
+    "gpuipc_client_set_lookup_owner": (c_int, [_client_p, ctypes.c_longlong]),
+    "gpuipc_client_next_lost": (c_int, [_client_p, c_char_p, c_size_t, POINTER(ctypes.c_uint64),
                                  POINTER(c_int)]),
     # host buffers
     "gpuipc_hostbuf_new": (c_int, [c_size_t, POINTER(_hostbuf_p)]),
@@ -207,17 +211,17 @@ _PROTOTYPES = {
     "gpuipc_hostbuf_fd": (c_int, [_hostbuf_p]),
     "gpuipc_hostbuf_free": (None, [_hostbuf_p]),
     # registering
-    "gpuipc_register_host": (c_int, [_client_p, c_char_p, _hostbuf_p, POINTER(gpuipc_meta),
+    "gpuipc_hostbuf_register": (c_int, [_client_p, c_char_p, _hostbuf_p, POINTER(gpuipc_meta),
                                      c_uint, POINTER(c_uint64)]),
-    "gpuipc_register_fd": (c_int, [_client_p, c_char_p, c_int, c_uint64, c_uint64,
+    "gpuipc_fd_register": (c_int, [_client_p, c_char_p, c_int, c_uint64, c_uint64,
                                    POINTER(gpuipc_meta), c_uint, POINTER(c_uint64)]),
-    "gpuipc_unregister": (c_int, [_client_p, c_char_p]),
-    "gpuipc_unregister_prefix": (c_int, [_client_p, c_char_p, POINTER(c_uint64),
+    "gpuipc_name_unregister": (c_int, [_client_p, c_char_p]),
+    "gpuipc_prefix_unregister": (c_int, [_client_p, c_char_p, POINTER(c_uint64),
                                          POINTER(c_uint64)]),
-    "gpuipc_set_ttl": (c_int, [_client_p, c_uint64]),
-    "gpuipc_wait_released": (c_int, [_client_p, c_uint64, c_int]),
+    "gpuipc_client_set_ttl": (c_int, [_client_p, c_uint64]),
+    "gpuipc_reg_wait_released": (c_int, [_client_p, c_uint64, c_int]),
     # consuming
-    "gpuipc_lookup": (c_int, [_client_p, c_char_p, c_int, c_uint, POINTER(_view_p)]),
+    "gpuipc_view_lookup": (c_int, [_client_p, c_char_p, c_int, c_uint, POINTER(_view_p)]),
     "gpuipc_view_data": (c_void_p, [_view_p]),
     "gpuipc_view_size": (c_size_t, [_view_p]),
     "gpuipc_view_info": (POINTER(gpuipc_info), [_view_p]),
@@ -227,39 +231,43 @@ _PROTOTYPES = {
     "gpuipc_cudabuf_ptr": (c_uint64, [_cudabuf_p]),
     "gpuipc_cudabuf_size": (c_size_t, [_cudabuf_p]),
     "gpuipc_cudabuf_free": (None, [_cudabuf_p]),
-    "gpuipc_register_cuda": (c_int, [_client_p, c_char_p, c_uint64, c_uint64,
+    "gpuipc_cuda_register": (c_int, [_client_p, c_char_p, c_uint64, c_uint64,
                                      POINTER(gpuipc_meta), c_void_p, c_uint,
                                      POINTER(c_uint64)]),
-    "gpuipc_adopt": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
-    "gpuipc_explain": (c_int, [c_uint64, c_uint64, c_uint, c_char_p, c_size_t]),
-    "gpuipc_path_name": (c_char_p, [c_int]),
-    "gpuipc_wait_unmapped": (c_int, [_client_p, c_uint64, c_int]),
-    "gpuipc_cache_limits": (c_int, [c_uint64, c_uint]),
+    "gpuipc_name_adopt": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
+    "gpuipc_cuda_explain": (c_int, [c_uint64, c_uint64, c_uint, c_char_p, c_size_t]),
+    "gpuipc_cuda_path_name": (c_char_p, [c_int]),
+    "gpuipc_reg_wait_unmapped": (c_int, [_client_p, c_uint64, c_int]),
+    "gpuipc_cache_set_limits": (c_int, [c_uint64, c_uint]),
     "gpuipc_cache_trim": (c_int, [_client_p]),
-    "gpuipc_lookup_device": (c_int, [_client_p, c_char_p, c_int, c_uint, c_int,
+    "gpuipc_view_lookup_device": (c_int, [_client_p, c_char_p, c_int, c_uint, c_int,
                                      POINTER(_view_p)]),
     "gpuipc_view_copied": (c_int, [_view_p]),
     "gpuipc_view_device": (c_int, [_view_p]),
     "gpuipc_view_wait_stream": (c_int, [_view_p, c_void_p]),
     "gpuipc_view_release_after": (c_int, [_view_p, c_void_p]),
     # inspecting
-    "gpuipc_list_fetch": (c_int, [_client_p, c_char_p, POINTER(_list_p)]),
-    "gpuipc_list_fetch_ex": (c_int, [_client_p, c_char_p, c_uint, POINTER(_list_p)]),
+    "gpuipc_list_fetch": (c_int, [_client_p, c_char_p, c_uint, POINTER(_list_p)]),
     "gpuipc_list_count": (c_size_t, [_list_p]),
     "gpuipc_list_get": (POINTER(gpuipc_info), [_list_p, c_size_t]),
     "gpuipc_list_free": (None, [_list_p]),
-    "gpuipc_stat": (c_int, [_client_p, c_char_p, POINTER(_list_p)]),
-    "gpuipc_stats_get": (c_int, [_client_p, POINTER(POINTER(gpuipc_stats))]),
+    "gpuipc_name_stat": (c_int, [_client_p, c_char_p, POINTER(_list_p)]),
+    "gpuipc_stats_fetch": (c_int, [_client_p, POINTER(POINTER(gpuipc_stats))]),
     "gpuipc_stats_free": (None, [POINTER(gpuipc_stats)]),
     # operating
-    "gpuipc_watch": (c_int, [_client_p, c_char_p]),
-    "gpuipc_next_event": (c_int, [_client_p, c_int, POINTER(POINTER(gpuipc_event))]),
+    "gpuipc_event_watch": (c_int, [_client_p, c_char_p]),
+    "gpuipc_event_next": (c_int, [_client_p, c_int, POINTER(POINTER(gpuipc_event))]),
     "gpuipc_event_free": (None, [POINTER(gpuipc_event)]),
-    "gpuipc_revoke": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
+    "gpuipc_name_revoke": (c_int, [_client_p, c_char_p, POINTER(c_uint32)]),
     # char ** that the caller free()s: kept as a void pointer to free it.
-    "gpuipc_metrics_get": (c_int, [_client_p, POINTER(c_void_p)]),
+    "gpuipc_metrics_fetch": (c_int, [_client_p, POINTER(c_void_p)]),
     "gpuipc_cuda_status_get": (c_int, [POINTER(POINTER(gpuipc_cuda_status))]),
     "gpuipc_cuda_status_free": (None, [POINTER(gpuipc_cuda_status)]),
+    "gpuipc_cuda_status_device": (POINTER(gpuipc_cuda_device),
+                                  [POINTER(gpuipc_cuda_status), ctypes.c_size_t]),
+    "gpuipc_cuda_status_peer": (c_int, [POINTER(gpuipc_cuda_status), ctypes.c_size_t,
+                                        ctypes.c_size_t]),
+    "gpuipc_info_holder": (POINTER(gpuipc_holder), [POINTER(gpuipc_info), ctypes.c_size_t]),
 }
 
 
@@ -318,12 +326,12 @@ def strerror(code: int) -> str:
 
 def version() -> str:
     """libgpuipc's version, e.g. ``"0.1.0"``."""
-    return lib.gpuipc_version().decode()
+    return lib.gpuipc_version_string().decode()
 
 
 def default_socket() -> str:
     """The socket the library uses by default: ``$GPUIPC_SOCKET`` or the system one."""
-    return lib.gpuipc_default_socket().decode()
+    return lib.gpuipc_client_default_socket().decode()
 
 
 def cstr(s: Optional[bytes]) -> str:

@@ -204,7 +204,7 @@ class Client:
     def __init__(self, socket: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
         path = os.fsencode(socket) if socket is not None else None
         out = c_void_p()
-        r = _lib.lib.gpuipc_connect(path, byref(out))
+        r = _lib.lib.gpuipc_client_connect(path, byref(out))
         where = os.fsdecode(path) if path is not None else _lib.default_socket()
         if r < 0:
             # The library's message names the socket and the likely cause.
@@ -236,7 +236,7 @@ class Client:
 
     def ping(self) -> None:
         """One round trip to the daemon."""
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_ping(c), "ping")
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_ping(c), "ping")
 
     def lost_registrations(self) -> List[Tuple[str, int, int]]:
         """Registrations a reconnect to a daemon that kept no state could not
@@ -247,7 +247,7 @@ class Client:
         buf = ctypes.create_string_buffer(256)
         rid = c_uint64()
         err = c_int()
-        while self._conn.call(lambda c: _lib.lib.gpuipc_lost_next(
+        while self._conn.call(lambda c: _lib.lib.gpuipc_client_next_lost(
                 c, buf, len(buf), byref(rid), byref(err)), True) == 1:
             out.append((buf.value.decode(), rid.value, err.value))
         return out
@@ -257,7 +257,7 @@ class Client:
         (default 10000 ms or $GPUIPC_RECONNECT_MS; 0: never, and calls then
         raise Unreachable).  See docs/restart.md."""
         self._conn.call_checked(
-            lambda c: _lib.lib.gpuipc_set_reconnect(c, int(timeout_ms)), "set_reconnect")
+            lambda c: _lib.lib.gpuipc_client_set_reconnect(c, int(timeout_ms)), "set_reconnect")
 
     # ---- producing
 
@@ -360,11 +360,11 @@ class Client:
         if not ttl_ms:      # the C client's TTL is 0 between calls
             return reg()
         with self._conn.lock:
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_ttl(c, ttl_ms), "register")
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_ttl(c, ttl_ms), "register")
             try:
                 return reg()
             finally:
-                self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
+                self._conn.call(lambda c: _lib.lib.gpuipc_client_set_ttl(c, 0), closed_ok=True)
 
     def _register(self, name: str, obj: Any, meta: Optional[Mapping[str, str]],
                   ephemeral: bool, event: Optional[int], dtype: Any,
@@ -389,7 +389,7 @@ class Client:
         if isinstance(obj, HostBuffer):
             obj._check_open()
             m = finish(obj.dtype, obj.shape, None)
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_host(
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_hostbuf_register(
                 c, bname, obj._handle, m.ref(), hflags, byref(rid)), "register")
             return rid.value
 
@@ -426,7 +426,7 @@ class Client:
             dst = (ctypes.c_ubyte * nbytes).from_address(_lib.lib.gpuipc_hostbuf_data(hb))
             memoryview(dst).cast("B")[:] = src
             m = finish(d, sh, None)
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_host(
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_hostbuf_register(
                 c, bname, hb, m.ref(), hflags, byref(rid)), "register")
         finally:
             # The daemon holds its own reference to the memfd.
@@ -438,7 +438,7 @@ class Client:
         if cuda_ipc:
             flags |= _lib.REGISTER_CUDA_IPC
         ev = int(event) if event is not None else None
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_cuda(
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_cuda_register(
             c, bname, ptr, nbytes, m.ref(), ev, flags, byref(rid)), "register")
         return rid.value
 
@@ -460,21 +460,21 @@ class Client:
         flags = ((_lib.REGISTER_EPHEMERAL if ephemeral else 0) |
                  (_lib.REGISTER_SHARED_WRITE if shared_write else 0))
         with self._conn.lock:
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_ttl(c, ttl_ms), "register")
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_ttl(c, ttl_ms), "register")
             try:
-                self._conn.call_checked(lambda c: _lib.lib.gpuipc_register_fd(
+                self._conn.call_checked(lambda c: _lib.lib.gpuipc_fd_register(
                     c, _name(name), int(fd), int(offset), int(size), m.ref(), flags,
                     byref(rid)), "register")
             finally:
                 if ttl_ms:
-                    self._conn.call(lambda c: _lib.lib.gpuipc_set_ttl(c, 0), closed_ok=True)
+                    self._conn.call(lambda c: _lib.lib.gpuipc_client_set_ttl(c, 0), closed_ok=True)
         return rid.value
 
     def unregister(self, name: str) -> None:
         """Removes ``name`` from the namespace; readers keep their mapping
         until they release it."""
         b = _name(name)
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_unregister(c, b), "unregister")
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_name_unregister(c, b), "unregister")
 
     def unregister_prefix(self, prefix: str) -> Tuple[int, int]:
         """Removes every registration in namespace ``prefix`` that this
@@ -484,7 +484,7 @@ class Client:
             raise ValueError("unregister_prefix needs a namespace prefix")
         b = _name(prefix)
         removed, skipped = c_uint64(), c_uint64()
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_unregister_prefix(
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_prefix_unregister(
             c, b, byref(removed), byref(skipped)), "unregister")
         return int(removed.value), int(skipped.value)
 
@@ -494,7 +494,7 @@ class Client:
         None waits as long as the daemon allows (one hour).  A release before
         the call counts.  Raises Timeout."""
         ms = _timeout_ms(timeout, -1)
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_wait_released(c, int(id), ms),
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_reg_wait_released(c, int(id), ms),
                                 "wait_released")
 
     def wait_unmapped(self, id: int, timeout: Optional[float] = None) -> None:
@@ -503,7 +503,7 @@ class Client:
         consumer keeps it mapped, so that the memory may be freed.  Raises
         Timeout, or NotFound when ``id`` was not registered cacheable here."""
         ms = _timeout_ms(timeout, -1)
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_wait_unmapped(c, int(id), ms),
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_reg_wait_unmapped(c, int(id), ms),
                                 "wait_unmapped")
 
     def cache_trim(self) -> int:
@@ -522,7 +522,7 @@ class Client:
         once when 0)."""
         b = _name(name)
         n = c_uint32()
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_adopt(c, b, byref(n)), "adopt")
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_name_adopt(c, b, byref(n)), "adopt")
         return int(n.value)
 
     # ---- consuming
@@ -550,17 +550,17 @@ class Client:
         out = c_void_p()
 
         def look(c: int) -> int:
-            return int(_lib.lib.gpuipc_lookup(c, b, ms, flags, byref(out)))
+            return int(_lib.lib.gpuipc_view_lookup(c, b, ms, flags, byref(out)))
         with self._conn.lock:
             if owner < 0:   # the C client's lookup owner is -1 between calls
                 self._conn.call_checked(look, "lookup")
             else:
-                self._conn.call_checked(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, owner),
+                self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_lookup_owner(c, owner),
                                         "lookup")
                 try:
                     self._conn.call_checked(look, "lookup")
                 finally:
-                    self._conn.call(lambda c: _lib.lib.gpuipc_set_lookup_owner(c, -1), True)
+                    self._conn.call(lambda c: _lib.lib.gpuipc_client_set_lookup_owner(c, -1), True)
             try:
                 return View(self._conn, out.value or 0, writable, sync)
             except BaseException:
@@ -584,14 +584,14 @@ class Client:
         (``Info.unregistered``), and fills ``Info.holders``."""
         p = _name(prefix) if prefix else None
         flags = _lib.LIST_ALL | _lib.LIST_HOLDERS if all else 0
-        return self._fetch(lambda c, out: _lib.lib.gpuipc_list_fetch_ex(c, p, flags, out),
+        return self._fetch(lambda c, out: _lib.lib.gpuipc_list_fetch(c, p, flags, out),
                            "list")
 
     def stat(self, name: str) -> Info:
         """One registration by name (NotFound if there is none), with its
         lease holders in ``Info.holders``."""
         b = _name(name)
-        infos = self._fetch(lambda c, out: _lib.lib.gpuipc_stat(c, b, out), "stat")
+        infos = self._fetch(lambda c, out: _lib.lib.gpuipc_name_stat(c, b, out), "stat")
         if not infos:
             raise error_for(-2, f"no registration named {name}", "stat")
         return infos[0]
@@ -599,7 +599,7 @@ class Client:
     def stats(self) -> Stats:
         """Daemon-wide counters."""
         out = POINTER(_lib.gpuipc_stats)()
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_stats_get(c, byref(out)), "stats")
+        self._conn.call_checked(lambda c: _lib.lib.gpuipc_stats_fetch(c, byref(out)), "stats")
         try:
             s = out.contents
             return Stats(
@@ -655,7 +655,7 @@ def explain(obj: Any, *, copy: bool = False, cuda_ipc: bool = False) -> Tuple[st
         raise ValueError("empty memory cannot be shared")
     flags = (_lib.REGISTER_COPY if copy else 0) | (_lib.REGISTER_CUDA_IPC if cuda_ipc else 0)
     buf = ctypes.create_string_buffer(1024)
-    r = _lib.lib.gpuipc_explain(ptr, nbytes, flags, buf, len(buf))
+    r = _lib.lib.gpuipc_cuda_explain(ptr, nbytes, flags, buf, len(buf))
     text = buf.value.decode("utf-8", "replace")
     if r < 0:
         return "none", text.split(": ", 1)[-1] if text else _lib.strerror(r)

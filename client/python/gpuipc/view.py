@@ -254,7 +254,8 @@ class Info:
             expires_ms=int(i.expires_ms) or None,
             holders=tuple(Holder(lease=int(h.lease), pid=int(h.pid), uid=int(h.uid),
                                  exe=_lib.cstr(h.exe), since_ms=int(h.since_ms))
-                          for h in (i.holders[k] for k in range(int(i.n_holders)))))
+                          for h in (_lib.lib.gpuipc_info_holder(p, k).contents
+                                    for k in range(int(i.n_holders)))))
 
 
 # ---- lifetime ---------------------------------------------------------------

@@ -39,8 +39,8 @@ def main():
             return 77
 
     lib = ctypes.CDLL(a.lib)
-    lib.gpuipc_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-    lib.gpuipc_lookup.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint,
+    lib.gpuipc_client_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.gpuipc_view_lookup.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint,
                                   ctypes.POINTER(ctypes.c_void_p)]
     lib.gpuipc_view_data.argtypes = [ctypes.c_void_p]
     lib.gpuipc_view_data.restype = ctypes.c_void_p
@@ -55,12 +55,12 @@ def main():
     lib.gpuipc_errmsg.restype = ctypes.c_char_p
 
     c = ctypes.c_void_p()
-    r = lib.gpuipc_connect(None, ctypes.byref(c))
+    r = lib.gpuipc_client_connect(None, ctypes.byref(c))
     if r < 0:
         print(f"consumer: connect: {r}", file=sys.stderr)
         return 1
     v = ctypes.c_void_p()
-    r = lib.gpuipc_lookup(c, a.name.encode(), 10000, 0, ctypes.byref(v))
+    r = lib.gpuipc_view_lookup(c, a.name.encode(), 10000, 0, ctypes.byref(v))
     if r < 0:
         print(f"consumer: lookup {a.name}: {lib.gpuipc_errmsg(c).decode()} ({r})", file=sys.stderr)
         return 1

@@ -168,7 +168,7 @@ public final class GpuIpcClient implements AutoCloseable {
 
     /**
      * Registers all of {@code buf} under {@code name}
-     * ({@code gpuipc_register_host}). The daemon keeps its own reference to
+     * ({@code gpuipc_hostbuf_register}). The daemon keeps its own reference to
      * the memory: {@code buf} may be closed afterwards, and the registration
      * lives until unregistered (and its last lease released) unless
      * {@link RegisterFlag#EPHEMERAL}. Write the contents before registering:
@@ -202,7 +202,7 @@ public final class GpuIpcClient implements AutoCloseable {
      * Registers {@code length} bytes of device memory at {@code address}
      * (a {@code CUdeviceptr}, e.g. spark-rapids'
      * {@code DeviceMemoryBuffer.getAddress()} / {@code getLength()}) under
-     * {@code name} ({@code gpuipc_register_cuda}). The address may lie inside
+     * {@code name} ({@code gpuipc_cuda_register}). The address may lie inside
      * a larger allocation (a memory pool's block).
      *
      * <p>The memory must be current on its device and fully written (the
@@ -283,7 +283,7 @@ public final class GpuIpcClient implements AutoCloseable {
     /**
      * Waits until registration {@code id} (registered through this client)
      * has had a lease and its last lease was released: the consumers are
-     * done with it ({@code gpuipc_wait_released}). A release before this
+     * done with it ({@code gpuipc_reg_wait_released}). A release before this
      * call counts; each release is reported once, so a second call for the
      * same release waits for another one. After it returns, the producer
      * may unregister the name and reuse or free the memory.
@@ -305,7 +305,7 @@ public final class GpuIpcClient implements AutoCloseable {
 
     /**
      * A lifetime for the registrations this client makes from now on
-     * ({@code gpuipc_set_ttl}): the daemon unregisters each that long after
+     * ({@code gpuipc_client_set_ttl}): the daemon unregisters each that long after
      * it was registered, as {@link #unregister} does (consumers holding a
      * lease keep their mapping). Without a TTL (or
      * {@link RegisterFlag#EPHEMERAL}) a registration outlives this process

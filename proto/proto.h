@@ -205,6 +205,22 @@ struct proto_cuda_view {
 /* -EBADMSG when a field has the wrong type or range. */
 int proto_cuda_decode(const msgpack_object *reg, bool vmm, struct proto_cuda_view *v);
 
+/* ---- batches ------------------------------------------------------------ */
+
+/* Checks a map of str to str as meta.user and the arrow metadata maps are:
+ * at most PROTO_USER_MAX_ENTRIES pairs of UTF-8 strs, keys at most
+ * PROTO_USER_KEY_MAX bytes, values PROTO_USER_VALUE_MAX.  what names the map
+ * in the reason.  -EINVAL with a reason in why (why_len bytes). */
+int proto_strmap_check(const msgpack_object *m, const char *what, char *why, size_t why_len);
+
+/* Checks a batch's arrow description (docs/protocol.md, "Batches") against
+ * a batch of n_parts parts: rows, metadata, the pre-order column tree
+ * with its children counts, each node's fields and buffers (part indexes
+ * below n_parts, or -1), every part named by some node, and nesting at most
+ * PROTO_BATCH_ARROW_DEPTH.  Keys it does not know are allowed.  -EINVAL with
+ * a reason in why (why_len bytes) naming the node. */
+int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts, char *why, size_t why_len);
+
 /* ---- access rules ------------------------------------------------------- */
 
 /* Who besides the owner and root may look a registration up. */

@@ -28,8 +28,11 @@ enum proto_kind {
         PROTO_KIND_CUDA_IPC,
         PROTO_KIND_CUDA_VMM,
         PROTO_KIND_CUDA_POOL,           /* a pointer of a stream-ordered pool */
+        PROTO_KIND_BATCH,               /* a list of parts of the kinds above */
         _PROTO_KIND_MAX,
 };
+/* The kinds a single buffer (a registration or a batch's part) may be. */
+#define PROTO_BUFFER_KINDS PROTO_KIND_BATCH
 const char *proto_kind_name(enum proto_kind k);
 /* Whether the daemon holds the memory of kind k (an fd that keeps it
  * alive), rather than the producer (cuda-ipc, cuda-pool). */

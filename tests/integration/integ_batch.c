@@ -1171,3 +1171,309 @@ Test(batch, pool_parts_share_the_pool_fd)
         close(pfd);
         close(fd);
 }
+
+/* ---- quotas: each against a daemon of its own ---------------------------- */
+
+TestSuite(batch_limits, .fini = h_teardown, .timeout = 30);
+
+static void start_with(const char *const *args)
+{
+        signal(SIGPIPE, SIG_IGN);
+        h_daemon_start(&h_d, args);
+}
+
+/* n host parts of 64 bytes in memfd index 0, one node naming them all
+ * (at most 3) and the rest in further nodes. */
+static uint64_t reg_parts_in(int fd, uint64_t seq, const char *name, const int *mfds,
+                             unsigned nmfd, unsigned nparts, const char *code, const char *want)
+{
+        struct tp parts[8];
+        struct tn nodes[8];
+        msgpack_sbuffer arrow;
+        struct treq r;
+        uint64_t id = 0;
+
+        cr_assert_leq(nparts, 8);
+        for (unsigned i = 0; i < nparts; i++) {
+                parts[i] = (struct tp){ .kind = "host", .size = 64, .offset = 64 * i,
+                                        .nfdi = 1, .fdi = { (int)(i % nmfd) } };
+                nodes[i] = (struct tn){ .format = "l", .length = 8, .nbufs = 2,
+                                        .bufs = { -1, (int)i } };
+        }
+        build_arrow(&arrow, 8, nodes, nparts);
+        r = (struct treq){ .name = name, .parts = parts, .np = nparts, .arrow = &arrow,
+                           .ephemeral = -1 };
+        if (code)
+                reg_refused(fd, seq, &r, mfds, nmfd, code, want);
+        else
+                id = reg_ok(fd, seq, &r, mfds, nmfd);
+        msgpack_sbuffer_destroy(&arrow);
+        return id;
+}
+
+/* fds count per distinct memfd (2 each: it and its read-only open), not
+ * per part. */
+Test(batch_limits, fd_budget_counts_each_memfd_once)
+{
+        int fd, m[2];
+
+        start_with((const char *const[]){ "--max-fds-per-uid", "3", NULL });
+        fd = conn();
+        m[0] = memfd_with(4096, 1);
+        m[1] = memfd_with(4096, 2);
+        (void)reg_parts_in(fd, 2, "q/two", m, 2, 2, "limit", "fd budget");
+        (void)reg_parts_in(fd, 3, "q/six", m, 1, 6, NULL, NULL);
+        (void)reg_parts_in(fd, 4, "q/more", m, 1, 1, "limit", "--max-fds-per-uid 3");
+        close(m[0]);
+        close(m[1]);
+        close(fd);
+}
+
+/* Bytes count each memfd's whole size once, however many parts use it. */
+Test(batch_limits, bytes_count_each_memfd_once)
+{
+        int fd, m[2];
+
+        start_with((const char *const[]){ "--max-bytes-per-uid", "8K", NULL });
+        fd = conn();
+        m[0] = memfd_with(4096, 1);
+        m[1] = memfd_with(8192, 2);
+        (void)reg_parts_in(fd, 2, "q/big", m, 2, 2, "limit", "--max-bytes-per-uid");
+        (void)reg_parts_in(fd, 3, "q/a", m, 1, 8, NULL, NULL);
+        (void)reg_parts_in(fd, 4, "q/b", m, 1, 3, NULL, NULL);
+        (void)reg_parts_in(fd, 5, "q/c", m, 1, 1, "limit", "--max-bytes-per-uid");
+        close(m[0]);
+        close(m[1]);
+        close(fd);
+}
+
+/* A batch is one registration. */
+Test(batch_limits, one_registration_each)
+{
+        int fd, m;
+
+        start_with((const char *const[]){ "--max-registrations-per-uid", "2", NULL });
+        fd = conn();
+        m = memfd_with(4096, 1);
+        (void)reg_parts_in(fd, 2, "q/a", &m, 1, 8, NULL, NULL);
+        (void)reg_parts_in(fd, 3, "q/b", &m, 1, 8, NULL, NULL);
+        (void)reg_parts_in(fd, 4, "q/c", &m, 1, 1, "limit", "--max-registrations-per-uid 2");
+        close(m);
+        close(fd);
+}
+
+/* ---- device parts through the CUDA driver double ------------------------ */
+
+#ifdef GPUIPC_HAVE_CUDA_H
+
+#define DFNS(X) X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent)        \
+        X(cuMemAlloc_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemCreate) X(cuMemMap)   \
+        X(cuMemAddressReserve) X(cuMemSetAccess) X(cuMemExportToShareableHandle)             \
+        X(cuMemImportFromShareableHandle) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2)       \
+        X(cuPointerGetAttribute)
+#define DFIELD(n) __typeof__(n) *n;
+static struct { DFNS(DFIELD) } drv;
+#undef DFIELD
+
+#define VMM_SIZE (2u << 20)
+#define IPC_SIZE (1u << 20)
+
+/* Loads the double and makes device 0's primary context current; false
+ * when anything fails (the caller says so its own way: a producer child
+ * must not use the test's asserts). */
+static bool load_double(void)
+{
+        void *dl = dlopen(h_path("tests/cuda-double/libcuda.so.1"), RTLD_NOW | RTLD_LOCAL);
+        CUcontext ctx;
+        CUdevice dev;
+
+        if (!dl)
+                return false;
+#define DLOAD(n) if (!(drv.n = (__typeof__(n) *)dlsym(dl, #n))) return false;
+        DFNS(DLOAD)
+#undef DLOAD
+        return drv.cuInit(0) == CUDA_SUCCESS && drv.cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
+               drv.cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS &&
+               drv.cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+}
+
+static const CUmemAllocationProp VMM_PROP = {
+        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+};
+
+/* Maps allocation h at a new range of size bytes; 0 on failure. */
+static CUdeviceptr map_vmm(CUmemGenericAllocationHandle h, size_t size)
+{
+        CUmemAccessDesc acc = { .location = VMM_PROP.location,
+                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUdeviceptr base = 0;
+
+        if (drv.cuMemAddressReserve(&base, size, 0, 0, 0) ||
+            drv.cuMemMap(base, size, 0, h, 0) || drv.cuMemSetAccess(base, size, &acc, 1))
+                return 0;
+        return base;
+}
+
+static bool fill_device(CUdeviceptr p, size_t n, uint32_t seed)
+{
+        uint8_t *buf = malloc(n);
+        bool ok;
+
+        if (!buf)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                buf[i] = h_pattern(i, seed);
+        ok = drv.cuMemcpyHtoD_v2(p, buf, n) == CUDA_SUCCESS;
+        free(buf);
+        return ok;
+}
+
+static void check_device(CUdeviceptr p, uint64_t offset, size_t n, uint32_t seed, const char *what)
+{
+        uint8_t *buf = malloc(n);
+
+        cr_assert_not_null(buf);
+        cr_assert_eq(drv.cuMemcpyDtoH_v2(buf, p + offset, n), CUDA_SUCCESS, "%s: copy", what);
+        for (size_t i = 0; i < n; i++)
+                if (buf[i] != h_pattern(offset + i, seed))
+                        cr_assert_fail("%s: byte %zu is 0x%02x, want 0x%02x", what, i, buf[i],
+                                       h_pattern(offset + i, seed));
+        free(buf);
+}
+
+/* What the producer registered, for the consumer's checks. */
+struct dev_shared {
+        CUipcMemHandle ih;
+        unsigned long long buffer_id;
+};
+
+/* The producer: device memory from the double, one batch of a cuda-vmm,
+ * a cuda-ipc and a host part; writes what it shared to out and then 'r',
+ * and keeps the memory until in closes.  Exit code 0, or the step that
+ * failed. */
+static int produce_device(int out, int in)
+{
+        CUmemGenericAllocationHandle h;
+        struct dev_shared sh = { 0 };
+        CUdeviceptr vbase, d;
+        msgpack_sbuffer arrow;
+        int vfd = -1, fds[2], sock;
+        struct h_frame f;
+        char c;
+        static const struct tn nodes[] = {
+                { .name = "v", .format = "i", .flags = 2, .length = 16384, .nulls = 0,
+                  .nbufs = 2, .bufs = { 2, 0 } },
+                { .name = "w", .format = "u", .length = 100, .nulls = 0, .nbufs = 3,
+                  .bufs = { -1, 2, 1 } },
+        };
+
+        if (!load_double())
+                return 2;
+        if (drv.cuMemCreate(&h, VMM_SIZE, &VMM_PROP, 0) || !(vbase = map_vmm(h, VMM_SIZE)) ||
+            !fill_device(vbase, VMM_SIZE, 21) ||
+            drv.cuMemExportToShareableHandle(&vfd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                             0))
+                return 3;
+        if (drv.cuMemAlloc_v2(&d, IPC_SIZE) || !fill_device(d, IPC_SIZE, 22) ||
+            drv.cuIpcGetMemHandle(&sh.ih, d) ||
+            drv.cuPointerGetAttribute(&sh.buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, d))
+                return 4;
+        struct tp parts[3] = {
+                { .kind = "cuda-vmm", .size = 65536, .offset = 8192, .nfdi = 1, .fdi = { 0 },
+                  .device = UUID0, .alloc_size = VMM_SIZE, .key = KEY_A },
+                { .kind = "cuda-ipc", .size = 4000, .offset = 1000, .nfdi = -1,
+                  .device = UUID0, .alloc_size = IPC_SIZE, .handle = (const uint8_t *)&sh.ih,
+                  .buffer_id = sh.buffer_id },
+                { .kind = "host", .size = 2048, .offset = 4096, .nfdi = 1, .fdi = { 1 } },
+        };
+        fds[0] = vfd;
+        fds[1] = memfd_with(8192, 23);
+        sock = conn();
+        build_arrow(&arrow, 16384, nodes, 2);
+        send_batch(sock, 2, &(struct treq){ .name = "dev/b", .parts = parts, .np = 3,
+                                            .arrow = &arrow, .ephemeral = -1,
+                                            .event = EVENT }, fds, 2);
+        if (h_raw_recv(sock, 5000, &f) != 1 || proto_get(f.m.root, "error"))
+                return 5;
+        h_frame_free(&f);
+        if (write(out, &sh, sizeof(sh)) != (ssize_t)sizeof(sh) || write(out, "r", 1) != 1)
+                return 6;
+        while (read(in, &c, 1) > 0)
+                ;
+        return 0;
+}
+
+TestSuite(batch_cuda, .init = h_setup, .fini = h_teardown, .timeout = 30);
+
+Test(batch_cuda, vmm_ipc_host_parts_read_through_the_double)
+{
+        int to_child[2], from_child[2], status, fd;
+        CUmemGenericAllocationHandle h;
+        const msgpack_object *pa, *reg, *alloc;
+        struct dev_shared sh;
+        CUdeviceptr vbase, ip;
+        const uint8_t *b;
+        struct h_frame f;
+        size_t blen;
+        pid_t pid;
+        char c = 0;
+
+        /* Fork before any cuInit here: the double, as CUDA, refuses a child
+         * forked after it. */
+        cr_assert_eq(pipe(to_child), 0);
+        cr_assert_eq(pipe(from_child), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                close(to_child[1]);
+                close(from_child[0]);
+                _exit(produce_device(from_child[1], to_child[0]));
+        }
+        close(to_child[0]);
+        close(from_child[1]);
+        if (read(from_child[0], &sh, sizeof(sh)) != (ssize_t)sizeof(sh) ||
+            read(from_child[0], &c, 1) != 1 || c != 'r') {
+                waitpid(pid, &status, 0);
+                cr_assert_fail("the producer failed (exit %d)", WEXITSTATUS(status));
+        }
+
+        fd = conn();
+        lookup_ok(fd, 2, "dev/b", &f);
+        pa = reply_parts(&f, &reg);
+        cr_assert_eq(get_u64(f.m.root, "fds"), 2);
+        cr_assert_eq(f.nfds, 2);
+        cr_assert_eq(part_fd(pa, 0, 0), 0);
+        cr_assert_eq(part_nfds(pa, 1), 0);
+        cr_assert_eq(part_fd(pa, 2, 0), 1);
+        cr_assert_eq(proto_get_bin(reg, "event", &b, &blen), 0);
+        cr_assert(blen == 64 && memcmp(b, EVENT, 64) == 0, "the batch's event");
+        cr_assert_eq(proto_get_map(&pa->via.array.ptr[0], "alloc", &alloc), 0);
+        cr_assert_eq(proto_get_bin(alloc, "key", &b, &blen), 0);
+        cr_assert(blen == 16 && memcmp(b, KEY_A, 16) == 0);
+        cr_assert_eq(proto_get_bin(&pa->via.array.ptr[1], "handle", &b, &blen), 0);
+        cr_assert(blen == 64 && memcmp(b, &sh.ih, 64) == 0, "the cuda-ipc handle");
+        cr_assert_eq(get_u64(&pa->via.array.ptr[1], "buffer_id"), sh.buffer_id);
+
+        /* The consumer's side: import each part as the double's driver would. */
+        cr_assert(load_double(), "cannot load the CUDA driver double");
+        cr_assert_eq(drv.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)f.fds[0],
+                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                     CUDA_SUCCESS);
+        vbase = map_vmm(h, VMM_SIZE);
+        cr_assert_neq(vbase, 0);
+        check_device(vbase, 8192, 65536, 21, "cuda-vmm part");
+        cr_assert_eq(drv.cuIpcOpenMemHandle_v2(&ip, sh.ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                     CUDA_SUCCESS);
+        check_device(ip, 1000, 4000, 22, "cuda-ipc part");
+        check_fd_bytes(f.fds[1], 4096, 2048, 23, "host part");
+        h_frame_free(&f);
+        close(fd);
+        close(to_child[1]);
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "producer status %d", status);
+        close(from_child[0]);
+}
+
+#endif

@@ -1477,3 +1477,147 @@ Test(batch_cuda, vmm_ipc_host_parts_read_through_the_double)
 }
 
 #endif
+
+/* ---- restarts with the fd store -------------------------------------------- */
+
+static struct h_sd sd;
+
+static void restart_init(void)
+{
+        signal(SIGPIPE, SIG_IGN);
+}
+
+static void restart_fini(void)
+{
+        h_sd_stop(&sd);
+}
+
+TestSuite(batch_restart, .init = restart_init, .fini = restart_fini, .timeout = 60);
+
+/* reg.parts and reg.arrow of a lookup reply, packed, into sb. */
+static void pack_lookup_view(const struct h_frame *f, msgpack_sbuffer *sb)
+{
+        const msgpack_object *reg, *pa, *a;
+        msgpack_packer pk;
+
+        pa = reply_parts(f, &reg);
+        cr_assert_eq(proto_get_map(reg, "arrow", &a), 0);
+        msgpack_sbuffer_init(sb);
+        msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+        msgpack_pack_object(&pk, *pa);
+        msgpack_pack_object(&pk, *a);
+        msgpack_pack_uint64(&pk, get_u64(reg, "id"));
+        msgpack_pack_uint64(&pk, get_u64(reg, "size"));
+}
+
+/* release by the batch's owner: its released event comes first. */
+static void release_own(int fd, uint64_t seq, uint64_t lease)
+{
+        struct h_frame f;
+
+        send_op_u64(fd, seq, "release", "lease", lease, NULL, false);
+        expect_event(fd, "released", 2000, &f);
+        h_frame_free(&f);
+        h_raw_expect_reply(fd, seq, "");
+}
+
+static void check_restored_bytes(const struct h_frame *f, const struct tp *parts,
+                                 const uint32_t *seed, unsigned n)
+{
+        const msgpack_object *pa = reply_parts(f, NULL);
+
+        for (unsigned i = 0; i < n; i++)
+                check_fd_bytes(f->fds[part_fd(pa, i, 0)], parts[i].offset, parts[i].size,
+                               seed[i], "restored part");
+}
+
+static void batch_survives(int sig)
+{
+        int fd, m[3] = { memfd_with(4096, 31), memfd_with(8192, 32), memfd_with(4096, 33) };
+        struct tp parts[5] = {
+                { .kind = "host", .size = 100, .offset = 0, .nfdi = 1, .fdi = { 0 } },
+                { .kind = "host", .size = 200, .offset = 4096, .nfdi = 1, .fdi = { 1 } },
+                { .kind = "host", .size = 300, .offset = 1024, .nfdi = 1, .fdi = { 0 } },
+                { .kind = "cuda-vmm", .size = 1000, .offset = 64, .nfdi = 1, .fdi = { 2 },
+                  .device = UUID0, .alloc_size = 2u << 20, .key = KEY_A },
+                { .kind = "cuda-vmm", .size = 2000, .offset = 2048, .nfdi = 1, .fdi = { 2 },
+                  .device = UUID0, .alloc_size = 2u << 20, .key = KEY_A },
+        };
+        static const uint32_t seed[5] = { 31, 32, 31, 33, 33 };
+        static const struct tn nodes[] = {
+                { .name = "n", .format = "+l", .length = 4, .nulls = 0, .children = 1,
+                  .nbufs = 2, .bufs = { 0, 2 } },
+                { .name = "item", .format = "s", .length = 50, .nulls = 0, .nbufs = 2,
+                  .bufs = { -1, 1 } },
+                { .name = "d", .format = "i", .length = 250, .nulls = 0, .nbufs = 2,
+                  .bufs = { 3, 4 } },
+        };
+        msgpack_sbuffer arrow, before, after;
+        struct h_frame f;
+        uint64_t id;
+        char name[48];
+
+        h_sd_start(&sd, NULL);
+        fd = conn();
+        build_arrow(&arrow, 4, nodes, 3);
+        id = reg_ok(fd, 2, &(struct treq){ .name = "rs/batch", .parts = parts, .np = 5,
+                                           .arrow = &arrow, .ephemeral = -1, .event = EVENT },
+                    m, 3);
+        msgpack_sbuffer_destroy(&arrow);
+        for (int i = 0; i < 3; i++)
+                close(m[i]);
+        lookup_ok(fd, 3, "rs/batch", &f);
+        pack_lookup_view(&f, &before);
+        /* Released before the kill: a lease of a live process's session
+         * would be kept over the restart (and the batch with it). */
+        release_own(fd, 4, get_u64(f.m.root, "lease"));
+        h_frame_free(&f);
+        /* Its two memfds as batch-ID-N, its allocation as vmm-ALLOC. */
+        for (int i = 0; i < 2; i++) {
+                snprintf(name, sizeof(name), "batch-%" PRIu64 "-%d", id, i);
+                cr_assert_eq(h_sd_stored_name_settle(&sd, name, 1, 2000), 1,
+                             "%s is not stored: [%s]", name, h_sd_store_str(&sd));
+        }
+        cr_assert_eq(h_sd_stored_settle(&sd, "vmm-", 1, 2000), 1, "store: [%s]",
+                     h_sd_store_str(&sd));
+        close(fd);
+
+        /* Twice: the second start replays the snapshot the first wrote. */
+        for (int round = 0; round < 2; round++) {
+                h_sd_restart(&sd, sig);
+                fd = conn();
+                lookup_ok(fd, 2, "rs/batch", &f);
+                pack_lookup_view(&f, &after);
+                cr_assert_eq(get_u64(f.m.root, "fds"), 3);
+                cr_assert_eq(after.size, before.size, "the restored batch differs");
+                cr_assert_eq(memcmp(after.data, before.data, before.size), 0,
+                             "the restored batch differs (round %d)", round);
+                check_restored_bytes(&f, parts, seed, 5);
+                release(fd, 3, get_u64(f.m.root, "lease"));  /* not the owner now */
+                msgpack_sbuffer_destroy(&after);
+                h_frame_free(&f);
+                close(fd);
+        }
+        msgpack_sbuffer_destroy(&before);
+
+        /* Freed (no leases): its entries leave the store. */
+        fd = conn();
+        send_op(fd, 3, "unregister", "name", "rs/batch");
+        h_raw_expect_reply(fd, 3, "");
+        cr_expect_eq(h_sd_stored_settle(&sd, "batch-", 0, 2000), 0, "store: [%s]",
+                     h_sd_store_str(&sd));
+        cr_expect_eq(h_sd_stored_settle(&sd, "vmm-", 0, 2000), 0, "store: [%s]",
+                     h_sd_store_str(&sd));
+        cr_expect_eq(h_sd_errors(&sd), 0, "notify protocol mistakes");
+        close(fd);
+}
+
+Test(batch_restart, durable_batch_survives_sigkill)
+{
+        batch_survives(SIGKILL);
+}
+
+Test(batch_restart, durable_batch_survives_sigterm)
+{
+        batch_survives(SIGTERM);
+}

@@ -1621,3 +1621,135 @@ Test(batch_restart, durable_batch_survives_sigterm)
 {
         batch_survives(SIGTERM);
 }
+
+/* A lookup that waits for the name gets the batch when it is registered;
+ * owner_uid keeps out another uid's batch as it would any registration's. */
+Test(batch, waiting_lookup_and_owner_uid)
+{
+        int owner = conn(), cons = conn(), mfd = memfd_with(4096, 9);
+        const msgpack_object *pa;
+        struct proto_out o;
+        struct proto_map m;
+        struct h_frame f;
+        uint8_t *b;
+        size_t n;
+
+        proto_out_init(&o);
+        proto_map_begin(&m, &o.pk);
+        proto_map_kstr(&m, "op", "lookup");
+        proto_map_ku64(&m, "seq", 2);
+        proto_map_kstr(&m, "name", "wait/b");
+        proto_map_ku64(&m, "wait_ms", 5000);
+        proto_map_end(&m);
+        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
+        b = proto_out_release(&o, &n);
+        cr_assert_eq(h_raw_send(cons, b, n, NULL, 0), 0);
+        free(b);
+        proto_out_free(&o);
+        expect_nothing(cons, 200);
+        register_table(owner, 3, "wait/b", mfd, -1, 0, NULL);
+        recv_reply(cons, 2, "", &f);
+        pa = reply_parts(&f, NULL);
+        cr_assert_eq(pa->via.array.size, 6);
+        cr_assert_eq(f.nfds, 1);
+        check_fd_bytes(f.fds[0], TOFF[5], TSIZE[5], 9, "waited part");
+        h_frame_free(&f);
+
+        proto_out_init(&o);
+        proto_map_begin(&m, &o.pk);
+        proto_map_kstr(&m, "op", "lookup");
+        proto_map_ku64(&m, "seq", 4);
+        proto_map_kstr(&m, "name", "wait/b");
+        proto_map_ku64(&m, "owner_uid", getuid() + 1);
+        proto_map_end(&m);
+        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
+        b = proto_out_release(&o, &n);
+        cr_assert_eq(h_raw_send(cons, b, n, NULL, 0), 0);
+        free(b);
+        proto_out_free(&o);
+        h_raw_expect_reply(cons, 4, "not_found");
+        close(mfd);
+        close(owner);
+        close(cons);
+}
+
+/* A device part's release event reaches the owner; a held allocation of a
+ * part is uncached when the batch goes, and unmapped once let go. */
+Test(batch, release_events_holds_uncache_unmapped)
+{
+        int owner = conn(), cons = conn(), vfd = memfd_with(4096, 10);
+        struct tp parts[1] = {
+                { .kind = "cuda-vmm", .size = 4096, .nfdi = 1, .fdi = { 0 }, .device = UUID0,
+                  .alloc_size = 2u << 20, .key = KEY_B },
+        };
+        static const struct tn nodes[] = {
+                { .name = "d", .format = "f", .length = 1024, .nulls = 0, .nbufs = 2,
+                  .bufs = { -1, 0 } },
+        };
+        const msgpack_object *pa, *alloc, *evs;
+        msgpack_sbuffer arrow;
+        struct proto_out o;
+        struct proto_map m;
+        struct h_frame f;
+        uint64_t id, lease, aid;
+        uint8_t *b;
+        size_t n;
+
+        build_arrow(&arrow, 1024, nodes, 1);
+        id = reg_ok(owner, 2, &(struct treq){ .name = "hold/b", .parts = parts, .np = 1,
+                                              .arrow = &arrow, .ephemeral = -1 }, &vfd, 1);
+        msgpack_sbuffer_destroy(&arrow);
+        send_op_u64(cons, 3, "lookup", "id", id, "cache", true);
+        recv_reply(cons, 3, "", &f);
+        lease = get_u64(f.m.root, "lease");
+        pa = reply_parts(&f, NULL);
+        cr_assert_eq(proto_get_map(&pa->via.array.ptr[0], "alloc", &alloc), 0);
+        aid = get_u64(alloc, "id");
+        h_frame_free(&f);
+
+        proto_out_init(&o);
+        proto_map_begin(&m, &o.pk);
+        proto_map_kstr(&m, "op", "release");
+        proto_map_ku64(&m, "seq", 4);
+        proto_map_ku64(&m, "lease", lease);
+        proto_map_kbin(&m, "event", EVENT, 64);
+        proto_map_end(&m);
+        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
+        b = proto_out_release(&o, &n);
+        cr_assert_eq(h_raw_send(cons, b, n, NULL, 0), 0);
+        free(b);
+        proto_out_free(&o);
+        h_raw_expect_reply(cons, 4, "");
+        expect_event(owner, "released", 2000, &f);
+        cr_assert_eq(proto_get_array(f.m.root, "events", &evs), 0, "released carries events");
+        cr_assert_eq(evs->via.array.size, 1);
+        cr_assert(evs->via.array.ptr[0].via.bin.size == 64 &&
+                  memcmp(evs->via.array.ptr[0].via.bin.ptr, EVENT, 64) == 0);
+        h_frame_free(&f);
+
+        send_op(owner, 5, "unregister", "name", "hold/b");
+        h_raw_expect_reply(owner, 5, "");
+        expect_event(cons, "uncache", 2000, &f);
+        cr_assert_eq(get_u64(f.m.root, "alloc"), aid);
+        h_frame_free(&f);
+        proto_out_init(&o);
+        proto_map_begin(&m, &o.pk);
+        proto_map_kstr(&m, "op", "unhold");
+        proto_map_ku64(&m, "seq", 6);
+        proto_map_key(&m, "allocs");
+        msgpack_pack_array(&o.pk, 1);
+        msgpack_pack_uint64(&o.pk, aid);
+        proto_map_end(&m);
+        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
+        b = proto_out_release(&o, &n);
+        cr_assert_eq(h_raw_send(cons, b, n, NULL, 0), 0);
+        free(b);
+        proto_out_free(&o);
+        h_raw_expect_reply(cons, 6, "");
+        expect_event(owner, "unmapped", 2000, &f);
+        cr_assert_eq(get_u64(f.m.root, "alloc"), aid);
+        h_frame_free(&f);
+        close(vfd);
+        close(owner);
+        close(cons);
+}

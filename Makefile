@@ -106,7 +106,7 @@ UNIT_BIN   := $(patsubst tests/unit/%.c,$(T)/%,$(wildcard tests/unit/test_*.c))
 INTEG_BIN  := $(patsubst tests/integration/%.c,$(T)/%,$(wildcard tests/integration/integ_*.c))
 HELPER_BIN := $(patsubst tests/integration/%.c,$(T)/%,$(wildcard tests/integration/helper-*.c))
 # The suites that play systemd for the daemon: sdhost.o, with a notify thread.
-SDHOST_BIN := $(patsubst %,$(T)/integ_%,restart survive harden operate)
+SDHOST_BIN := $(patsubst %,$(T)/integ_%,restart survive harden operate batch)
 
 all: $(DAEMON) $(CTL) $(LIBSO) $(LIBA)
 

@@ -28,7 +28,7 @@ void reg_cuda_free(struct alloc_table *T, struct reg_cuda *rc)
         }
         alloc_put(T, rc->alloc);
         free(rc->copied);
-        free(rc->rel);
+        rel_events_done(&rc->rel);
         free(rc);
 }
 
@@ -60,26 +60,56 @@ unsigned reg_cuda_fds(const struct reg_cuda *rc, int *fds)
         return rc->n_chunks;
 }
 
-int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[PROTO_IPC_HANDLE_LEN])
+int rel_events_push(struct rel_events *e, const uint8_t ev[PROTO_IPC_HANDLE_LEN])
 {
         uint32_t slot;
 
-        if (!rc->rel) {
-                rc->rel = malloc(REG_CUDA_EVENTS_MAX * sizeof(*rc->rel));
-                if (!rc->rel)
+        if (!e->ev) {
+                e->ev = malloc(REG_CUDA_EVENTS_MAX * sizeof(*e->ev));
+                if (!e->ev)
                         return -ENOMEM;
         }
-        if (rc->rel_n == REG_CUDA_EVENTS_MAX) {
+        if (e->n == REG_CUDA_EVENTS_MAX) {
                 /* Full: the oldest slot takes the new event. */
-                slot = rc->rel_head;
-                rc->rel_head = (rc->rel_head + 1) % REG_CUDA_EVENTS_MAX;
-                rc->rel_dropped++;
+                slot = e->head;
+                e->head = (e->head + 1) % REG_CUDA_EVENTS_MAX;
+                e->dropped++;
         } else {
-                slot = (rc->rel_head + rc->rel_n) % REG_CUDA_EVENTS_MAX;
-                rc->rel_n++;
+                slot = (e->head + e->n) % REG_CUDA_EVENTS_MAX;
+                e->n++;
         }
-        memcpy(rc->rel[slot], ev, PROTO_IPC_HANDLE_LEN);
+        memcpy(e->ev[slot], ev, PROTO_IPC_HANDLE_LEN);
         return 0;
+}
+
+void rel_events_trim(struct rel_events *e, uint32_t fit)
+{
+        uint32_t k;
+
+        if (e->n <= fit)
+                return;
+        k = e->n - fit;
+        e->head = (e->head + k) % REG_CUDA_EVENTS_MAX;
+        e->n -= k;
+        e->dropped += k;
+}
+
+uint32_t rel_events_pack(msgpack_packer *pk, struct rel_events *e)
+{
+        uint32_t dropped = e->dropped;
+
+        msgpack_pack_array(pk, e->n);
+        for (uint32_t i = 0; i < e->n; i++)
+                msgpack_pack_bin_with_body(pk, e->ev[(e->head + i) % REG_CUDA_EVENTS_MAX],
+                                           PROTO_IPC_HANDLE_LEN);
+        e->n = e->head = e->dropped = 0;
+        return dropped;
+}
+
+void rel_events_done(struct rel_events *e)
+{
+        free(e->ev);
+        *e = (struct rel_events){ 0 };
 }
 
 /* Entry a as records show it; with_key: its key (lookup replies). */
@@ -96,18 +126,22 @@ static struct proto_cuda_alloc rec_alloc(const struct alloc *a, bool with_key)
 
 void reg_cuda_pack_record(struct proto_map *m, const struct reg *r, bool with_handle)
 {
-        const struct reg_cuda *rc = r->cuda;
+        if (r->cuda)
+                reg_cuda_pack(m, r->kind, r->cuda, with_handle);
+}
+
+void reg_cuda_pack(struct proto_map *m, unsigned kind, const struct reg_cuda *rc,
+                   bool with_handle)
+{
         struct proto_cuda_alloc chunks[PROTO_CHUNKS_MAX];
         char uuid[CUDA_UUID_STR_LEN + 1];
         struct proto_cuda_rec c;
-        bool by_handle = r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL;
+        bool by_handle = kind == PROTO_KIND_CUDA_IPC || kind == PROTO_KIND_CUDA_POOL;
 
-        if (!rc)
-                return;
         cuda_uuid_format(rc->device, uuid);
         c = (struct proto_cuda_rec){
                 .device = uuid,
-                .alloc = rec_alloc(rc->alloc, with_handle && r->kind != PROTO_KIND_CUDA_IPC),
+                .alloc = rec_alloc(rc->alloc, with_handle && kind != PROTO_KIND_CUDA_IPC),
                 .chunks = chunks,
                 .n_chunks = rc->n_chunks,
                 .copied = rc->copied,
@@ -119,16 +153,4 @@ void reg_cuda_pack_record(struct proto_map *m, const struct reg *r, bool with_ha
         for (uint32_t i = 0; rc->n_chunks > 1 && i < rc->n_chunks; i++)
                 chunks[i] = rec_alloc(rc->chunks[i], with_handle);
         proto_cuda_pack(m, &c);
-}
-
-uint32_t reg_cuda_pack_events(msgpack_packer *pk, struct reg_cuda *rc)
-{
-        uint32_t dropped = rc->rel_dropped;
-
-        msgpack_pack_array(pk, rc->rel_n);
-        for (uint32_t i = 0; i < rc->rel_n; i++)
-                msgpack_pack_bin_with_body(pk, rc->rel[(rc->rel_head + i) % REG_CUDA_EVENTS_MAX],
-                                           PROTO_IPC_HANDLE_LEN);
-        rc->rel_n = rc->rel_head = rc->rel_dropped = 0;
-        return dropped;
 }

@@ -20,6 +20,23 @@
 #define REG_CUDA_EVENTS_MAX 64u
 #define REG_CUDA_COPIED_MAX 160u        /* bytes of a `copied` reason */
 
+/* IPC events that releases handed back, for the owner's next released
+ * event: a ring of at most REG_CUDA_EVENTS_MAX, oldest first. */
+struct rel_events {
+        uint8_t (*ev)[PROTO_IPC_HANDLE_LEN];
+        uint32_t n, head;               /* count, oldest slot */
+        uint32_t dropped;               /* overwritten since last sent */
+};
+
+/* Keeps a release event; -ENOMEM. */
+int rel_events_push(struct rel_events *e, const uint8_t ev[PROTO_IPC_HANDLE_LEN]);
+/* Forgets the oldest events past the newest fit. */
+void rel_events_trim(struct rel_events *e, uint32_t fit);
+/* Packs the events array (oldest first) and forgets them.  Returns how many
+ * were dropped over the cap (or trimmed) since the last call. */
+uint32_t rel_events_pack(msgpack_packer *pk, struct rel_events *e);
+void rel_events_done(struct rel_events *e);
+
 struct reg_cuda {
         struct alloc *alloc;            /* cuda-vmm: the first chunk's */
         /* cuda-vmm over several chunks (n_chunks > 1): every chunk's entry,
@@ -32,9 +49,7 @@ struct reg_cuda {
         uint8_t device[PROTO_UUID_LEN];
         uint8_t event[PROTO_IPC_HANDLE_LEN];        /* the producer's, if has_event */
         bool has_event;
-        uint8_t (*rel)[PROTO_IPC_HANDLE_LEN];       /* ring of release events */
-        uint32_t rel_n, rel_head;               /* count, oldest slot */
-        uint32_t rel_dropped;                   /* overwritten since last sent */
+        struct rel_events rel;                  /* handed back by releases */
 };
 
 struct reg_cuda *reg_cuda_new(void);
@@ -50,8 +65,6 @@ int reg_cuda_set_chunks(struct reg_cuda *rc, uint32_t n);
 unsigned reg_cuda_fds(const struct reg_cuda *rc, int *fds);
 /* Drops the allocation references and frees rc; NULL-safe. */
 void reg_cuda_free(struct alloc_table *T, struct reg_cuda *rc);
-/* Keeps a release event for the next released event; -ENOMEM. */
-int reg_cuda_push_event(struct reg_cuda *rc, const uint8_t ev[PROTO_IPC_HANDLE_LEN]);
 /* Sets rc->copied to a copy of the len bytes at s; -ENOMEM. */
 int reg_cuda_set_copied(struct reg_cuda *rc, const char *s, size_t len);
 
@@ -59,8 +72,8 @@ int reg_cuda_set_copied(struct reg_cuda *rc, const char *s, size_t len);
  * (device, alloc, buffer_id, event, and with_handle, for lookup replies:
  * handle, alloc.key); nothing for a host one. */
 void reg_cuda_pack_record(struct proto_map *m, const struct reg *r, bool with_handle);
-/* Packs the events array (oldest first) and forgets them.  Returns how many were
- * dropped over the cap since the last call. */
-uint32_t reg_cuda_pack_events(msgpack_packer *pk, struct reg_cuda *rc);
+/* The same for a buffer of kind with CUDA data rc (a batch's part). */
+void reg_cuda_pack(struct proto_map *m, unsigned kind, const struct reg_cuda *rc,
+                   bool with_handle);
 
 #endif

@@ -3,19 +3,23 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "batch.h"
 #include "cuda_reg.h"
 #include "holds.h"
 #include "log.h"
 
-bool holds_apply(const struct reg *r)
+bool holds_apply_part(unsigned kind, const struct reg_cuda *rc)
 {
-        if (!r->cuda)
-                return false;
         /* cuda-vmm always: a consumer's cached import keeps the memory
          * alive, which the daemon then tells it to give up (uncache). */
-        return r->kind == PROTO_KIND_CUDA_VMM ||
-               ((r->kind == PROTO_KIND_CUDA_IPC || r->kind == PROTO_KIND_CUDA_POOL) &&
-                r->cuda->alloc->cacheable);
+        return kind == PROTO_KIND_CUDA_VMM ||
+               ((kind == PROTO_KIND_CUDA_IPC || kind == PROTO_KIND_CUDA_POOL) &&
+                rc->alloc->cacheable);
+}
+
+bool holds_apply(const struct reg *r)
+{
+        return r->cuda && holds_apply_part(r->kind, r->cuda);
 }
 
 /* {event: name, alloc: id} to c. */
@@ -57,14 +61,14 @@ static void ended(struct daemon *d, struct alloc *a)
         alloc_put_ended(&d->allocs, a);
 }
 
-int holds_take(struct conn *c, struct reg *r)
+int holds_take_part(struct conn *c, unsigned kind, struct reg_cuda *rc)
 {
         struct alloc *a;
         int k;
 
-        if (!holds_apply(r))
+        if (!holds_apply_part(kind, rc))
                 return 0;
-        a = r->cuda->alloc;
+        a = rc->alloc;
         /* The allocation's holders are few; this connection's holds many. */
         for (uint32_t i = 0; i < a->n_holders; i++)
                 if (a->holders[i] == c)
@@ -86,13 +90,15 @@ int holds_take(struct conn *c, struct reg *r)
         return 0;
 }
 
-void holds_reg_freeing(struct daemon *d, struct reg *r)
+int holds_take(struct conn *c, struct reg *r)
 {
-        struct alloc *a;
+        return r->cuda ? holds_take_part(c, r->kind, r->cuda) : 0;
+}
 
-        if (!holds_apply(r) || r->cuda->alloc->regs != 1)
-                return;
-        a = r->cuda->alloc;
+/* The allocation of a buffer of kind with CUDA data rc, owned by r, is
+ * about to lose its last registration. */
+static void alloc_freeing(struct daemon *d, const struct reg *r, struct alloc *a)
+{
         a->owner_conn = r->owner && !r->owner->detached ? conn_from_party(r->owner)->id : 0;
         if (a->n_holders == 0) {
                 tell_unmapped(d, a);
@@ -100,6 +106,21 @@ void holds_reg_freeing(struct daemon *d, struct reg *r)
         }
         for (uint32_t i = 0; i < a->n_holders; i++)
                 send_alloc_event(a->holders[i], "uncache", a->id);
+}
+
+void holds_reg_freeing(struct daemon *d, struct reg *r)
+{
+        const struct reg_batch *b = r->batch;
+
+        if (holds_apply(r) && r->cuda->alloc->regs == 1)
+                alloc_freeing(d, r, r->cuda->alloc);
+        for (uint32_t i = 0; b && i < b->n_parts; i++) {
+                const struct batch_part *p = &b->parts[i];
+                /* Once per allocation, when only this batch's parts use it. */
+                if (p->cuda && holds_apply_part(p->kind, p->cuda) &&
+                    batch_last_user(b, i, p->cuda->alloc))
+                        alloc_freeing(d, r, p->cuda->alloc);
+        }
 }
 
 /* Drops c's hold on its i-th allocation. */

@@ -15,16 +15,22 @@
 #define GPUIPCD_HOLDS_H
 
 #include "conn.h"
+#include "cuda_reg.h"
 #include "ops.h"
 
 /* Whether lookups of r may hold its allocation: cuda-vmm, and cacheable
  * cuda-ipc and cuda-pool. */
 bool holds_apply(const struct reg *r);
+/* The same for a buffer of kind with CUDA data rc (a batch's part). */
+bool holds_apply_part(unsigned kind, const struct reg_cuda *rc);
 /* A lookup by c with `cache: true` answered with r: hold r's allocation
  * when it is cacheable.  -ENOBUFS past max-leases holds per connection. */
 int holds_take(struct conn *c, struct reg *r);
-/* r is about to be freed: when it is the last registration of a cacheable
- * allocation, tell its holders to let go, or its owner that nobody maps it. */
+/* The same for a part of a batch. */
+int holds_take_part(struct conn *c, unsigned kind, struct reg_cuda *rc);
+/* r is about to be freed: for each allocation of r (of each of a batch's
+ * parts) whose last registration r is, when it is cacheable, tell its
+ * holders to let go, or its owner that nobody maps it. */
 void holds_reg_freeing(struct daemon *d, struct reg *r);
 /* c is closing: drops its holds. */
 void holds_conn_closed(struct conn *c);

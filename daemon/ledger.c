@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "cuda_drv.h"
 #include "cuda_reg.h"
@@ -182,10 +183,33 @@ void ledger_bytes_each(void (*fn)(unsigned kind, const char *device, uint64_t co
                       void *data)
 {
         for (unsigned i = 0; i < n_bytes; i++)
-                if (bytes[i].count > 0)
+                if (bytes[i].count > 0 || bytes[i].bytes > 0)
                         fn(bytes[i].kind, bytes[i].device, bytes[i].count,
                            bytes[i].bytes > UINT64_MAX ? UINT64_MAX : (uint64_t)bytes[i].bytes,
                            data);
+}
+
+/* A batch's parts count their bytes under their own kind and device (the
+ * batch itself counts as one registration of kind batch, with none): the
+ * slots found at add are found again at free, as slots are never removed. */
+static void batch_bytes_count(const struct reg_batch *b, bool add)
+{
+        for (uint32_t i = 0; i < b->n_parts; i++) {
+                const struct batch_part *p = &b->parts[i];
+                char device[CUDA_UUID_STR_LEN + 1] = "";
+                int slot;
+
+                if (p->cuda)
+                        cuda_uuid_format(p->cuda->device, device);
+                slot = bytes_slot(p->kind, device);
+                if (slot < 0)
+                        continue;
+                if (add)
+                        bytes[slot].bytes += p->size;
+                else
+                        bytes[slot].bytes -= bytes[slot].bytes < p->size ? bytes[slot].bytes
+                                                                         : p->size;
+        }
 }
 
 static const char *restored_exe;
@@ -213,9 +237,11 @@ void ledger_reg_added(struct reg *r)
         slot = bytes_slot(r->kind, device);
         if (e && slot >= 0) {
                 e->bytes_slot = (int16_t)slot;
-                bytes[slot].bytes += r->size;
+                bytes[slot].bytes += r->batch ? 0 : r->size;
                 bytes[slot].count++;
         }
+        if (e && slot >= 0 && r->batch)
+                batch_bytes_count(r->batch, true);
 }
 
 void ledger_reg_freed(struct reg *r)
@@ -223,9 +249,12 @@ void ledger_reg_freed(struct reg *r)
         struct entry *e = entry_find(r->id);
 
         if (e && e->bytes_slot >= 0) {
-                bytes[e->bytes_slot].bytes -= bytes[e->bytes_slot].bytes < r->size
-                                                      ? bytes[e->bytes_slot].bytes : r->size;
+                uint64_t n = r->batch ? 0 : r->size;
+                bytes[e->bytes_slot].bytes -= bytes[e->bytes_slot].bytes < n
+                                                      ? bytes[e->bytes_slot].bytes : n;
                 bytes[e->bytes_slot].count--;
+                if (r->batch)
+                        batch_bytes_count(r->batch, false);
         }
         entry_drop(r->id);
 }

@@ -236,6 +236,8 @@ static void bytes_line(unsigned kind, const char *device, uint64_t count, uint64
 {
         struct kinds *k = data;
 
+        if (kind == PROTO_KIND_BATCH)
+                return;         /* its parts' bytes count under their own kinds */
         fprintf(k->f, "gpuipcd_bytes{kind=\"%s\",device=\"", proto_kind_name(kind));
         label(k->f, device[0] ? device : "host");
         fprintf(k->f, "\"} %" PRIu64 "\n", bytes);

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "cuda_reg.h"
 #include "holds.h"
@@ -41,25 +42,20 @@ static void on_released(struct reg *r, void *userdata)
 /* Bytes of one packed release event: a bin8 of PROTO_IPC_HANDLE_LEN bytes. */
 #define RELEASE_EVENT_PACKED (2u + PROTO_IPC_HANDLE_LEN)
 
-/* Forgets the oldest release events of rc that would not fit one frame of
+/* Forgets the oldest release events of e that would not fit one frame of
  * max_frame after base bytes, so the released event always goes out (with
  * the newest events, as past REG_CUDA_EVENTS_MAX). */
-static void trim_events(struct reg_cuda *rc, size_t base, uint32_t max_frame)
+static void trim_events(struct rel_events *e, size_t base, uint32_t max_frame)
 {
         size_t fit = base < max_frame ? (max_frame - base) / RELEASE_EVENT_PACKED : 0;
-        uint32_t k;
 
-        if (rc->rel_n <= fit)
-                return;
-        k = rc->rel_n - (uint32_t)fit;
-        rc->rel_head = (rc->rel_head + k) % REG_CUDA_EVENTS_MAX;
-        rc->rel_n -= k;
-        rc->rel_dropped += k;
+        rel_events_trim(e, fit > UINT32_MAX ? UINT32_MAX : (uint32_t)fit);
 }
 
 static void send_released(struct conn *c, struct reg *r)
 {
-        bool events = r->cuda && r->cuda->rel_n > 0;
+        struct rel_events *e = reg_events(r);
+        bool events = e && e->n > 0;
         struct proto_out o;
         struct proto_map m;
         uint32_t dropped;
@@ -71,9 +67,9 @@ static void send_released(struct conn *c, struct reg *r)
                 /* The body so far (its map header will be a fixmap, 2 bytes
                  * less than the builder's for now), the "events" key and an
                  * array32 header. */
-                trim_events(r->cuda, o.sb.size - PROTO_HDR_LEN - 2 + 7 + 5, c->d->cfg.max_frame);
+                trim_events(e, o.sb.size - PROTO_HDR_LEN - 2 + 7 + 5, c->d->cfg.max_frame);
                 proto_map_key(&m, "events");
-                dropped = reg_cuda_pack_events(&o.pk, r->cuda);
+                dropped = rel_events_pack(&o.pk, e);
                 if (dropped > 0)
                         log_info("registration %" PRIu64 " (%s): %u release events over the "
                                  "cap of %u or max_frame dropped; the owner gets the newest",
@@ -113,7 +109,12 @@ static void on_freed(struct reg *r, void *userdata)
         quota_uncharge(d, r);
         quota_fds_uncharge(d, r);
         ledger_reg_freed(r);
-        if (r->cuda) {
+        if (r->batch) {
+                holds_reg_freeing(d, r);
+                /* Its memfds and its parts' allocation references. */
+                batch_free(&d->allocs, r->batch);
+                r->batch = NULL;
+        } else if (r->cuda) {
                 holds_reg_freeing(d, r);
                 /* A cuda-vmm fd is the allocation entry's, shared. */
                 reg_cuda_free(&d->allocs, r->cuda);

@@ -65,9 +65,14 @@ int op_hello(struct req *q);
 int op_ping(struct req *q);
 int op_register(struct req *q);
 /* The CUDA part of register (ops_register_cuda.c): checks the kind's fields
- * and takes the allocation reference, filling p->cuda, p->fd and
- * p->ephemeral.  On failure nothing is left to undo. */
-int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_given);
+ * in m (the request, or a batch's part) and takes the allocation reference
+ * with the buffer's nfds fds (fds[i] is set to -1 when the allocation table
+ * took or closed it), filling p->cuda, p->fd, p->ephemeral and p->revocable.
+ * On failure nothing is left to undo but the fds still set. */
+int register_cuda_params(struct req *q, const msgpack_object *m, int *fds, unsigned nfds,
+                         struct reg_params *p, bool ephemeral_given);
+/* ops_register_batch.c: register of kind batch. */
+int op_register_batch(struct req *q);
 int op_adopt(struct req *q);
 int op_lookup(struct req *q);
 int op_release(struct req *q);

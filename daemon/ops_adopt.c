@@ -43,6 +43,10 @@ int op_adopt(struct req *q)
                                           (int)t.name_len, t.name);
         if (r->owner != &c->party)
                 return req_fail(q, -EPERM, "%s is not registered by this connection", r->name);
+        if (r->batch)
+                return req_fail(q, -ENOTSUP, "%s is a batch; batches are not adopted (register "
+                                "its device parts as cuda-vmm memory, or with "
+                                "GPUIPC_REGISTER_COPY)", r->name);
         if (r->kind != PROTO_KIND_CUDA_IPC)
                 return req_fail(q, -EINVAL, "%s is %s; only cuda-ipc registrations are adopted",
                                 r->name, proto_kind_name(r->kind));

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "access.h"
+#include "batch.h"
 #include "cuda_reg.h"
 #include "holds.h"
 #include "ops.h"
@@ -36,21 +37,49 @@ static bool peer_has(struct conn *c, const struct reg *r, uint64_t have)
         return l && l->holder == &c->party && l->reg == r;
 }
 
+/* Whether the owner of r is in another PID namespace than c while r, or
+ * a part of it, is legacy CUDA IPC memory, which the driver would refuse
+ * to open there (CUDA_ERROR_INVALID_CONTEXT, as in the exporting process). */
+static bool ipc_across_pidns(const struct conn *c, const struct reg *r)
+{
+        bool ipc = r->kind == PROTO_KIND_CUDA_IPC;
+
+        for (uint32_t i = 0; !ipc && r->batch && i < r->batch->n_parts; i++)
+                ipc = r->batch->parts[i].kind == PROTO_KIND_CUDA_IPC;
+        return ipc && c->party.pidns && r->owner && r->owner->pidns &&
+               c->party.pidns != r->owner->pidns;
+}
+
+/* The parts of batch r whose allocation c now holds, into the bitmap held
+ * (as for a single registration, not holding is not an error). */
+static void hold_parts(struct conn *c, struct reg *r, uint8_t *held)
+{
+        const struct reg_batch *b = r->batch;
+
+        for (uint32_t i = 0; i < b->n_parts; i++)
+                if (b->parts[i].cuda &&
+                    holds_apply_part(b->parts[i].kind, b->parts[i].cuda) &&
+                    holds_take_part(c, b->parts[i].kind, b->parts[i].cuda) == 0)
+                        held[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
 /* Answers a lookup of r for c: a lease, the record and an fd (for host, the
- * read-only one unless writable, which needs the owner's uid or root).
- * Returns 0 when the reply is queued (or was turned into an error reply by
- * reply_send_fds), else a negative errno with the reason in msg, for the
- * caller to send. */
+ * read-only one unless writable, which needs the owner's uid or root; for
+ * a batch, every part's fds, each once).  Returns 0 when the reply is queued
+ * (or was turned into an error reply by reply_send_fds), else a negative
+ * errno with the reason in msg, for the caller to send. */
 static int lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writable,
                          uint64_t have, bool cache, char *msg, size_t msg_len)
 {
         struct registry *R = c->d->reg;
+        uint8_t held_parts[(PROTO_BATCH_PARTS_MAX + 7) / 8] = { 0 };
         struct proto_out o;
         struct proto_map m;
-        bool has_fd = r->kind != PROTO_KIND_CUDA_IPC && !peer_has(c, r, have);
+        /* Batches carry every fd, always: `have` does not apply to them. */
+        bool has_fd = r->kind != PROTO_KIND_CUDA_IPC && (r->batch || !peer_has(c, r, have));
         int fds[PROTO_MAX_FDS];
         unsigned nfds = 1;
-        bool held;
+        bool held = false;
         struct lease *l;
         uint64_t n;
         int k;
@@ -72,16 +101,14 @@ static int lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writa
                          c->d->cfg.max_leases_per_uid);
                 return -ENOBUFS;
         }
-        if (r->kind == PROTO_KIND_CUDA_IPC && c->party.pidns && r->owner &&
-            r->owner->pidns && c->party.pidns != r->owner->pidns) {
-                /* The driver refuses it (CUDA_ERROR_INVALID_CONTEXT, as in
-                 * the exporting process): say why before the consumer asks. */
-                snprintf(msg, msg_len, "%s is a legacy CUDA IPC (cuda-ipc) buffer of a "
+        if (ipc_across_pidns(c, r)) {
+                /* The driver refuses it: say why before the consumer asks. */
+                snprintf(msg, msg_len, "%s %s legacy CUDA IPC (cuda-ipc) memory of a "
                          "process in another PID namespace, and legacy CUDA IPC works only "
                          "within one PID namespace: have the producer share cuda-vmm memory "
                          "(gpuipc_cudabuf_new, or an allocator exporting POSIX fds), adopt "
                          "it (gpuipcctl adopt / gpuipc_name_adopt), or register it with "
-                         "GPUIPC_REGISTER_COPY", r->name);
+                         "GPUIPC_REGISTER_COPY", r->name, r->batch ? "holds" : "is");
                 return -ENOTSUP;
         }
         k = registry_lease(R, r, &c->party, &l);
@@ -89,18 +116,26 @@ static int lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writa
                 snprintf(msg, msg_len, "cannot take a lease: out of memory");
                 return k;
         }
-        if (r->cuda)
+        if (r->batch) {
+                k = batch_fds(r->batch, fds);
+                nfds = k < 0 ? 0 : (unsigned)k;
+                has_fd = nfds > 0;
+        } else if (r->cuda) {
                 nfds = reg_cuda_fds(r->cuda, fds);
-        else
+        } else {
                 fds[0] = writable ? r->fd : r->ro_fd;
+        }
         /* Held: the consumer may keep the allocation mapped after this
          * lease, until `uncache` (holds.h).  Not held is not an error: the
          * consumer then closes its mapping with the view. */
-        held = cache && holds_apply(r) && holds_take(c, r) == 0;
+        if (cache && r->batch)
+                hold_parts(c, r, held_parts);
+        else
+                held = cache && holds_apply(r) && holds_take(c, r) == 0;
         reply_begin(&o, &m, seq);
         proto_map_ku64(&m, "lease", l->id);
         proto_map_key(&m, "reg");
-        pack_record_ex(&o.pk, r, true);
+        pack_record_as(&o.pk, r, RECORD_LOOKUP, 0, held_parts);
         if (has_fd)
                 proto_map_ku64(&m, "fds", nfds);
         if (held)
@@ -211,8 +246,9 @@ int op_release(struct req *q)
         l = registry_find_lease(R, id);
         if (!l || l->holder != &q->c->party)
                 return req_fail(q, -ENOENT, "no lease %" PRIu64 " held by this connection", id);
-        /* Host buffers have no use for an event: it is ignored. */
-        if (ev && l->reg->cuda && reg_cuda_push_event(l->reg->cuda, ev) < 0)
+        /* Host buffers (and host-only batches) have no use for an event:
+         * it is ignored. */
+        if (ev && reg_events(l->reg) && rel_events_push(reg_events(l->reg), ev) < 0)
                 return req_fail(q, -ENOMEM, "out of memory keeping the release event");
         k = registry_release(R, &q->c->party, id);
         if (k < 0)

@@ -57,11 +57,11 @@ int op_list(struct req *q)
                         more = true;
                         break;
                 }
-                pack_record_holders(&pk, r, false, holders ? HOLDERS_MAX : 0);
+                pack_record_as(&pk, r, RECORD_LIST, holders ? HOLDERS_MAX : 0, NULL);
                 if (sb.size > budget && holders && before == 0) {
                         /* Alone too large with its holders: without them. */
                         sb.size = before;
-                        pack_record(&pk, r);
+                        pack_record_as(&pk, r, RECORD_LIST, 0, NULL);
                 }
                 if (sb.size > budget) {
                         sb.size = before;       /* drop the record that did not fit */
@@ -119,13 +119,13 @@ int op_stat(struct req *q)
                                           (int)t.name_len, t.name);
         reply_start(&o, q->seq, 1);
         proto_pack_str(&o.pk, "reg");
-        pack_record_holders(&o.pk, r, false, HOLDERS_MAX);
+        pack_record_as(&o.pk, r, RECORD_STAT, HOLDERS_MAX, NULL);
         if (o.sb.size - PROTO_HDR_LEN > q->c->d->cfg.max_frame) {
                 /* The holders made it too large: the record alone fits. */
                 proto_out_free(&o);
                 reply_start(&o, q->seq, 1);
                 proto_pack_str(&o.pk, "reg");
-                pack_record(&o.pk, r);
+                pack_record_as(&o.pk, r, RECORD_STAT, 0, NULL);
         }
         (void)reply_send(q->c, q->seq, &o, NULL);
         proto_out_free(&o);

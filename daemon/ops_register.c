@@ -4,7 +4,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cuda_reg.h"
@@ -12,9 +11,8 @@
 #include "host.h"
 #include "log.h"
 #include "ops.h"
-#include "record.h"
-#include "restart_persist.h"
 #include "quota.h"
+#include "register_part.h"
 #include "waits.h"
 
 /* Validates a request's meta map and packs its known keys into sb.  Returns
@@ -39,181 +37,46 @@ static int meta_pack(struct req *q, const msgpack_object *meta, msgpack_sbuffer 
 static int register_params(struct req *q, struct reg_params *p, const msgpack_object **ret_meta,
                            bool *ret_ephemeral_given, bool *ret_shared_write)
 {
-        const char *s, *why;
+        const char *s;
         size_t len;
         int r, kind;
 
-        r = proto_get_str(q->m, "name", &p->name, &p->name_len);
+        r = register_name(q, p);
         if (r < 0)
-                return req_fail(q, -EINVAL, r == -ENOENT ? "name is required" : "name must be a str");
-        if (proto_name_check(p->name, p->name_len, &why) < 0)
-                return req_fail_name(q, "name", p->name, p->name_len, why);
+                return r;
         r = proto_get_str(q->m, "kind", &s, &len);
         if (r < 0)
                 return req_fail(q, -EINVAL, r == -ENOENT ? "kind is required" : "kind must be a str");
         kind = proto_kind_from_name(s, len);
-        if (kind < 0)
+        if (kind < 0 || kind >= PROTO_BUFFER_KINDS)
                 return req_fail(q, -EINVAL, "unknown kind '%.*s'", (int)(len > 32 ? 32 : len), s);
         p->kind = (unsigned)kind;
-        r = proto_get_u64(q->m, "size", &p->size);
-        if (r < 0 || p->size == 0)
-                return req_fail(q, -EINVAL, "size must be a uint >= 1");
-        r = proto_get_u64(q->m, "offset", &p->offset);
-        if (r == -EINVAL)
-                return req_fail(q, -EINVAL, "offset must be a uint");
-        if (p->offset > UINT64_MAX - p->size)
-                return req_fail(q, -EINVAL, "offset + size overflows");
-        r = proto_get_bool(q->m, "ephemeral", &p->ephemeral);
-        if (r == -EINVAL)
-                return req_fail(q, -EINVAL, "ephemeral must be a bool");
-        *ret_ephemeral_given = r == 0;
-        r = proto_get_bool(q->m, "shared_write", ret_shared_write);
-        if (r == -EINVAL)
-                return req_fail(q, -EINVAL, "shared_write must be a bool");
+        r = register_buffer_fields(q, q->m, p, ret_shared_write);
+        if (r < 0)
+                return r;
+        r = register_ephemeral(q, p, ret_ephemeral_given);
+        if (r < 0)
+                return r;
         r = proto_get_map(q->m, "meta", ret_meta);
         if (r == -EINVAL)
                 return req_fail(q, -EINVAL, "meta must be a map");
         /* The TTL for now; op_register makes it a time. */
-        r = proto_get_u64(q->m, "ttl_ms", &p->expires_ms);
-        if (r == -EINVAL || (r == 0 && (p->expires_ms == 0 || p->expires_ms > TTL_MAX_MS)))
-                return req_fail(q, -EINVAL, "ttl_ms must be a uint from 1 to %llu",
-                                (unsigned long long)TTL_MAX_MS);
-        return 0;
+        return register_ttl(q, p);
 }
 
-/* Slack for the lookup reply fields that grow after register: seq and the
- * lease id (packed here at their widest already), the lease and alloc
- * counts, and state "unregistered" instead of "live". */
-#define LOOKUP_REPLY_SLACK 32u
-
-/* Whether a lookup reply for r fits max_frame; a registration whose reply
- * does not could never be looked up, nor listed. */
-static int lookup_reply_fits(const struct reg *r, uint32_t max_frame)
+/* What a registration of p's kind with the request's fds costs its uid. */
+static struct reg_cost single_cost(const struct req *q, const struct reg_params *p)
 {
-        struct proto_out o;
-        bool fits;
+        struct reg_cost c = {
+                .fds = quota_fds_of_kind(p->kind, q->nfds),
+                .store = quota_store_of_kind(p->kind, q->nfds),
+        };
 
-        reply_start(&o, UINT64_MAX, 3);
-        proto_pack_ku64(&o.pk, "lease", UINT64_MAX);
-        proto_pack_str(&o.pk, "reg");
-        pack_record_ex(&o.pk, r, true);
-        proto_pack_ku64(&o.pk, "fds", 1);
-        if (!o.sb.data) {
-                proto_out_free(&o);
-                return -ENOMEM;
-        }
-        fits = o.sb.size - PROTO_HDR_LEN + LOOKUP_REPLY_SLACK <= max_frame;
-        proto_out_free(&o);
-        return fits;
-}
-
-/* "1.5 GiB", "512 B": a byte count for people. */
-static const char *size_text(uint64_t n, char *buf, size_t len)
-{
-        static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-        double v = (double)n;
-        size_t u = 0;
-
-        if (n < 1024) {
-                snprintf(buf, len, "%" PRIu64 " B", n);
-                return buf;
-        }
-        v /= 1024;
-        while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
-                v /= 1024;
-                u++;
-        }
-        snprintf(buf, len, "%.1f %s", v, units[u]);
-        return buf;
-}
-
-/* Whether a uid holding `held` of a pool of which `used` are taken may take
- * `cost` more: the pool must have them, and what the uid holds afterwards
- * may not pass what is left free for everyone else, so that no uid can
- * take the last of a shared pool (it can take at most half of it). */
-static bool pool_share_ok(uint64_t held, uint64_t used, uint64_t pool, uint64_t cost)
-{
-        if (used > pool || cost > pool - used)
-                return false;
-        return held + cost <= pool - used - cost;
-}
-
-/* The daemon's fds that registrations may use: RLIMIT_NOFILE less a
- * reserve for connections (max-connections + 64, at most half the limit),
- * so that a flood of registrations never keeps clients from connecting. */
-static uint64_t reg_fd_pool(const struct config *cfg, uint64_t *ret_limit, uint64_t *ret_reserve)
-{
-        struct rlimit rl;
-        uint64_t lim, reserve;
-
-        if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
-                rl.rlim_cur = 1u << 20;
-        lim = (uint64_t)rl.rlim_cur;
-        reserve = (uint64_t)cfg->max_connections + 64;
-        if (reserve > lim / 2)
-                reserve = lim / 2;
-        *ret_limit = lim;
-        *ret_reserve = reserve;
-        return lim - reserve;
-}
-
-/* The per-uid limits: registrations (durable ones of ended connections
- * included, so orphans cannot fill the daemon's fd table), bytes held, the
- * fds the daemon holds for the uid and its fd store entries. */
-static int check_uid_limits(struct req *q, const struct reg_params *p)
-{
-        struct daemon *d = q->c->d;
-        const struct config *cfg = &d->cfg;
-        uint32_t uid = q->c->party.uid;
-        struct uid_use u = quota_of(d, uid);
-        uint64_t fds = quota_fds_of_kind(p->kind, q->nfds), lim, reserve, pool, used;
-        uint64_t st = quota_store_of_kind(p->kind, q->nfds);
         /* What the fd really pins: a host memfd's size, not the request's. */
-        uint64_t bytes = p->kind == PROTO_KIND_HOST && q->nfds == 1
-                                 ? host_fd_bytes(q->fds[0], p->size) : p->size;
-        char held[32], more[32], max[32];
-
-        if (u.regs >= cfg->max_registrations_per_uid)
-                return req_fail(q, -ENOBUFS, "uid %u has %" PRIu64 " registrations "
-                                "(--max-registrations-per-uid %u)", uid, u.regs,
-                                cfg->max_registrations_per_uid);
-        if (cfg->max_bytes_per_uid > 0 && proto_kind_held(p->kind) &&
-            (bytes > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - bytes))
-                return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes (%s); %s more "
-                                "would pass --max-bytes-per-uid %s", uid, u.bytes,
-                                size_text(u.bytes, held, sizeof(held)),
-                                size_text(bytes, more, sizeof(more)),
-                                size_text(cfg->max_bytes_per_uid, max, sizeof(max)));
-        if (fds > 0) {
-                if (u.fds + fds > cfg->max_fds_per_uid)
-                        return req_fail(q, -ENOBUFS, "fd budget: uid %u has %" PRIu64 " fds "
-                                        "held by the daemon; %" PRIu64 " more would pass "
-                                        "--max-fds-per-uid %u", uid, u.fds, fds,
-                                        cfg->max_fds_per_uid);
-                pool = reg_fd_pool(cfg, &lim, &reserve);
-                if (!pool_share_ok(u.fds, d->reg_fds, pool, fds))
-                        return req_fail(q, -ENOBUFS, "fd budget: the daemon holds %" PRIu64
-                                        " fds for registrations, %" PRIu64 " of them uid "
-                                        "%u's, of %" PRIu64 " it may (RLIMIT_NOFILE %" PRIu64
-                                        " less %" PRIu64 " kept for connections); one uid "
-                                        "may not hold more than is left for the others",
-                                        d->reg_fds, u.fds, uid, pool, lim, reserve);
-        }
-        if (st > 0 && persist_enabled()) {
-                if (u.stored + st > cfg->max_fdstore_per_uid)
-                        return req_fail(q, -ENOBUFS, "fd store budget: uid %u has %" PRIu64
-                                        " entries in the fd store (--max-fdstore-per-uid %u)",
-                                        uid, u.stored, cfg->max_fdstore_per_uid);
-                if (persist_store_room(&used, &pool) &&
-                    !pool_share_ok(u.stored, used, pool, st))
-                        return req_fail(q, -ENOBUFS, "fd store budget: the fd store holds "
-                                        "%" PRIu64 " entries, %" PRIu64 " of them uid %u's, "
-                                        "of %" PRIu64 " registrations may take ($FDSTORE less "
-                                        "%u kept); one uid may not hold more than is left "
-                                        "for the others", used, u.stored, uid, pool,
-                                        PERSIST_STORE_RESERVE);
-        }
-        return 0;
+        if (proto_kind_held(p->kind))
+                c.bytes = p->kind == PROTO_KIND_HOST && q->nfds == 1
+                                  ? host_fd_bytes(q->fds[0], p->size) : p->size;
+        return c;
 }
 
 int op_register(struct req *q)
@@ -223,13 +86,15 @@ int op_register(struct req *q)
         struct reg_params p = { .fd = -1 };
         const msgpack_object *meta = NULL;
         bool ephemeral_given = false, shared_write = false;
+        struct reg_cost cost;
         msgpack_sbuffer sb;
         struct proto_out o;
         struct proto_map m;
-        struct reg *existing, *r;
-        const char *why;
+        struct reg *r;
         int k, ro_fd = -1;
 
+        if (proto_obj_str_eq(proto_get(q->m, "kind"), "batch"))
+                return op_register_batch(q);
         msgpack_sbuffer_init(&sb);
         k = register_params(q, &p, &meta, &ephemeral_given, &shared_write);
         if (k < 0)
@@ -242,37 +107,22 @@ int op_register(struct req *q)
         k = access_parse(q->m, &p.access, q->msg, sizeof(q->msg));
         if (k < 0)
                 goto out;
-        k = check_uid_limits(q, &p);
+        cost = single_cost(q, &p);
+        k = register_check_limits(q, &cost);
         if (k < 0)
                 goto out;
         if (p.kind == PROTO_KIND_HOST && q->nfds != 1) {
                 k = req_fail(q, -EBADF, "a host registration carries exactly one fd (fds: 1)");
                 goto out;
         }
-        if (c->party.n_live >= d->cfg.max_registrations) {
-                k = req_fail(q, -ENOBUFS, "this connection has %u registrations "
-                             "(--max-registrations)", c->party.n_live);
+        k = register_admit(q, p.name, p.name_len);
+        if (k < 0)
                 goto out;
-        }
-        existing = registry_find_name(d->reg, p.name, p.name_len);
-        if (existing) {
-                /* The name is taken whoever may see it; its id is not told. */
-                k = access_may_see(c, existing)
-                        ? req_fail(q, -EEXIST, "%.*s is already registered (id %" PRIu64 ")",
-                                   (int)p.name_len, p.name, existing->id)
-                        : req_fail(q, -EEXIST, "%.*s is already registered",
-                                   (int)p.name_len, p.name);
+        /* Checks the fds; takes the allocation reference (and a cuda-vmm fd). */
+        k = register_buffer_attach(q, q->m, q->fds, q->nfds, &p, shared_write, ephemeral_given);
+        if (k < 0)
                 goto out;
-        }
         if (p.kind == PROTO_KIND_HOST) {
-                /* Unsealed against writes only when the producer says it
-                 * means to share the buffer writable. */
-                k = host_check_fd(q->fds[0], p.offset, p.size,
-                                  shared_write ? HOST_SHARED_WRITE : 0, &why);
-                if (k < 0) {
-                        k = req_fail(q, k, "%s", why);
-                        goto out;
-                }
                 ro_fd = host_open_read_only(q->fds[0]);
                 if (ro_fd < 0) {
                         k = req_fail(q, ro_fd == -EMFILE || ro_fd == -ENFILE ? -ENOBUFS : -EIO,
@@ -280,20 +130,6 @@ int op_register(struct req *q)
                         goto out;
                 }
                 p.fd = q->fds[0];
-        } else {
-                /* Every chunk's fd; cuda-pool fds are not checked: what the
-                 * real driver exports for a pool has not been measured. */
-                for (unsigned i = 0; p.kind == PROTO_KIND_CUDA_VMM && i < q->nfds; i++) {
-                        k = host_check_vmm_fd(q->fds[i], &why);
-                        if (k < 0) {
-                                k = req_fail(q, k, "fd %u: %s", i, why);
-                                goto out;
-                        }
-                }
-                /* Takes the allocation reference (and a cuda-vmm fd). */
-                k = register_cuda_params(q, &p, ephemeral_given);
-                if (k < 0)
-                        goto out;
         }
         p.meta = (const uint8_t *)sb.data;
         p.meta_len = sb.size;
@@ -313,7 +149,7 @@ int op_register(struct req *q)
                 r->ro_fd = ro_fd;
                 ro_fd = -1;
         }
-        k = lookup_reply_fits(r, d->cfg.max_frame);
+        k = register_reply_fits(r, d->cfg.max_frame);
         if (k <= 0) {
                 registry_unregister(d->reg, r);         /* frees r, closing its fds */
                 k = k < 0 ? req_fail(q, k, "out of memory")

@@ -9,10 +9,11 @@
 
 /* A bin field of exactly want bytes: 0, -ENOENT when absent, or -EINVAL
  * with req_fail(). */
-static int get_bin_exact(struct req *q, const char *key, size_t want, const uint8_t **ret)
+static int get_bin_exact(struct req *q, const msgpack_object *m, const char *key, size_t want,
+                         const uint8_t **ret)
 {
         size_t len = 0;
-        int r = proto_get_bin(q->m, key, ret, &len);
+        int r = proto_get_bin(m, key, ret, &len);
 
         if (r == -EINVAL)
                 return req_fail(q, -EINVAL, "%s must be a bin of exactly %zu bytes (got another "
@@ -23,15 +24,16 @@ static int get_bin_exact(struct req *q, const char *key, size_t want, const uint
         return r;
 }
 
-static int get_handle(struct req *q, const char *key, const uint8_t **ret)
+static int get_handle(struct req *q, const msgpack_object *m, const char *key,
+                      const uint8_t **ret)
 {
-        return get_bin_exact(q, key, PROTO_IPC_HANDLE_LEN, ret);
+        return get_bin_exact(q, m, key, PROTO_IPC_HANDLE_LEN, ret);
 }
 
 /* `chunks` of a cuda-vmm registration over several VMM allocations: the
- * entries of n chunks into rc, chunk i's fd being fds[i]. */
-static int register_chunks(struct req *q, const msgpack_object *a, const uint8_t uuid[],
-                           uint64_t alloc_size, struct reg_cuda *rc)
+ * entries of n chunks into rc, chunk i's fd being fds[i] (of nfds). */
+static int register_chunks(struct req *q, const msgpack_object *a, int *fds, unsigned nfds,
+                           const uint8_t uuid[], uint64_t alloc_size, struct reg_cuda *rc)
 {
         struct alloc_table *T = &q->c->d->allocs;
         uint32_t n = a->via.array.size;
@@ -41,9 +43,9 @@ static int register_chunks(struct req *q, const msgpack_object *a, const uint8_t
         if (n < 2 || n > PROTO_CHUNKS_MAX)
                 return req_fail(q, -EINVAL, "chunks must list 2 to %u chunks (got %u)",
                                 PROTO_CHUNKS_MAX, n);
-        if (q->nfds != n)
+        if (nfds != n)
                 return req_fail(q, -EBADF, "a cuda-vmm registration of %u chunks carries %u "
-                                "fds, one per chunk in order (got %u)", n, n, q->nfds);
+                                "fds, one per chunk in order (got %u)", n, n, nfds);
         r = reg_cuda_set_chunks(rc, n);
         if (r < 0)
                 return req_fail(q, r, "out of memory");
@@ -62,7 +64,7 @@ static int register_chunks(struct req *q, const msgpack_object *a, const uint8_t
                         return req_fail(q, -EINVAL, "the chunks' sizes add up to more than "
                                         "alloc_size %" PRIu64, alloc_size);
                 total += size;
-                r = alloc_get_vmm_as(T, uuid, key, &q->fds[i], size, q->c->party.uid,
+                r = alloc_get_vmm_as(T, uuid, key, &fds[i], size, q->c->party.uid,
                                      &rc->chunks[i]);
                 if (r < 0)
                         return r;       /* the caller words it */
@@ -79,8 +81,9 @@ static int register_chunks(struct req *q, const msgpack_object *a, const uint8_t
 }
 
 /* The allocation entries of a cuda-vmm or cuda-pool registration into rc. */
-static int register_fd_kind(struct req *q, struct reg_params *p, const uint8_t uuid[],
-                            uint64_t alloc_size, struct reg_cuda *rc)
+static int register_fd_kind(struct req *q, const msgpack_object *m, int *fds, unsigned nfds,
+                            struct reg_params *p, const uint8_t uuid[], uint64_t alloc_size,
+                            struct reg_cuda *rc)
 {
         struct alloc_table *T = &q->c->d->allocs;
         const msgpack_object *chunks = NULL;
@@ -92,13 +95,13 @@ static int register_fd_kind(struct req *q, struct reg_params *p, const uint8_t u
         /* The fd cannot name the allocation: every export is an open of
          * /dev/nvidiactl, so the producer names it with a key. */
         if (p->kind == PROTO_KIND_CUDA_VMM) {
-                r = proto_get_array(q->m, "chunks", &chunks);
+                r = proto_get_array(m, "chunks", &chunks);
                 if (r == -EINVAL)
                         return req_fail(q, -EINVAL, "chunks must be an array");
                 if (chunks)
-                        return register_chunks(q, chunks, uuid, alloc_size, rc);
+                        return register_chunks(q, chunks, fds, nfds, uuid, alloc_size, rc);
         }
-        r = get_bin_exact(q, keyname, PROTO_ALLOC_KEY_LEN, &key);
+        r = get_bin_exact(q, m, keyname, PROTO_ALLOC_KEY_LEN, &key);
         if (r == -ENOENT)
                 return req_fail(q, -EINVAL, "%s is required for %s (%u random bytes the "
                                 "producer drew for the %s)", keyname, proto_kind_name(p->kind),
@@ -106,27 +109,28 @@ static int register_fd_kind(struct req *q, struct reg_params *p, const uint8_t u
                                 p->kind == PROTO_KIND_CUDA_POOL ? "pool" : "allocation");
         if (r < 0)
                 return r;
-        if (q->nfds != 1)
+        if (nfds != 1)
                 return req_fail(q, -EBADF, "a %s registration carries exactly one fd, the "
                                 "exported one (fds: 1)", proto_kind_name(p->kind));
         if (p->kind == PROTO_KIND_CUDA_VMM)
-                return alloc_get_vmm_as(T, uuid, key, &q->fds[0], alloc_size,
+                return alloc_get_vmm_as(T, uuid, key, &fds[0], alloc_size,
                                         q->c->party.uid, &rc->alloc);
-        r = get_handle(q, "handle", &handle);
+        r = get_handle(q, m, "handle", &handle);
         if (r == -ENOENT)
                 return req_fail(q, -EINVAL, "handle is required for cuda-pool (the %u bytes "
                                 "of cuMemPoolExportPointer)", PROTO_IPC_HANDLE_LEN);
         if (r < 0)
                 return r;
-        r = proto_get_u64(q->m, "buffer_id", &buffer_id);
+        r = proto_get_u64(m, "buffer_id", &buffer_id);
         if (r < 0)
                 return req_fail(q, -EINVAL, r == -ENOENT ? "buffer_id is required for "
                                 "cuda-pool" : "buffer_id must be a uint");
-        return alloc_get_pool(T, uuid, key, &q->fds[0], handle, buffer_id, alloc_size,
+        return alloc_get_pool(T, uuid, key, &fds[0], handle, buffer_id, alloc_size,
                               q->c->party.uid, &rc->alloc);
 }
 
-int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_given)
+int register_cuda_params(struct req *q, const msgpack_object *m, int *fds, unsigned nfds,
+                         struct reg_params *p, bool ephemeral_given)
 {
         struct alloc_table *T = &q->c->d->allocs;
         bool ipc = p->kind == PROTO_KIND_CUDA_IPC;
@@ -140,7 +144,7 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
         struct reg_cuda *rc;
         int r;
 
-        r = proto_get_str(q->m, "device", &s, &len);
+        r = proto_get_str(m, "device", &s, &len);
         if (r < 0)
                 return req_fail(q, -EINVAL, r == -ENOENT ? "device is required for %s"
                                 : "device must be a str", proto_kind_name(p->kind));
@@ -148,7 +152,7 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 return req_fail(q, -EINVAL, "device '%.*s' is not a device UUID of the form "
                                 "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lowercase hex)",
                                 (int)(len > 64 ? 64 : len), s);
-        r = proto_get_u64(q->m, "alloc_size", &alloc_size);
+        r = proto_get_u64(m, "alloc_size", &alloc_size);
         if (r < 0 || alloc_size == 0)
                 return req_fail(q, -EINVAL, "alloc_size must be a uint >= 1 (the size of the "
                                 "whole allocation)");
@@ -156,14 +160,14 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
         if (p->offset + p->size > alloc_size)
                 return req_fail(q, -EINVAL, "offset + size (%" PRIu64 " + %" PRIu64 ") exceeds "
                                 "alloc_size %" PRIu64, p->offset, p->size, alloc_size);
-        r = get_handle(q, "event", &event);
+        r = get_handle(q, m, "event", &event);
         if (r == -EINVAL)
                 return r;
-        r = proto_get_bool(q->m, "cacheable", &cacheable);
+        r = proto_get_bool(m, "cacheable", &cacheable);
         if (r == -EINVAL || (cacheable && !bound))
                 return req_fail(q, -EINVAL, "cacheable must be a bool, and applies to cuda-ipc "
                                 "and cuda-pool only (cuda-vmm memory may always stay mapped)");
-        r = proto_get_str(q->m, "copied", &copied, &copied_len);
+        r = proto_get_str(m, "copied", &copied, &copied_len);
         if (r == -EINVAL || (r == 0 && (copied_len == 0 || copied_len > REG_CUDA_COPIED_MAX)))
                 return req_fail(q, -EINVAL, "copied must be a str of 1 to %u bytes (why the "
                                 "buffer was copied)", REG_CUDA_COPIED_MAX);
@@ -173,16 +177,16 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 return req_fail(q, -EINVAL, "%s registrations are ephemeral: the memory is the "
                                 "producer's (adopt makes it durable)", proto_kind_name(p->kind));
         if (ipc) {
-                r = get_handle(q, "handle", &handle);
+                r = get_handle(q, m, "handle", &handle);
                 if (r == -ENOENT)
                         return req_fail(q, -EINVAL, "handle is required for cuda-ipc");
                 if (r < 0)
                         return r;
-                r = proto_get_u64(q->m, "buffer_id", &buffer_id);
+                r = proto_get_u64(m, "buffer_id", &buffer_id);
                 if (r < 0)
                         return req_fail(q, -EINVAL, r == -ENOENT ? "buffer_id is required for "
                                         "cuda-ipc" : "buffer_id must be a uint");
-                if (q->nfds != 0)
+                if (nfds != 0)
                         return req_fail(q, -EINVAL, "a cuda-ipc registration carries no fds "
                                         "(fds: 0)");
         }
@@ -202,7 +206,7 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
         /* The daemon cannot tell a VMM fd from another without CUDA (its type
          * was checked, see ops_register.c); the key names the allocation. */
         r = ipc ? alloc_get_ipc(T, uuid, handle, buffer_id, alloc_size, &rc->alloc)
-                : register_fd_kind(q, p, uuid, alloc_size, rc);
+                : register_fd_kind(q, m, fds, nfds, p, uuid, alloc_size, rc);
         if (r < 0) {
                 reg_cuda_free(T, rc);
                 if (q->msg[0])

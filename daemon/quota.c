@@ -1,6 +1,7 @@
 /* quota.c: per-uid counts, kept in a hash map by uid. */
 #include <stdlib.h>
 
+#include "batch.h"
 #include "daemon.h"
 #include "host.h"
 #include "proto.h"
@@ -99,6 +100,8 @@ uint64_t quota_bytes_of(const struct reg *r)
          * whatever part of it the registration names. */
         if (r->kind == PROTO_KIND_HOST && r->fd >= 0)
                 return host_fd_bytes(r->fd, r->size);
+        if (r->batch)
+                return batch_bytes(r->batch);
         return r->size;
 }
 
@@ -109,7 +112,7 @@ void quota_charge(struct daemon *d, struct reg *r)
 
         /* cuda-ipc and cuda-pool memory stays the producer's: the daemon
          * holds none. */
-        if (r->charged || !proto_kind_held(r->kind))
+        if (r->charged || (!proto_kind_held(r->kind) && !r->batch))
                 return;
         e = get(d, r->uid);
         if (!e)
@@ -154,10 +157,21 @@ static unsigned fds_of(const struct reg *r)
         return r->cuda && r->kind == PROTO_KIND_CUDA_VMM ? r->cuda->n_chunks : 1;
 }
 
+/* What r costs in fds and fd store entries. */
+static unsigned fd_cost(const struct reg *r)
+{
+        return r->batch ? batch_fd_cost(r->batch) : quota_fds_of_kind(r->kind, fds_of(r));
+}
+
+static unsigned store_cost(const struct reg *r)
+{
+        return r->batch ? batch_store_cost(r->batch) : quota_store_of_kind(r->kind, fds_of(r));
+}
+
 void quota_fds_charge(struct daemon *d, struct reg *r, bool store)
 {
-        unsigned fds = quota_fds_of_kind(r->kind, fds_of(r));
-        unsigned want_st = store && !r->store_charged ? quota_store_of_kind(r->kind, fds_of(r)) : 0;
+        unsigned fds = fd_cost(r);
+        unsigned want_st = store && !r->store_charged ? store_cost(r) : 0;
         bool st = want_st > 0;
         struct uid_entry *e;
 

@@ -1,18 +1,9 @@
 /* record.c: the registration record, as list, stat, lookup and register
  * replies carry it (docs/protocol.md, "Records"). */
+#include "batch.h"
 #include "cuda_reg.h"
 #include "ledger.h"
 #include "record.h"
-
-void pack_record(msgpack_packer *pk, const struct reg *r)
-{
-        pack_record_ex(pk, r, false);
-}
-
-void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle)
-{
-        pack_record_holders(pk, r, with_handle, 0);
-}
 
 /* One holders entry per lease, newest first, at most max. */
 static void pack_holders(msgpack_packer *pk, const struct reg *r, uint32_t max)
@@ -32,9 +23,14 @@ static void pack_holders(msgpack_packer *pk, const struct reg *r, uint32_t max)
         }
 }
 
-void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_handle,
-                         uint32_t holders_max)
+void pack_record_as(msgpack_packer *pk, const struct reg *r, enum record_use use,
+                    uint32_t holders_max, const uint8_t *held)
 {
+        static const enum batch_detail detail[] = {
+                [RECORD_LIST] = BATCH_LIST,
+                [RECORD_STAT] = BATCH_STAT,
+                [RECORD_LOOKUP] = BATCH_LOOKUP,
+        };
         struct proto_map m;
 
         proto_map_begin(&m, pk);
@@ -67,6 +63,8 @@ void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_hand
         }
         proto_map_key(&m, "access");
         proto_access_pack(pk, r->access);
-        reg_cuda_pack_record(&m, r, with_handle);
+        reg_cuda_pack_record(&m, r, use == RECORD_LOOKUP);
+        if (r->batch)
+                batch_pack_record(&m, r->batch, detail[use], held);
         proto_map_end(&m);
 }

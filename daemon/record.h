@@ -10,13 +10,21 @@
 
 #define HOLDERS_MAX 32u         /* holders a record lists at most */
 
-/* Packs the registration record of r; with_handle adds a cuda-ipc handle
- * or a cuda-vmm alloc.key (lookup replies only). */
-void pack_record_ex(msgpack_packer *pk, const struct reg *r, bool with_handle);
-void pack_record(msgpack_packer *pk, const struct reg *r);
-/* pack_record_ex() with the lease holders, at most holders_max of them
- * (0: no holders field), as stat and list's holders send them. */
-void pack_record_holders(msgpack_packer *pk, const struct reg *r, bool with_handle,
-                         uint32_t holders_max);
+/* What a record is for, which decides what it shows: handle bytes and
+ * keys only in lookup replies; a batch's parts and arrow description in
+ * stat and lookup replies, not in list replies (docs/protocol.md,
+ * "Registration records", "Batches"). */
+enum record_use {
+        RECORD_LIST,
+        RECORD_STAT,
+        RECORD_LOOKUP,
+};
+
+/* Packs the registration record of r for use, with the lease holders, at
+ * most holders_max of them (0: no holders field).  held: for a batch's
+ * lookup record, a bitmap of the parts whose allocation the connection now
+ * holds, or NULL. */
+void pack_record_as(msgpack_packer *pk, const struct reg *r, enum record_use use,
+                    uint32_t holders_max, const uint8_t *held);
 
 #endif

@@ -227,6 +227,7 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         r->ephemeral = p->ephemeral;
         r->revocable = p->revocable;
         r->cuda = p->cuda;
+        r->batch = p->batch;
         r->access = p->access;
         r->fd = p->fd;
         r->ro_fd = -1;                  /* set by the caller, which opens it */

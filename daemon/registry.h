@@ -23,6 +23,7 @@
 struct registry;
 struct lease;
 struct reg_cuda;
+struct reg_batch;
 struct proto_access;
 
 struct reg_party {
@@ -49,6 +50,7 @@ struct reg {
         uint64_t expires_ms;            /* Unix ms its TTL ends (ttl.c); 0: none */
         const uint8_t *meta;            /* one packed msgpack map, or NULL */
         struct reg_cuda *cuda;          /* CUDA kinds: the daemon's, freed in freed */
+        struct reg_batch *batch;        /* batch: its parts, likewise (cuda is NULL) */
         struct proto_access *access;      /* extra readers; NULL: owner only; freed with r */
         uint64_t charged;               /* bytes counted against the owner's uid */
         struct lease *held;             /* its leases, newest first */
@@ -93,6 +95,7 @@ struct reg_params {
         bool ephemeral;
         bool revocable;
         struct reg_cuda *cuda;          /* owned by the registration on success */
+        struct reg_batch *batch;        /* kind batch: likewise */
         struct proto_access *access;      /* one malloc block, owned likewise */
         int fd;                         /* owned by the registration on success */
         uint64_t id;                    /* restore: this id; 0 for the next one */
@@ -117,7 +120,7 @@ struct registry_callbacks {
         void (*unleased)(struct reg *r, struct lease *l, void *userdata);
 };
 
-#define REGISTRY_KINDS 4u
+#define REGISTRY_KINDS 5u       /* _PROTO_KIND_MAX: the buffer kinds and batch */
 
 struct registry_counters {
         uint64_t registrations;         /* live plus unregistered, not yet freed */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "cuda_reg.h"
 #include "restart_codec.h"
 
@@ -110,6 +111,37 @@ static void pack_cuda(msgpack_packer *pk, const struct reg_cuda *rc)
         proto_map_end(&m);
 }
 
+/* A batch's parts, memfd count, arrow description and event. */
+static void pack_batch(msgpack_packer *pk, const struct reg_batch *b)
+{
+        struct proto_map m, pm;
+
+        proto_map_begin(&m, pk);
+        proto_map_ku64(&m, "memfds", b->n_memfds);
+        proto_map_kbin(&m, "arrow", b->arrow, b->arrow_len);
+        if (b->has_event)
+                proto_map_kbin(&m, "event", b->event, PROTO_IPC_HANDLE_LEN);
+        proto_map_key(&m, "parts");
+        msgpack_pack_array(pk, b->n_parts);
+        for (uint32_t i = 0; i < b->n_parts; i++) {
+                const struct batch_part *p = &b->parts[i];
+                proto_map_begin(&pm, pk);
+                proto_map_ku64(&pm, "kind", p->kind);
+                proto_map_ku64(&pm, "size", p->size);
+                proto_map_ku64(&pm, "offset", p->offset);
+                if (p->kind == PROTO_KIND_HOST) {
+                        proto_map_ku64(&pm, "memfd", p->memfd);
+                        proto_map_kbool(&pm, "shared_write", p->shared_write);
+                }
+                if (p->cuda) {
+                        proto_map_key(&pm, "cuda");
+                        pack_cuda(pk, p->cuda);
+                }
+                proto_map_end(&pm);
+        }
+        proto_map_end(&m);
+}
+
 void jrec_pack_reg(msgpack_packer *pk, const struct reg *r, const char *exe)
 {
         struct proto_map m;
@@ -139,6 +171,10 @@ void jrec_pack_reg(msgpack_packer *pk, const struct reg *r, const char *exe)
         if (r->cuda) {
                 proto_map_key(&m, "cuda");
                 pack_cuda(pk, r->cuda);
+        }
+        if (r->batch) {
+                proto_map_key(&m, "batch");
+                pack_batch(pk, r->batch);
         }
         if (r->expires_ms)
                 proto_map_ku64(&m, "expires_ms", r->expires_ms);
@@ -363,7 +399,7 @@ const msgpack_object *jrec_get_cuda(const msgpack_object *m)
 int jrec_decode_cuda_changed(const msgpack_object *m, struct jrec_cuda_changed *ret)
 {
         if (proto_get_u64(m, "id", &ret->id) < 0 || proto_get_u64(m, "kind", &ret->kind) < 0 ||
-            ret->kind == PROTO_KIND_HOST || ret->kind >= _PROTO_KIND_MAX ||
+            ret->kind == PROTO_KIND_HOST || ret->kind >= PROTO_BUFFER_KINDS ||
             proto_get_u64(m, "offset", &ret->offset) < 0 ||
             proto_get_bool(m, "ephemeral", &ret->ephemeral) < 0 ||
             proto_get_bool(m, "revocable", &ret->revocable) < 0 ||
@@ -418,4 +454,48 @@ int jrec_decode_alloc(const msgpack_object *m, struct jrec_alloc *ret)
             ret->id >= JREC_ID_LIMIT)
                 return -EINVAL;
         return 0;
+}
+
+int jrec_decode_batch(const msgpack_object *m, struct jrec_batch *ret)
+{
+        const msgpack_object *b;
+        uint64_t n;
+        size_t len = 0;
+        int r;
+
+        if (proto_get_map(m, "batch", &b) < 0 || proto_get_u64(b, "memfds", &n) < 0 ||
+            n > PROTO_MAX_FDS || proto_get_bin(b, "arrow", &ret->arrow, &ret->arrow_len) < 0 ||
+            ret->arrow_len == 0 || proto_get_array(b, "parts", &ret->parts) < 0 ||
+            ret->parts->via.array.size == 0 ||
+            ret->parts->via.array.size > PROTO_BATCH_PARTS_MAX)
+                return -EINVAL;
+        ret->n_memfds = (uint32_t)n;
+        r = proto_get_bin(b, "event", &ret->event, &len);
+        if (r == -EINVAL || (r == 0 && len != PROTO_IPC_HANDLE_LEN))
+                return -EINVAL;
+        if (r == -ENOENT)
+                ret->event = NULL;
+        return 0;
+}
+
+int jrec_decode_part(const msgpack_object *m, uint32_t n_memfds, struct jrec_part *ret)
+{
+        uint64_t kind, memfd = 0;
+
+        memset(ret, 0, sizeof(*ret));
+        if (m->type != MSGPACK_OBJECT_MAP || proto_get_u64(m, "kind", &kind) < 0 ||
+            kind >= PROTO_BUFFER_KINDS || proto_get_u64(m, "size", &ret->size) < 0 ||
+            ret->size == 0 || proto_get_u64(m, "offset", &ret->offset) < 0 ||
+            ret->offset > UINT64_MAX - ret->size)
+                return -EINVAL;
+        ret->kind = (unsigned)kind;
+        if (kind == PROTO_KIND_HOST) {
+                if (proto_get_u64(m, "memfd", &memfd) < 0 || memfd >= n_memfds ||
+                    proto_get_bool(m, "shared_write", &ret->shared_write) < 0)
+                        return -EINVAL;
+                ret->memfd = (uint32_t)memfd;
+                return 0;
+        }
+        ret->cuda = jrec_get_cuda(m);
+        return ret->cuda ? 0 : -EINVAL;
 }

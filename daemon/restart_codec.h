@@ -4,7 +4,8 @@
  *   H  the header: version, serial and the id counters (first, once)
  *   S  a session: token, pid, uid, gid, start_time;  E  its end
  *   M  a released event a detached session missed
- *   A  a registration, with its meta, access rule and CUDA allocation;
+ *   A  a registration, with its meta, access rule and CUDA allocation (a
+ *      batch: its parts, each with its own, and its arrow description);
  *      U  its unregistering;  C  its allocation replaced (adopt)
  *   L  a lease;  R  its release
  * restart_persist.c writes them with the jrec_pack_* calls and
@@ -94,6 +95,27 @@ int jrec_get_meta(const msgpack_object *m, const uint8_t **ret, size_t *ret_len)
 int jrec_get_access(const msgpack_object *m, struct proto_access **ret);
 /* Its cuda map, NULL when absent. */
 const msgpack_object *jrec_get_cuda(const msgpack_object *m);
+
+/* The batch map of an A record of kind batch: its memfd count, packed
+ * arrow description (into m), event (NULL when absent) and parts array. */
+struct jrec_batch {
+        uint32_t n_memfds;
+        const uint8_t *arrow;
+        size_t arrow_len;
+        const uint8_t *event;           /* PROTO_IPC_HANDLE_LEN bytes */
+        const msgpack_object *parts;    /* 1 to PROTO_BATCH_PARTS_MAX maps */
+};
+int jrec_decode_batch(const msgpack_object *m, struct jrec_batch *ret);
+/* One of its parts: kind, size and offset; for host its memfd (below
+ * n_memfds) and shared_write, else its cuda map. */
+struct jrec_part {
+        unsigned kind;
+        uint64_t size, offset;
+        uint32_t memfd;
+        bool shared_write;
+        const msgpack_object *cuda;
+};
+int jrec_decode_part(const msgpack_object *m, uint32_t n_memfds, struct jrec_part *ret);
 
 /* A C record's scalars and its cuda map. */
 struct jrec_cuda_changed {

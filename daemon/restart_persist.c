@@ -9,6 +9,7 @@
 #include <msgpack.h>
 #include <uv.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "cuda_reg.h"
 #include "daemon.h"
@@ -23,7 +24,7 @@
 #include "session.h"
 
 #define COMPACT_MIN (UINT64_C(4) << 20)
-#define ENTRY_NAME_MAX 32       /* "host-" or "vmm-" and a uint64 */
+#define ENTRY_NAME_MAX 32       /* "host-", "vmm-" or "batch-" and a uint64 (and "-N") */
 
 static struct {
         bool enabled, frozen;
@@ -366,6 +367,12 @@ static void host_entry_name(const struct reg *r, char name[ENTRY_NAME_MAX])
         snprintf(name, ENTRY_NAME_MAX, "host-%" PRIu64, r->id);
 }
 
+/* The name of the store entry of batch r's i-th memfd. */
+static void batch_entry_name(const struct reg *r, uint32_t i, char name[ENTRY_NAME_MAX])
+{
+        snprintf(name, ENTRY_NAME_MAX, "batch-%" PRIu64 "-%" PRIu32, r->id, i);
+}
+
 /* The store entry of an allocation entry's fd, shared by the registrations
  * that use it ("vmm-" for cuda-vmm chunks and pools alike). */
 static void alloc_entry_name(const struct alloc *a, char name[ENTRY_NAME_MAX])
@@ -404,20 +411,36 @@ static void remove_entry(const struct alloc *a)
         persist_store_remove(name);
 }
 
+/* Removes the store entries of a reg_cuda's fds (vmm- entries). */
+static void forget_cuda(const struct reg_cuda *rc)
+{
+        if (rc->alloc->pool) {
+                remove_entry(rc->alloc->pool);
+        } else if (rc->alloc->kind == PROTO_KIND_CUDA_VMM) {
+                for (uint32_t i = 0; i < rc->n_chunks; i++)
+                        remove_entry(reg_cuda_chunk(rc, i));
+        }
+}
+
 /* Removes every store entry r uses (a shared one may go more than once). */
 static void forget_entries(const struct reg *r)
 {
         const struct reg_cuda *rc = r->cuda;
         char name[ENTRY_NAME_MAX];
 
-        if (!rc) {
+        if (r->batch) {
+                for (uint32_t i = 0; i < r->batch->n_memfds; i++) {
+                        batch_entry_name(r, i, name);
+                        persist_store_remove(name);
+                }
+                for (uint32_t i = 0; i < r->batch->n_parts; i++)
+                        if (r->batch->parts[i].cuda)
+                                forget_cuda(r->batch->parts[i].cuda);
+        } else if (!rc) {
                 host_entry_name(r, name);
                 persist_store_remove(name);
-        } else if (rc->alloc->pool) {
-                remove_entry(rc->alloc->pool);
-        } else if (rc->alloc->kind == PROTO_KIND_CUDA_VMM) {
-                for (uint32_t i = 0; i < rc->n_chunks; i++)
-                        remove_entry(reg_cuda_chunk(rc, i));
+        } else {
+                forget_cuda(rc);
         }
 }
 
@@ -427,6 +450,34 @@ static void push_entry(const struct alloc *a)
 
         alloc_entry_name(a, name);
         store_push(name, a->fd);
+}
+
+/* Pushes a file description of its own of host memfd fd as name: systemd
+ * ignores a push of one it holds already, and one memfd may back several
+ * registrations (at other offsets), each removed alone. */
+static void push_memfd(const char *name, int fd)
+{
+        int own = host_open_read_write(fd);
+
+        if (own < 0) {
+                give_up(own);
+                return;
+        }
+        store_push(name, own);
+        close(own);
+}
+
+/* A batch's memfds and the allocation fds only it uses. */
+static void push_batch(const struct reg *r)
+{
+        char name[ENTRY_NAME_MAX];
+
+        for (uint32_t i = 0; i < r->batch->n_memfds && persist_enabled(); i++) {
+                batch_entry_name(r, i, name);
+                push_memfd(name, r->batch->memfds[i].fd);
+        }
+        if (persist_enabled())
+                batch_each_own_fd(r->batch, push_entry);
 }
 
 void persist_added(struct daemon *d, const struct reg *r)
@@ -440,19 +491,13 @@ void persist_added(struct daemon *d, const struct reg *r)
         if (!persist_enabled() || P.j.fd < 0)
                 return;
         if (r->kind == PROTO_KIND_HOST && r->fd >= 0) {
-                /* A file description of its own: systemd ignores a push of
-                 * one it holds already, and one memfd may back several
-                 * registrations (at other offsets), each removed alone. */
-                int fd = host_open_read_write(r->fd);
-                if (fd < 0) {
-                        give_up(fd);
-                        return;
-                }
                 host_entry_name(r, name);
-                store_push(name, fd);
-                close(fd);
+                push_memfd(name, r->fd);
         }
-        each_fd_entry_of(r, push_entry);
+        if (r->batch)
+                push_batch(r);
+        else
+                each_fd_entry_of(r, push_entry);
         if (!rec_begin(&x))
                 return;         /* a push gave up */
         jrec_pack_reg(&x.pk, r, ledger_reg_exe(r->id));
@@ -477,6 +522,15 @@ void persist_freed(struct daemon *d, const struct reg *r)
         (void)d;
         if (!persist_enabled())
                 return;
+        if (r->batch) {
+                for (uint32_t i = 0; i < r->batch->n_memfds; i++) {
+                        batch_entry_name(r, i, name);
+                        persist_store_remove(name);
+                }
+                /* An allocation's entry goes with its last registration. */
+                batch_each_own_fd(r->batch, remove_entry);
+                return;
+        }
         if (!r->cuda) {
                 host_entry_name(r, name);
                 persist_store_remove(name);

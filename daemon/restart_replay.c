@@ -13,205 +13,11 @@
 #include "log.h"
 #include "quota.h"
 #include "restart_codec.h"
+#include "restart_decode.h"
 #include "restart_journal.h"
 #include "restart_persist.h"
 #include "restart_replay.h"
 #include "session.h"
-
-struct restore_ctx {
-        struct daemon *d;
-        struct sd_fd *fds;
-        bool *claimed;                  /* stays in the store */
-        bool *owned;                    /* the fd is a registration's now */
-        size_t n;
-        struct restore_result *res;
-        struct hmap alloc_ids;          /* ids of the allocations created, never twice */
-        uint64_t records;               /* applied so far */
-};
-
-struct id_node {
-        struct hmap_node node;
-        uint64_t id;
-};
-
-static bool id_seen(const struct hmap *h, uint64_t id)
-{
-        uint64_t hash = hmap_hash_u64(id);
-
-        for (struct hmap_node *n = hmap_bucket(h, hash); n; n = n->next)
-                if (n->hash == hash && container_of(n, struct id_node, node)->id == id)
-                        return true;
-        return false;
-}
-
-static int id_add(struct hmap *h, uint64_t id)
-{
-        struct id_node *n = malloc(sizeof(*n));
-
-        if (!n)
-                return -ENOMEM;
-        n->id = id;
-        if (hmap_insert(h, &n->node, hmap_hash_u64(id)) < 0) {
-                free(n);
-                return -ENOMEM;
-        }
-        return 0;
-}
-
-static void ids_free(struct hmap *h)
-{
-        struct hmap_node *n, *next;
-
-        hmap_for_each_safe(n, next, h)
-                free(container_of(n, struct id_node, node));
-        hmap_free(h);
-}
-
-static int stored_fd(struct restore_ctx *x, const char *name)
-{
-        for (size_t i = 0; i < x->n; i++)
-                if (!x->owned[i] && strcmp(x->fds[i].name, name) == 0)
-                        return (int)i;
-        return -1;
-}
-
-/* One allocation entry of a CUDA record (the fields pack_alloc_fields()
- * wrote into m), under its old id where it is new.  pool: the entry of a
- * cuda-pool pointer's pool, else NULL. */
-static int decode_entry(struct restore_ctx *x, const msgpack_object *m, uint64_t want_kind,
-                        const uint8_t device[], struct alloc *pool, struct alloc **ret)
-{
-        struct alloc_table *T = &x->d->allocs;
-        struct jrec_alloc e;
-        uint64_t aid, akind, saved;
-        char name[32];
-        int i, fd, r;
-
-        if (jrec_decode_alloc(m, &e) < 0 || e.kind != want_kind)
-                return -EINVAL;
-        aid = e.id;
-        akind = e.kind;
-        saved = T->next_id;
-        T->next_id = aid;
-        if (akind == PROTO_KIND_CUDA_IPC) {
-                r = alloc_get_ipc(T, device, e.handle, e.buffer_id, e.size, ret);
-        } else if (akind == PROTO_KIND_CUDA_POOL) {
-                r = alloc_get_pool_ptr(T, pool, e.handle, e.buffer_id, e.size, ret);
-        } else if (akind == PROTO_KIND_CUDA_VMM || akind == ALLOC_KIND_POOL) {
-                snprintf(name, sizeof(name), "vmm-%" PRIu64, aid);
-                i = stored_fd(x, name);
-                /* Every registration of the allocation dups the one fd; the
-                 * table keeps the first and closes the others. */
-                fd = i < 0 ? -1 : dup(x->fds[i].fd);
-                r = fd < 0 ? -ENOENT
-                    : akind == ALLOC_KIND_POOL
-                    ? alloc_get_pool_entry(T, device, e.key, &fd, e.uid, ret)
-                    : alloc_get_vmm_as(T, device, e.key, &fd, e.size, e.uid, ret);
-                if (fd >= 0)
-                        close(fd);
-                if (r == 0)
-                        x->claimed[i] = true;
-        } else {
-                r = -EINVAL;
-        }
-        T->next_id = saved > aid + 1 ? saved : aid + 1;
-        if (r < 0)
-                return r;
-        if ((*ret)->regs == 1) {
-                /* A new entry: its id must be new too, or two allocations
-                 * would share the id consumers key their mappings by. */
-                if ((*ret)->id != aid || id_seen(&x->alloc_ids, aid) ||
-                    id_add(&x->alloc_ids, aid) < 0) {
-                        alloc_put(T, *ret);
-                        return -EINVAL;
-                }
-        } else if ((*ret)->id != aid) {
-                alloc_put(T, *ret);
-                return -EINVAL;         /* a known key under another id */
-        }
-        return 0;
-}
-
-/* The allocation of a CUDA record: its device, and for a cuda-pool pointer
- * its pool's entry first. */
-static int decode_alloc(struct restore_ctx *x, const msgpack_object *m, uint64_t want_kind,
-                        uint8_t device[], struct alloc **ret)
-{
-        const msgpack_object *sub;
-        struct alloc *pool;
-        int r;
-
-        if (jrec_get_device(m, device) < 0)
-                return -EINVAL;
-        if (want_kind != PROTO_KIND_CUDA_POOL)
-                return decode_entry(x, m, want_kind, device, NULL, ret);
-        sub = jrec_get_pool(m);
-        if (!sub)
-                return -EINVAL;
-        r = decode_entry(x, sub, ALLOC_KIND_POOL, device, NULL, &pool);
-        if (r < 0)
-                return r;
-        r = decode_entry(x, m, want_kind, device, pool, ret);
-        alloc_put(&x->d->allocs, pool);         /* the pointer holds its own */
-        return r;
-}
-
-/* The chunks after the first of a cuda-vmm registration over several. */
-static int decode_chunks(struct restore_ctx *x, const msgpack_object *a, struct reg_cuda *rc)
-{
-        uint32_t n = a->via.array.size;
-        int r;
-
-        if (n < 1 || n >= PROTO_CHUNKS_MAX)
-                return -EINVAL;
-        r = reg_cuda_set_chunks(rc, n + 1);
-        if (r < 0)
-                return r;
-        rc->chunks[0] = rc->alloc;
-        for (uint32_t i = 0; i < n; i++) {
-                r = decode_entry(x, &a->via.array.ptr[i], PROTO_KIND_CUDA_VMM, rc->device, NULL,
-                                 &rc->chunks[i + 1]);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-static int decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t kind,
-                       struct reg_cuda **ret)
-{
-        struct reg_cuda *rc = reg_cuda_new();
-        const msgpack_object *chunks;
-        const char *copied;
-        size_t len;
-        int r;
-
-        if (!rc)
-                return -ENOMEM;
-        r = decode_alloc(x, m, kind, rc->device, &rc->alloc);
-        if (r < 0) {
-                free(rc);
-                return r;
-        }
-        rc->has_event = jrec_get_event(m, rc->event);
-        if (jrec_get_cacheable(m))
-                rc->alloc->cacheable = true;
-        r = jrec_get_chunks(m, &chunks);
-        if (r == 0)
-                r = kind == PROTO_KIND_CUDA_VMM ? decode_chunks(x, chunks, rc) : -EINVAL;
-        else if (r == -ENOENT)
-                r = 0;
-        if (r == 0 && jrec_get_copied(m, &copied, &len) == 0) {
-                r = len == 0 || len > REG_CUDA_COPIED_MAX ? -EINVAL
-                                                          : reg_cuda_set_copied(rc, copied, len);
-        }
-        if (r < 0) {
-                reg_cuda_free(&x->d->allocs, rc);
-                return r;
-        }
-        *ret = rc;
-        return 0;
-}
 
 static int apply_add(struct restore_ctx *x, const msgpack_object *m)
 {
@@ -247,9 +53,16 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
                 k = jrec_get_access(m, &p.access);
         if (k < 0)
                 return k;
-        if (p.kind == PROTO_KIND_HOST) {
+        if (p.kind == PROTO_KIND_BATCH) {
+                k = restore_decode_batch(x, m, &p, &p.batch);
+                if (k < 0)
+                        goto fail;
+                /* What the parts say, whatever the record does. */
+                p.size = batch_size(p.batch);
+                p.offset = 0;
+        } else if (p.kind == PROTO_KIND_HOST) {
                 snprintf(fdname, sizeof(fdname), "host-%" PRIu64, p.id);
-                i = stored_fd(x, fdname);
+                i = restore_stored_fd(x, fdname);
                 /* Most often freed before the restart (its U came later). */
                 k = i < 0 ? -ENOENT : host_check_fd(x->fds[i].fd, p.offset, p.size, HOST_RESTORED,
                                                     &why);
@@ -260,7 +73,7 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
                 p.fd = x->fds[i].fd;
         } else {
                 sub = jrec_get_cuda(m);
-                k = !sub ? -EINVAL : decode_cuda(x, sub, p.kind, &p.cuda);
+                k = !sub ? -EINVAL : restore_decode_cuda(x, sub, p.kind, &p.cuda);
                 if (k < 0)
                         goto fail;
                 /* cuda-vmm lookups send the allocation's fd (as register does) */
@@ -274,6 +87,7 @@ static int apply_add(struct restore_ctx *x, const msgpack_object *m)
         ledger_set_restored_exe(NULL);
         if (k < 0) {
                 reg_cuda_free(&d->allocs, p.cuda);
+                batch_free(&d->allocs, p.batch);
                 goto fail;
         }
         if (i >= 0)
@@ -301,7 +115,7 @@ static int apply_cuda(struct restore_ctx *x, const msgpack_object *m)
         r = registry_find_id(x->d->reg, c.id);
         if (!r || !r->cuda)
                 return -ENOENT;
-        k = decode_alloc(x, c.cuda, c.kind, device, &a);
+        k = restore_decode_alloc(x, c.cuda, c.kind, device, &a);
         if (k < 0)
                 return k;
         /* As adopt does it (ops_adopt.c). */
@@ -482,7 +296,7 @@ void restore_ctx_free(struct restore_ctx *x)
         free(x->fds);
         free(x->claimed);
         free(x->owned);
-        ids_free(&x->alloc_ids);
+        restore_ids_free(&x->alloc_ids);
         free(x);                /* the first member of its block */
 }
 

@@ -53,6 +53,7 @@ static const char *const kinds[_PROTO_KIND_MAX] = {
         [PROTO_KIND_CUDA_IPC] = "cuda-ipc",
         [PROTO_KIND_CUDA_VMM] = "cuda-vmm",
         [PROTO_KIND_CUDA_POOL] = "cuda-pool",
+        [PROTO_KIND_BATCH] = "batch",
 };
 
 const char *proto_kind_name(enum proto_kind k)

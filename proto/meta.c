@@ -9,24 +9,24 @@ static bool utf8(const msgpack_object *o)
         return proto_utf8_valid(o->via.str.ptr, o->via.str.size) == o->via.str.size;
 }
 
-static int check_user(const msgpack_object *u, char *why, size_t why_len)
+int proto_strmap_check(const msgpack_object *u, const char *what, char *why, size_t why_len)
 {
         if (u->via.map.size > PROTO_USER_MAX_ENTRIES)
-                return proto_invalid(why, why_len, "meta.user has more than %u entries",
-                            PROTO_USER_MAX_ENTRIES);
+                return proto_invalid(why, why_len, "%s has more than %u entries", what,
+                                     PROTO_USER_MAX_ENTRIES);
         for (uint32_t i = 0; i < u->via.map.size; i++) {
                 const msgpack_object *k = &u->via.map.ptr[i].key, *v = &u->via.map.ptr[i].val;
                 if (k->type != MSGPACK_OBJECT_STR || v->type != MSGPACK_OBJECT_STR)
-                        return proto_invalid(why, why_len, "meta.user must map str to str");
+                        return proto_invalid(why, why_len, "%s must map str to str", what);
                 if (k->via.str.size > PROTO_USER_KEY_MAX)
-                        return proto_invalid(why, why_len, "meta.user key longer than %u bytes",
-                                    PROTO_USER_KEY_MAX);
+                        return proto_invalid(why, why_len, "%s key longer than %u bytes", what,
+                                             PROTO_USER_KEY_MAX);
                 if (v->via.str.size > PROTO_USER_VALUE_MAX)
-                        return proto_invalid(why, why_len, "meta.user value longer than %u bytes",
-                                    PROTO_USER_VALUE_MAX);
+                        return proto_invalid(why, why_len, "%s value longer than %u bytes", what,
+                                             PROTO_USER_VALUE_MAX);
                 if (!utf8(k) || !utf8(v))
-                        return proto_invalid(why, why_len, "meta.user %s %u is not valid UTF-8",
-                                    utf8(k) ? "value" : "key", i);
+                        return proto_invalid(why, why_len, "%s %s %u is not valid UTF-8", what,
+                                             utf8(k) ? "value" : "key", i);
         }
         return 0;
 }
@@ -76,7 +76,7 @@ int proto_meta_check(const msgpack_object *meta, struct proto_meta *ret, char *w
         r = proto_get_map(meta, "user", &m.user);
         if (r == -EINVAL)
                 return proto_invalid(why, why_len, "meta.user must be a map of str to str");
-        if (m.user && check_user(m.user, why, why_len) < 0)
+        if (m.user && proto_strmap_check(m.user, "meta.user", why, why_len) < 0)
                 return -EINVAL;
         if (check_ints(m.shape, "shape", true, why, why_len) < 0 ||
             check_ints(m.strides, "strides", false, why, why_len) < 0)

@@ -28,8 +28,11 @@ enum proto_kind {
         PROTO_KIND_CUDA_IPC,
         PROTO_KIND_CUDA_VMM,
         PROTO_KIND_CUDA_POOL,           /* a pointer of a stream-ordered pool */
+        PROTO_KIND_BATCH,               /* a list of parts of the kinds above */
         _PROTO_KIND_MAX,
 };
+/* The kinds a single buffer (a registration or a batch's part) may be. */
+#define PROTO_BUFFER_KINDS PROTO_KIND_BATCH
 const char *proto_kind_name(enum proto_kind k);
 /* Whether the daemon holds the memory of kind k (an fd that keeps it
  * alive), rather than the producer (cuda-ipc, cuda-pool). */
@@ -204,6 +207,22 @@ struct proto_cuda_view {
 };
 /* -EBADMSG when a field has the wrong type or range. */
 int proto_cuda_decode(const msgpack_object *reg, bool vmm, struct proto_cuda_view *v);
+
+/* ---- batches ------------------------------------------------------------ */
+
+/* Checks a map of str to str as meta.user and the arrow metadata maps are:
+ * at most PROTO_USER_MAX_ENTRIES pairs of UTF-8 strs, keys at most
+ * PROTO_USER_KEY_MAX bytes, values PROTO_USER_VALUE_MAX.  what names the map
+ * in the reason.  -EINVAL with a reason in why (why_len bytes). */
+int proto_strmap_check(const msgpack_object *m, const char *what, char *why, size_t why_len);
+
+/* Checks a batch's arrow description (docs/protocol.md, "Batches") against
+ * a batch of n_parts parts: rows, metadata, the pre-order column tree
+ * with its children counts, each node's fields and buffers (part indexes
+ * below n_parts, or -1), every part named by some node, and nesting at most
+ * PROTO_BATCH_ARROW_DEPTH.  Keys it does not know are allowed.  -EINVAL with
+ * a reason in why (why_len bytes) naming the node. */
+int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts, char *why, size_t why_len);
 
 /* ---- access rules ------------------------------------------------------- */
 

@@ -34,5 +34,12 @@
 #define PROTO_ALLOC_KEY_LEN   16u          /* a cuda-vmm allocation's or pool's key */
 #define PROTO_ACCESS_IDS_MAX  32u          /* uids, and gids, one access rule may list */
 #define PROTO_ACCESS_GROUP_MAX 32u         /* bytes of an access rule's group name */
+/* Batches (docs/protocol.md, "Batches"). */
+#define PROTO_BATCH_PARTS_MAX 256u          /* parts of one batch */
+#define PROTO_BATCH_NODES_MAX 1024u         /* column nodes of its arrow description */
+#define PROTO_BATCH_BUFFERS_MAX 3u          /* buffers of one column node */
+#define PROTO_BATCH_FORMAT_MAX 64u          /* bytes of an Arrow format string */
+#define PROTO_BATCH_COLNAME_MAX 255u        /* bytes of a column node's name */
+#define PROTO_BATCH_ARROW_DEPTH 5u          /* nesting of the arrow map, itself 1 */
 
 #endif

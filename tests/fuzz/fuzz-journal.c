@@ -7,7 +7,8 @@
  * small fixed set of stored fds as systemd would pass them back: "host-1"
  * and "host-2" (memfds sealed against shrinking, 8 KiB and 4 KiB),
  * "host-3" (unsealed, so it fails the check), "vmm-1" to "vmm-3" (memfds
- * standing in for exported CUDA fds).  journal_parse() walks the input and
+ * standing in for exported CUDA fds), "batch-4-0" and "batch-4-1" (the
+ * memfds of a batch of id 4, sealed, 8 KiB and 4 KiB).  journal_parse() walks the input and
  * restore_apply() applies each record, as restore_run() does.  Then the
  * restored state is checked (every registration and lease reachable the
  * ways the registry promises, owners and holders detached sessions, the
@@ -41,6 +42,7 @@
 
 #include <uv.h>
 
+#include "batch.h"
 #include "cuda_reg.h"
 #include "daemon.h"
 #include "restart_journal.h"
@@ -79,6 +81,8 @@ static const struct {
         { "vmm-1", 4096, false },
         { "vmm-2", 4096, false },
         { "vmm-3", 4096, false },
+        { "batch-4-0", 8192, true },
+        { "batch-4-1", 4096, true },
 };
 
 #define NSTORED (sizeof(stored) / sizeof(stored[0]))
@@ -163,6 +167,60 @@ static bool fd_open(int fd)
         return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
 }
 
+/* The references to allocation entry a of CUDA data rc: one per chunk
+ * (chunk 0 is its allocation). */
+static uint32_t refs_of(const struct reg_cuda *rc, const struct alloc *a)
+{
+        uint32_t n = 0;
+
+        for (uint32_t c = 0; rc && c < rc->n_chunks; c++)
+                n += reg_cuda_chunk(rc, c) == a;
+        return n;
+}
+
+/* The registrations (and batch parts) that use a, and for a pool the
+ * pointer entries of it. */
+static uint32_t users_of(const struct alloc *a)
+{
+        const struct hmap *m = &D.allocs.map;
+        uint32_t n = 0;
+
+        for (const struct reg *r = registry_first(D.reg); r; r = r->next) {
+                n += refs_of(r->cuda, a);
+                for (uint32_t i = 0; r->batch && i < r->batch->n_parts; i++)
+                        n += refs_of(r->batch->parts[i].cuda, a);
+        }
+        for (size_t b = 0; m->buckets && b <= m->mask; b++)
+                for (const struct hmap_node *nd = m->buckets[b]; nd; nd = nd->next)
+                        n += container_of(nd, struct alloc, node)->pool == a;
+        return n;
+}
+
+/* A batch's memfds open, its parts' kinds and allocations right. */
+static void check_batch(const struct reg *r)
+{
+        const struct reg_batch *b = r->batch;
+        int fds[PROTO_MAX_FDS];
+
+        if (!b || b->n_parts == 0 || !b->arrow)
+                FAIL("batch registration %llu without its parts", (unsigned long long)r->id);
+        for (uint32_t i = 0; i < b->n_memfds; i++)
+                if (!fd_open(b->memfds[i].fd) || !fd_open(b->memfds[i].ro_fd))
+                        FAIL("batch %llu without memfd %u", (unsigned long long)r->id, i);
+        for (uint32_t i = 0; i < b->n_parts; i++) {
+                const struct batch_part *p = &b->parts[i];
+                if (p->kind >= PROTO_BUFFER_KINDS || (p->kind == PROTO_KIND_HOST) != !p->cuda ||
+                    (p->kind == PROTO_KIND_HOST && p->memfd >= b->n_memfds))
+                        FAIL("batch %llu: part %u of kind %u is not as its kind says",
+                             (unsigned long long)r->id, i, p->kind);
+        }
+        if (batch_fds(b, fds) < 0)
+                FAIL("batch %llu would send more fds than a frame carries",
+                     (unsigned long long)r->id);
+        if (r->size != batch_size(b) || r->cuda || r->fd >= 0)
+                FAIL("batch %llu: size or fields not a batch's", (unsigned long long)r->id);
+}
+
 /* Each allocation: an id of its own below the next one, as many
  * references as registrations use it, a cuda-vmm one its fd. */
 static void check_allocs(void)
@@ -186,8 +244,7 @@ static void check_allocs(void)
                                             a->id)
                                                 FAIL("two allocations with id %llu",
                                                      (unsigned long long)a->id);
-                        for (const struct reg *r = registry_first(D.reg); r; r = r->next)
-                                regs += r->cuda && r->cuda->alloc == a;
+                        regs = users_of(a);
                         if (regs != a->regs)
                                 FAIL("allocation %llu: %u registrations use it, it counts %u",
                                      (unsigned long long)a->id, regs, a->regs);
@@ -230,7 +287,9 @@ static void check_state(void)
                              (unsigned long long)r->id);
                 if (r->kind == PROTO_KIND_HOST && (!fd_open(r->fd) || !fd_open(r->ro_fd)))
                         FAIL("host registration %llu without its fds", (unsigned long long)r->id);
-                if (r->kind != PROTO_KIND_HOST && !r->cuda)
+                if (r->kind == PROTO_KIND_BATCH)
+                        check_batch(r);
+                else if (r->kind != PROTO_KIND_HOST && !r->cuda)
                         FAIL("CUDA registration %llu without its allocation",
                              (unsigned long long)r->id);
                 /* Lookups of a cuda-vmm registration send r->fd. */

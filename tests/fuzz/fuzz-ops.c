@@ -7,7 +7,8 @@
  * bytes to pick an op from the op table, then fields among the keys the
  * handlers read, each with a value of a random type (uint, int, bool, nil,
  * str from a pool of names and kinds or random bytes, bin of the lengths
- * the CUDA fields expect, arrays and meta-like maps).  Frames may carry
+ * the CUDA fields expect, arrays and meta-like maps), or a register of a
+ * batch with parts and an arrow description (gen_batch).  Frames may carry
  * memfds (SCM_RIGHTS), so host registrations succeed and lookups hand fds
  * back.  The loop runs until every byte was consumed and no reply is
  * pending; every reply must decode.  Then the connections end (EOF, daemon
@@ -192,6 +193,130 @@ static void gen_value(struct src *s, msgpack_packer *pk, unsigned depth)
         }
 }
 
+/* A register of kind batch (docs/protocol.md, "Batches") from the input,
+ * shaped so that zero bytes make a valid one: one host part of 4096 bytes
+ * naming fd 0, an arrow description of one int32 column whose one buffer
+ * is that part.  Other bytes pick other part kinds, CUDA fields, shared fd
+ * indexes and allocation keys (so parts share entries), indexes out of
+ * range, children counts and metadata. */
+static void gen_arrow(struct src *s, msgpack_packer *pk, unsigned nparts)
+{
+        static const char *const formats[] = { "i", "l", "u", "+s", "b", "", "tsu:UTC", "\x01" };
+        struct proto_map m, nm, md;
+        unsigned n = 1 + u8(s) % 4, f;
+
+        proto_map_begin(&m, pk);
+        proto_map_ku64(&m, "rows", u8(s));
+        f = u8(s);
+        if (f & 1) {
+                proto_map_key(&m, "metadata");
+                proto_map_begin(&md, pk);
+                proto_map_kstr(&md, "k", (f & 2) ? "v" : "");
+                proto_map_end(&md);
+        }
+        if (f & 4)
+                proto_map_kstr(&m, "extra", "kept as sent");
+        proto_map_key(&m, "columns");
+        msgpack_pack_array(pk, n);
+        for (unsigned i = 0; i < n; i++) {
+                unsigned nb = 1 + u8(s) % 3, ch = u8(s) % 4;
+
+                proto_map_begin(&nm, pk);
+                proto_map_kstr(&nm, "name", i ? "c" : "");
+                proto_map_kstr(&nm, "format", formats[u8(s) % N(formats)]);
+                proto_map_ku64(&nm, "length", u8(s));
+                proto_map_ki64(&nm, "null_count", (int64_t)(u8(s) % 5) - 1);
+                if (ch)
+                        proto_map_ku64(&nm, "children", ch - 1);
+                proto_map_key(&nm, "buffers");
+                msgpack_pack_array(pk, nb);
+                for (unsigned b = 0; b < nb; b++) {
+                        unsigned v = u8(s) % (nparts + 2);
+                        msgpack_pack_int64(pk, v < nparts ? (int64_t)v : v == nparts ? -1
+                                                                   : (int64_t)nparts);
+                }
+                proto_map_end(&nm);
+        }
+        proto_map_end(&m);
+}
+
+static void gen_part(struct src *s, msgpack_packer *pk, unsigned nfds)
+{
+        static const char *const kinds[] = { "host", "cuda-vmm", "cuda-ipc", "cuda-pool",
+                                             "batch", "x" };
+        static const uint64_t sizes[] = { 4096, 1, 100, 0, 8192, UINT64_MAX };
+        uint8_t key[PROTO_IPC_HANDLE_LEN];
+        unsigned kind = u8(s) % N(kinds), nf = 1 + u8(s) % 3;
+        uint8_t fl = u8(s);
+        struct proto_map m;
+
+        proto_map_begin(&m, pk);
+        proto_map_kstr(&m, "kind", kinds[kind]);
+        proto_map_ku64(&m, "size", sizes[u8(s) % N(sizes)]);
+        if (fl & 0x80)
+                proto_map_ku64(&m, "offset", nums[u8(s) % N(nums)]);
+        if (nf < 3) {
+                proto_map_key(&m, "fds");
+                msgpack_pack_array(pk, nf - 1 + (kind != 2));
+                for (unsigned i = 0; i < nf - 1 + (kind != 2); i++)
+                        msgpack_pack_uint64(pk, u8(s) % (nfds + 1));
+        }
+        if (fl & 1)
+                proto_map_kstr(&m, "device", "GPU-00000000-0000-0000-0000-000000000000");
+        if (fl & 2)
+                proto_map_ku64(&m, "alloc_size", sizes[u8(s) % N(sizes)] << 9);
+        /* Few distinct keys and handles, so that parts share entries. */
+        memset(key, 'a' + u8(s) % 3, sizeof(key));
+        if (fl & 4)
+                proto_map_kbin(&m, kind == 3 ? "pool_key" : "alloc_key", key, PROTO_ALLOC_KEY_LEN);
+        if (fl & 8) {
+                proto_map_kbin(&m, "handle", key, PROTO_IPC_HANDLE_LEN);
+                proto_map_ku64(&m, "buffer_id", u8(s) % 3);
+        }
+        if (fl & 0x10)
+                proto_map_kbool(&m, "shared_write", true);
+        if (fl & 0x20)
+                proto_map_kbool(&m, "cacheable", true);
+        if (fl & 0x40)
+                proto_map_kbin(&m, "event", key, PROTO_IPC_HANDLE_LEN);
+        proto_map_end(&m);
+}
+
+static void gen_batch(struct src *s, msgpack_packer *pk, unsigned nfds, bool decl_fds)
+{
+        uint8_t key[PROTO_IPC_HANDLE_LEN];
+        unsigned n = 1 + u8(s) % 4;
+        uint8_t fl = u8(s);
+        struct proto_map m;
+
+        proto_map_begin(&m, pk);
+        proto_map_ku64(&m, "seq", u8(s));
+        proto_map_kstr(&m, "op", "register");
+        proto_map_kstr(&m, "name", strs[u8(s) % N(strs)]);
+        proto_map_kstr(&m, "kind", "batch");
+        if (decl_fds && nfds)
+                proto_map_ku64(&m, "fds", nfds);
+        if (fl & 1)
+                proto_map_kbool(&m, "ephemeral", (fl & 2) != 0);
+        if (fl & 4) {
+                memset(key, 'e', sizeof(key));
+                proto_map_kbin(&m, "event", key, (fl & 8) ? 63 : PROTO_IPC_HANDLE_LEN);
+        }
+        if (fl & 0x10)
+                proto_map_ku64(&m, "ttl_ms", 1 + u8(s));
+        if (fl & 0x20)
+                n = 0;
+        proto_map_key(&m, "parts");
+        msgpack_pack_array(pk, n);
+        for (unsigned i = 0; i < n; i++)
+                gen_part(s, pk, nfds);
+        if (!(fl & 0x40)) {
+                proto_map_key(&m, "arrow");
+                gen_arrow(s, pk, n);
+        }
+        proto_map_end(&m);
+}
+
 struct frame {
         uint8_t *buf;           /* length prefix and body */
         size_t len;
@@ -289,6 +414,11 @@ static void gen_frame(struct src *s, struct frame *f)
 
         fl = u8(s);
         sel = u8(s);
+        if (sel % 16 == N(op_names)) {
+                gen_batch(s, &pk, f->nfds, decl_fds);
+                frame_from_sbuffer(f, &sb, 4);
+                return;
+        }
         nf = u8(s) % 8;
         msgpack_pack_map(&pk, (fl & 1 ? 0 : 1) + (fl & 2 ? 0 : 1) +
                          (decl_fds && f->nfds ? 1 : 0) + nf);

@@ -385,7 +385,7 @@ static ssize_t read_exact(int fd, uint8_t *buf, size_t n, int64_t deadline, stru
         while (done < n) {
                 struct pollfd p = { .fd = fd, .events = POLLIN };
                 int left = (int)(deadline - h_now_ms());
-                int fds[16];
+                int fds[PROTO_MAX_FDS];
                 unsigned nfds = 0;
                 ssize_t k;
 
@@ -393,9 +393,9 @@ static ssize_t read_exact(int fd, uint8_t *buf, size_t n, int64_t deadline, stru
                         return -ETIMEDOUT;
                 if (poll(&p, 1, left) <= 0)
                         continue;
-                k = proto_recv(fd, buf + done, n - done, fds, 16, &nfds);
+                k = proto_recv(fd, buf + done, n - done, fds, PROTO_MAX_FDS, &nfds);
                 for (unsigned i = 0; i < nfds; i++) {
-                        if (f && f->nfds < 16)
+                        if (f && f->nfds < PROTO_MAX_FDS)
                                 f->fds[f->nfds++] = fds[i];
                         else
                                 close(fds[i]);

@@ -69,7 +69,7 @@ struct h_frame {
         uint8_t *body;
         uint32_t len;
         struct proto_msg m;
-        int fds[16];
+        int fds[PROTO_MAX_FDS];         /* a batch's lookup reply carries up to 64 */
         unsigned nfds;
 };
 /* Reads one frame within timeout_ms.  Returns 1, 0 at EOF (or ECONNRESET)

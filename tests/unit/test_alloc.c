@@ -224,15 +224,15 @@ Test(reg_cuda, release_events_keep_the_newest_64)
         cr_assert_not_null(rc);
         for (unsigned i = 0; i < REG_CUDA_EVENTS_MAX + 6; i++) {
                 memset(ev, (int)i, sizeof(ev));
-                cr_assert_eq(reg_cuda_push_event(rc, ev), 0);
+                cr_assert_eq(rel_events_push(&rc->rel, ev), 0);
         }
-        cr_assert_eq(rc->rel_n, REG_CUDA_EVENTS_MAX);
+        cr_assert_eq(rc->rel.n, REG_CUDA_EVENTS_MAX);
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         msgpack_pack_map(&pk, 1);
         proto_pack_str(&pk, "events");
-        cr_assert_eq(reg_cuda_pack_events(&pk, rc), 6);
-        cr_assert_eq(rc->rel_n, 0);
+        cr_assert_eq(rel_events_pack(&pk, &rc->rel), 6);
+        cr_assert_eq(rc->rel.n, 0);
         msgpack_unpacked_init(&up);
         cr_assert_eq(msgpack_unpack_next(&up, sb.data, sb.size, NULL), MSGPACK_UNPACK_SUCCESS);
         const msgpack_object *a = &up.data.via.map.ptr[0].val;

@@ -1,0 +1,199 @@
+/* arrow.c: the structure checks of a batch's arrow description
+ * (docs/protocol.md, "Batches").  The daemon keeps the description as it
+ * came; these checks are what it promises every reader of it: a tree that
+ * can be walked without running off the end, part indexes that exist, and
+ * sizes within the wire limits. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proto.h"
+
+#define INT63_LIMIT (UINT64_C(1) << 63)       /* lengths and offsets are int64 in Arrow */
+
+/* How deep o nests: 1 for a map or an array with nothing nested in it, 0 for
+ * any other value.  Bounded by the frame check's PROTO_MAX_DEPTH. */
+static unsigned depth_of(const msgpack_object *o)
+{
+        unsigned d = 0, k;
+
+        if (o->type == MSGPACK_OBJECT_ARRAY) {
+                for (uint32_t i = 0; i < o->via.array.size; i++) {
+                        k = depth_of(&o->via.array.ptr[i]);
+                        d = k > d ? k : d;
+                }
+                return d + 1;
+        }
+        if (o->type == MSGPACK_OBJECT_MAP) {
+                for (uint32_t i = 0; i < o->via.map.size; i++) {
+                        k = depth_of(&o->via.map.ptr[i].key);
+                        d = k > d ? k : d;
+                        k = depth_of(&o->via.map.ptr[i].val);
+                        d = k > d ? k : d;
+                }
+                return d + 1;
+        }
+        return 0;
+}
+
+/* An optional uint below 2^63 under key: 0 when absent. */
+static int get_u63(const msgpack_object *m, const char *key, bool required, uint64_t *ret)
+{
+        int r = proto_get_u64(m, key, ret);
+
+        if (r == -ENOENT && !required) {
+                *ret = 0;
+                return 0;
+        }
+        if (r < 0 || *ret >= INT63_LIMIT)
+                return -EINVAL;
+        return 0;
+}
+
+static bool printable_ascii(const char *s, size_t len)
+{
+        for (size_t i = 0; i < len; i++)
+                if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+                        return false;
+        return true;
+}
+
+/* The fields of column node i; its children count into *ret_children and
+ * the parts it names into used (n_parts bits). */
+static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, uint8_t *used,
+                      uint64_t *ret_children, char *why, size_t why_len)
+{
+        const msgpack_object *buffers, *meta;
+        uint64_t length, v;
+        int64_t nulls;
+        const char *s;
+        size_t len;
+        char what[48];
+        int r;
+
+        if (node->type != MSGPACK_OBJECT_MAP)
+                return proto_invalid(why, why_len, "arrow.columns[%u] must be a map", i);
+        r = proto_get_str(node, "name", &s, &len);
+        if (r < 0 || len > PROTO_BATCH_COLNAME_MAX || memchr(s, '\0', len) ||
+            proto_utf8_valid(s, len) != len)
+                return proto_invalid(why, why_len, "arrow.columns[%u].name must be a str of at "
+                                     "most %u bytes of UTF-8 without NUL (it may be empty)", i,
+                                     PROTO_BATCH_COLNAME_MAX);
+        r = proto_get_str(node, "format", &s, &len);
+        if (r < 0 || len == 0 || len > PROTO_BATCH_FORMAT_MAX || !printable_ascii(s, len))
+                return proto_invalid(why, why_len, "arrow.columns[%u].format must be an Arrow "
+                                     "format string of 1 to %u bytes of printable ASCII", i,
+                                     PROTO_BATCH_FORMAT_MAX);
+        if (get_u63(node, "flags", false, &v) < 0)
+                return proto_invalid(why, why_len, "arrow.columns[%u].flags must be a uint "
+                                     "below 2^63", i);
+        if (get_u63(node, "length", true, &length) < 0)
+                return proto_invalid(why, why_len, "arrow.columns[%u].length must be a uint "
+                                     "below 2^63 (it is required)", i);
+        r = proto_get_i64(node, "null_count", &nulls);
+        if (r < 0 || nulls < -1 || (nulls > 0 && (uint64_t)nulls > length))
+                return proto_invalid(why, why_len, "arrow.columns[%u].null_count must be an "
+                                     "int from -1 (unknown) to length (%llu)", i,
+                                     (unsigned long long)length);
+        if (get_u63(node, "offset", false, &v) < 0)
+                return proto_invalid(why, why_len, "arrow.columns[%u].offset must be a uint "
+                                     "below 2^63", i);
+        r = proto_get_u64(node, "children", ret_children);
+        if (r == -ENOENT)
+                *ret_children = 0;
+        else if (r < 0)
+                return proto_invalid(why, why_len, "arrow.columns[%u].children must be a uint",
+                                     i);
+        r = proto_get_array(node, "buffers", &buffers);
+        if (r < 0 || buffers->via.array.size > PROTO_BATCH_BUFFERS_MAX)
+                return proto_invalid(why, why_len, "arrow.columns[%u].buffers must be an array "
+                                     "of at most %u part indexes or -1 (it is required)", i,
+                                     PROTO_BATCH_BUFFERS_MAX);
+        for (uint32_t b = 0; b < buffers->via.array.size; b++) {
+                int64_t p;
+                if (proto_obj_i64(&buffers->via.array.ptr[b], &p) < 0 || p < -1 ||
+                    p >= (int64_t)n_parts)
+                        return proto_invalid(why, why_len, "arrow.columns[%u].buffers[%u] must "
+                                             "be the index of a part (0 to %u) or -1", i, b,
+                                             n_parts - 1);
+                if (p >= 0)
+                        used[p / 8] |= (uint8_t)(1u << (p % 8));
+        }
+        r = proto_get_map(node, "metadata", &meta);
+        if (r == -EINVAL)
+                return proto_invalid(why, why_len, "arrow.columns[%u].metadata must be a map of "
+                                     "str to str", i);
+        snprintf(what, sizeof(what), "arrow.columns[%u].metadata", i);
+        if (r == 0 && proto_strmap_check(meta, what, why, why_len) < 0)
+                return -EINVAL;
+        return 0;
+}
+
+int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts, char *why, size_t why_len)
+{
+        /* open[k]: children still to come of the k-th open ancestor. */
+        uint64_t open[PROTO_BATCH_NODES_MAX];
+        uint8_t used[(PROTO_BATCH_PARTS_MAX + 7) / 8] = { 0 };
+        const msgpack_object *cols, *meta;
+        uint32_t n, depth = 0, owner = 0;
+        uint32_t owners[PROTO_BATCH_NODES_MAX];
+        uint64_t rows;
+        int r;
+
+        if (arrow->type != MSGPACK_OBJECT_MAP)
+                return proto_invalid(why, why_len, "arrow must be a map");
+        if (n_parts == 0 || n_parts > PROTO_BATCH_PARTS_MAX)
+                return proto_invalid(why, why_len, "a batch has 1 to %u parts",
+                                     PROTO_BATCH_PARTS_MAX);
+        if (depth_of(arrow) > PROTO_BATCH_ARROW_DEPTH)
+                return proto_invalid(why, why_len, "arrow nests more than %u levels deep",
+                                     PROTO_BATCH_ARROW_DEPTH);
+        if (get_u63(arrow, "rows", true, &rows) < 0)
+                return proto_invalid(why, why_len, "arrow.rows must be a uint below 2^63 (it "
+                                     "is required)");
+        r = proto_get_map(arrow, "metadata", &meta);
+        if (r == -EINVAL)
+                return proto_invalid(why, why_len, "arrow.metadata must be a map of str to str");
+        if (r == 0 && proto_strmap_check(meta, "arrow.metadata", why, why_len) < 0)
+                return -EINVAL;
+        r = proto_get_array(arrow, "columns", &cols);
+        if (r < 0)
+                return proto_invalid(why, why_len, "arrow.columns must be an array of column "
+                                     "nodes (it is required)");
+        n = cols->via.array.size;
+        if (n == 0 || n > PROTO_BATCH_NODES_MAX)
+                return proto_invalid(why, why_len, "arrow.columns must hold 1 to %u nodes (got "
+                                     "%u)", PROTO_BATCH_NODES_MAX, n);
+        for (uint32_t i = 0; i < n; i++) {
+                uint64_t children;
+
+                r = check_node(&cols->via.array.ptr[i], i, n_parts, used, &children, why,
+                               why_len);
+                if (r < 0)
+                        return r;
+                /* Node i fills one slot of the innermost open node. */
+                if (depth > 0)
+                        open[depth - 1]--;
+                if (children > n - 1 - i)
+                        return proto_invalid(why, why_len, "arrow.columns[%u] has %llu "
+                                             "children but only %u nodes follow it", i,
+                                             (unsigned long long)children, n - 1 - i);
+                if (children > 0) {
+                        owners[depth] = i;
+                        open[depth++] = children;
+                }
+                while (depth > 0 && open[depth - 1] == 0)
+                        depth--;
+        }
+        if (depth > 0) {
+                owner = owners[depth - 1];
+                return proto_invalid(why, why_len, "arrow.columns[%u] has %llu children too "
+                                     "many: the array ends inside its subtree", owner,
+                                     (unsigned long long)open[depth - 1]);
+        }
+        for (uint32_t p = 0; p < n_parts; p++)
+                if (!(used[p / 8] & (1u << (p % 8))))
+                        return proto_invalid(why, why_len, "parts[%u] is named by no column "
+                                             "node's buffers", p);
+        return 0;
+}

@@ -1,5 +1,5 @@
 /* client.c: the connection to gpuipcd: connect, hello, errors, lifetime.
- * The request and frame machinery is in io.c. */
+ * Requests and calls are in call.c, frames in io.c, events in events.c. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -422,20 +422,6 @@ fail:
 
 /* ---- simple calls ------------------------------------------------------ */
 
-int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_reply)
-{
-        struct proto_out o;
-        uint64_t seq;
-        int r;
-
-        r = gpuipc__begin(c);
-        if (r < 0)
-                return r;
-        seq = gpuipc__request(c, &o, op, 0);
-        r = gpuipc__call(c, &o, seq, NULL, 0, ret_reply);
-        return r < 0 ? gpuipc__end(c, r) : 0;
-}
-
 int gpuipc_client_ping(gpuipc_client *c)
 {
         struct gpuipc__reply rp;
@@ -471,16 +457,6 @@ static int released_sync(gpuipc_client *c, uint64_t id)
         return gpuipc__end(c, r);
 }
 
-static bool unmapped_seen(const gpuipc_client *c, uint64_t alloc)
-{
-        unsigned n = c->unmapped_n < GPUIPC__UNMAPPED_MAX ? c->unmapped_n : GPUIPC__UNMAPPED_MAX;
-
-        for (unsigned i = 0; i < n; i++)
-                if (c->unmapped[i] == alloc)
-                        return true;
-        return false;
-}
-
 int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
 {
         unsigned n;
@@ -504,7 +480,7 @@ int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
         if (timeout_ms < 0)
                 timeout_ms = PROTO_WAIT_MAX_MS;
         deadline = now_ms() + timeout_ms;
-        while (!unmapped_seen(c, alloc)) {
+        while (!gpuipc__unmapped_seen(c, alloc)) {
                 int64_t left = deadline - now_ms();
                 if (left <= 0)
                         return gpuipc__fail(c, -ETIMEDOUT, "the allocation of registration %llu "

@@ -128,7 +128,7 @@ struct gpuipc__reply {
         unsigned nfds;
 };
 
-/* ---- client.c, io.c ---------------------------------------------------- */
+/* ---- client.c ---------------------------------------------------------- */
 
 /* Starts a public call on c: clears the error text, and fails with
  * -ENOTCONN when the connection is already unusable. */
@@ -138,14 +138,6 @@ int gpuipc__begin_named(gpuipc_client *c, const char *name);
 /* Records err as the outcome of the current call (for gpuipc_errmsg()) and
  * returns it, so that calls can end with `return gpuipc__end(c, r);`. */
 int gpuipc__end(gpuipc_client *c, int err);
-/* Begins a call and sends a request {op} with no fields; on success
- * *ret_reply is the reply (gpuipc__reply_free() it); unlike the name ops,
- * the caller decodes the reply. */
-int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_reply);
-/* One request {op, name} (the name checked first) whose reply may carry a
- * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
- * revoke, adopt. */
-int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases);
 /* Checks who listens on the connected socket fd (SO_PEERCRED): root, the
  * uid of $GPUIPC_DAEMON_UID when set, else this process's uid or the owner
  * of path's directory.  0, or -EPERM (-EINVAL for a bad variable) with the
@@ -154,6 +146,38 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path);
 /* Sets the error text of the current call and returns err. */
 int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
+
+gpuipc_client *gpuipc__client_ref(gpuipc_client *c);
+void gpuipc__client_unref(gpuipc_client *c);
+/* Closes the socket and makes the client unusable: later calls fail with
+ * -ENOTCONN.  Returns err. */
+int gpuipc__client_kill(gpuipc_client *c, int err);
+/* True while requests can still be sent. */
+bool gpuipc__client_usable(const gpuipc_client *c);
+
+/* ---- io.c: frames out and in ------------------------------------------- */
+
+/* Sends one finished frame, nfds fds riding on its first byte; a failure
+ * kills the connection. */
+int gpuipc__send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
+                 unsigned nfds);
+/* Sends a finished frame and waits for the reply with seq, without
+ * reconnecting and without looking at `error`. */
+int gpuipc__send_wait(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
+                      const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
+/* Reads and handles frames for up to timeout_ms (< 0: without limit); returns
+ * 0 when the time passed or something arrived, negative errno on failure. */
+int gpuipc__pump(gpuipc_client *c, int timeout_ms);
+/* When rp carries `error`: frees rp, keeps the message and returns the
+ * errno; else 0. */
+int gpuipc__reply_error(gpuipc_client *c, struct gpuipc__reply *rp);
+/* Moves a reply: the decoded root points into the struct itself. */
+void gpuipc__reply_move(struct gpuipc__reply *to, struct gpuipc__reply *from);
+/* Takes the reply's only fd (closing any others); -EBADMSG when it has none. */
+int gpuipc__reply_take_fd(struct gpuipc__reply *r, int *ret_fd);
+void gpuipc__reply_free(struct gpuipc__reply *r);
+
+/* ---- call.c: requests and their calls ---------------------------------- */
 
 /* Starts a request frame: a map of 2 + nfields entries whose op and seq are
  * already packed.  Returns the seq. */
@@ -164,38 +188,33 @@ uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, 
  * *ret_reply and frees it with gpuipc__reply_free().  o is freed either way. */
 int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int *fds,
                  unsigned nfds, struct gpuipc__reply *ret_reply);
-void gpuipc__reply_free(struct gpuipc__reply *r);
-/* Sends a finished frame and waits for the reply with seq, without
- * reconnecting and without looking at `error`. */
-int gpuipc__send_wait(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
-                      const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
-/* When rp carries `error`: frees rp, keeps the message and returns the
- * errno; else 0. */
-int gpuipc__reply_error(gpuipc_client *c, struct gpuipc__reply *rp);
-/* Takes the reply's only fd (closing any others); -EBADMSG when it has none. */
-int gpuipc__reply_take_fd(struct gpuipc__reply *r, int *ret_fd);
+/* Begins a call and sends a request {op} with no fields; on success
+ * *ret_reply is the reply (gpuipc__reply_free() it); unlike the name ops,
+ * the caller decodes the reply. */
+int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_reply);
+/* One request {op, name} (the name checked first) whose reply may carry a
+ * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
+ * revoke, adopt. */
+int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases);
+/* Sends the queued unholds without waiting for their replies. */
+void gpuipc__send_unholds(gpuipc_client *c);
 
-gpuipc_client *gpuipc__client_ref(gpuipc_client *c);
-void gpuipc__client_unref(gpuipc_client *c);
-/* Closes the socket and makes the client unusable: later calls fail with
- * -ENOTCONN.  Returns err. */
-int gpuipc__client_kill(gpuipc_client *c, int err);
-/* True while requests can still be sent. */
-bool gpuipc__client_usable(const gpuipc_client *c);
+/* ---- events.c ---------------------------------------------------------- */
 
+/* Takes in an event other than `error` (root is its map, ev its `event`
+ * value): released, revoked, watch, uncache, unmapped; ignores others. */
+void gpuipc__event_take(gpuipc_client *c, const msgpack_object *root, const msgpack_object *ev);
 /* Returns true and forgets id if a `released` event for it has arrived. */
 bool gpuipc__released_take(gpuipc_client *c, uint64_t id);
-/* Reads and handles frames for up to timeout_ms (< 0: without limit); returns
- * 0 when the time passed or something arrived, negative errno on failure. */
-int gpuipc__pump(gpuipc_client *c, int timeout_ms);
-
 /* Takes the IPC event handles that the `released` event of id carried:
  * *ret (free() it; NULL when none) holds *ret_n handles. */
 void gpuipc__released_events_take(gpuipc_client *c, uint64_t id, uint8_t **ret,
                                   unsigned *ret_n);
+void gpuipc__relev_clear(gpuipc_client *c);
 /* True when a `revoked` event arrived for registration id. */
 bool gpuipc__revoked(const gpuipc_client *c, uint64_t id);
-void gpuipc__relev_clear(gpuipc_client *c);
+/* True when an `unmapped` event arrived for allocation alloc. */
+bool gpuipc__unmapped_seen(const gpuipc_client *c, uint64_t alloc);
 
 /* ---- resume.c ---------------------------------------------------------- */
 
@@ -329,7 +348,5 @@ bool gpuipc__cucache_enabled(void);
 void gpuipc__cucache_uncache(gpuipc_client *c, uint64_t alloc);
 void gpuipc__cucache_conn_lost(gpuipc_client *c);
 unsigned gpuipc__cucache_take_unholds(gpuipc_client *c, uint64_t **ret);
-/* Sends the queued unholds without waiting for their replies (io.c). */
-void gpuipc__send_unholds(gpuipc_client *c);
 
 #endif

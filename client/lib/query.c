@@ -162,33 +162,6 @@ int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
         return 0;
 }
 
-int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases)
-{
-        struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq, n = 0;
-        int r;
-
-        if (!c)
-                return -EINVAL;
-        r = gpuipc__begin_named(c, name);
-        if (r < 0)
-                return r;
-        seq = gpuipc__request(c, &o, op, 1);
-        proto_pack_kstr(&o.pk, "name", name);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
-        r = proto_get_u64(rp.msg.root, "leases", &n);
-        gpuipc__reply_free(&rp);
-        if (r == -EINVAL)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's %s reply has an unusable leases field",
-                                    op);
-        if (ret_leases)
-                *ret_leases = n;
-        return 0;
-}
-
 int gpuipc_name_unregister(gpuipc_client *c, const char *name)
 {
         return gpuipc__name_op(c, "unregister", name, NULL);

@@ -256,24 +256,27 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path)
                             (unsigned)cred.uid);
 }
 
+/* Nothing to redo: a reconnect during hello fails (it is one itself). */
+static const struct gpuipc__op op_hello = { .name = "hello" };
+
 int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply)
 {
         struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq, version, max_frame;
+        struct gpuipc__req rq;
+        uint64_t version, max_frame;
         const uint8_t *session;
         size_t slen;
         int r;
 
-        seq = gpuipc__request(c, &o, "hello", 2 + c->has_session);
-        proto_pack_ku64(&o.pk, "version", PROTO_VERSION);
-        proto_pack_kstr(&o.pk, "client", "libgpuipc " GPUIPC_VERSION);
+        gpuipc__request(c, &rq, &op_hello, 2 + c->has_session);
+        proto_pack_ku64(&rq.o.pk, "version", PROTO_VERSION);
+        proto_pack_kstr(&rq.o.pk, "client", "libgpuipc " GPUIPC_VERSION);
         if (c->has_session) {
-                proto_pack_str(&o.pk, "resume");
-                msgpack_pack_bin(&o.pk, PROTO_SESSION_LEN);
-                msgpack_pack_bin_body(&o.pk, c->session, PROTO_SESSION_LEN);
+                proto_pack_str(&rq.o.pk, "resume");
+                msgpack_pack_bin(&rq.o.pk, PROTO_SESSION_LEN);
+                msgpack_pack_bin_body(&rq.o.pk, c->session, PROTO_SESSION_LEN);
         }
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0)
                 return r;
         if (proto_get_u64(rp.msg.root, "version", &version) < 0 || version != PROTO_VERSION) {
@@ -422,6 +425,8 @@ fail:
 
 /* ---- simple calls ------------------------------------------------------ */
 
+static const struct gpuipc__op op_ping = { .name = "ping", .redo = GPUIPC__REDO_SEND };
+
 int gpuipc_client_ping(gpuipc_client *c)
 {
         struct gpuipc__reply rp;
@@ -429,7 +434,7 @@ int gpuipc_client_ping(gpuipc_client *c)
 
         if (!c)
                 return -EINVAL;
-        r = gpuipc__call_op(c, "ping", &rp);
+        r = gpuipc__call_op(c, &op_ping, &rp);
         if (r == 0)
                 gpuipc__reply_free(&rp);
         return r;

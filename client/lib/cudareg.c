@@ -127,6 +127,12 @@ bool gpuipc__cuown_find(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle
         return o != NULL;
 }
 
+/* After a reconnect, a name this process holds already means the first
+ * attempt did it. */
+static const struct gpuipc__op op_register = {
+        .name = "register", .redo = GPUIPC__REDO_REGISTER, .keep = GPUIPC__KEEP_REGISTER
+};
+
 /* The fields pack_devreg() packs: kind, offset, device, alloc_size, fds,
  * then the kind's own. */
 static uint32_t devreg_fields(const struct gpuipc__devreg *d, const char *copied)
@@ -199,24 +205,25 @@ static int send_register(gpuipc_client *c, const char *name, uint64_t size,
         bool ephemeral = bound || (flags & GPUIPC_REGISTER_EPHEMERAL);
         unsigned nfds = d->path == GPUIPC_PATH_CUDA_IPC ? 0 : d->n_chunks;
         struct gpuipc__reply rp;
-        struct proto_out o;
+        struct gpuipc__req rq;
         uint32_t nmeta = gpuipc__meta_keys(meta);
-        uint64_t seq, id, alloc;
+        uint64_t id, alloc;
         int r;
 
-        seq = gpuipc__request(c, &o, "register", 2 + devreg_fields(d, copied) + ephemeral +
-                              (nmeta > 0) + gpuipc__access_keys(c));
-        proto_pack_kstr(&o.pk, "name", name);
-        proto_pack_ku64(&o.pk, "size", size);
-        pack_devreg(&o.pk, d, copied);
+        gpuipc__request(c, &rq, &op_register, 2 + devreg_fields(d, copied) + ephemeral +
+                        (nmeta > 0) + gpuipc__access_keys(c));
+        rq.name = name;
+        proto_pack_kstr(&rq.o.pk, "name", name);
+        proto_pack_ku64(&rq.o.pk, "size", size);
+        pack_devreg(&rq.o.pk, d, copied);
         if (ephemeral)
-                proto_pack_kbool(&o.pk, "ephemeral", true);
+                proto_pack_kbool(&rq.o.pk, "ephemeral", true);
         if (nmeta > 0) {
-                proto_pack_str(&o.pk, "meta");
-                gpuipc__meta_pack(&o.pk, meta);
+                proto_pack_str(&rq.o.pk, "meta");
+                gpuipc__meta_pack(&rq.o.pk, meta);
         }
-        gpuipc__access_pack(&o.pk, c);  /* issue 7: access rule, see access.c */
-        r = gpuipc__call(c, &o, seq, nfds ? d->fds : NULL, nfds, &rp);
+        gpuipc__access_pack(&rq.o.pk, c);  /* issue 7: access rule, see access.c */
+        r = gpuipc__call(c, &rq, nfds ? d->fds : NULL, nfds, &rp);
         if (r < 0)
                 return gpuipc__end(c, r);
         r = proto_get_u64(rp.msg.root, "id", &id);
@@ -348,11 +355,16 @@ out:
 
 #endif
 
-/* adopt needs no driver in this process: the daemon does the copy. */
+/* adopt needs no driver in this process: the daemon does the copy.  The
+ * registration is the daemon's then, nothing a reconnect gives back. */
+static const struct gpuipc__op op_adopt = {
+        .name = "adopt", .redo = GPUIPC__REDO_NEVER, .keep = GPUIPC__KEEP_FORGET
+};
+
 int gpuipc_name_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases)
 {
         uint64_t n = 0;
-        int r = gpuipc__name_op(c, "adopt", name, &n);
+        int r = gpuipc__name_op(c, &op_adopt, name, &n);
 
         if (r < 0)
                 return r;

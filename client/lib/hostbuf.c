@@ -132,13 +132,19 @@ static int seal_for_register(gpuipc_client *c, int fd, uint64_t offset, uint64_t
         return 0;
 }
 
+/* After a reconnect, a name this process holds already means the first
+ * attempt did it. */
+static const struct gpuipc__op op_register = {
+        .name = "register", .redo = GPUIPC__REDO_REGISTER, .keep = GPUIPC__KEEP_REGISTER
+};
+
 int gpuipc_fd_register(gpuipc_client *c, const char *name, int fd, uint64_t offset, uint64_t size,
                        const gpuipc_meta *meta, unsigned flags, uint64_t *ret_id)
 {
         struct gpuipc__reply rp;
-        struct proto_out o;
+        struct gpuipc__req rq;
         const char *why;
-        uint64_t seq, id;
+        uint64_t id;
         uint32_t nmeta;
         bool ephemeral = flags & GPUIPC_REGISTER_EPHEMERAL;
         bool shared_write = flags & GPUIPC_REGISTER_SHARED_WRITE;
@@ -160,24 +166,25 @@ int gpuipc_fd_register(gpuipc_client *c, const char *name, int fd, uint64_t offs
                 return gpuipc__end(c, r);
 
         nmeta = gpuipc__meta_keys(meta);
-        seq = gpuipc__request(c, &o, "register", 5 + ephemeral + shared_write + (nmeta > 0) +
-                              gpuipc__access_keys(c));
-        proto_pack_kstr(&o.pk, "name", name);
-        proto_pack_kstr(&o.pk, "kind", "host");
-        proto_pack_ku64(&o.pk, "size", size);
-        proto_pack_ku64(&o.pk, "offset", offset);
-        proto_pack_ku64(&o.pk, "fds", 1);
+        gpuipc__request(c, &rq, &op_register, 5 + ephemeral + shared_write + (nmeta > 0) +
+                        gpuipc__access_keys(c));
+        rq.name = name;
+        proto_pack_kstr(&rq.o.pk, "name", name);
+        proto_pack_kstr(&rq.o.pk, "kind", "host");
+        proto_pack_ku64(&rq.o.pk, "size", size);
+        proto_pack_ku64(&rq.o.pk, "offset", offset);
+        proto_pack_ku64(&rq.o.pk, "fds", 1);
         if (ephemeral)
-                proto_pack_kbool(&o.pk, "ephemeral", true);
+                proto_pack_kbool(&rq.o.pk, "ephemeral", true);
         /* The daemon accepts a memfd without a write seal only then. */
         if (shared_write)
-                proto_pack_kbool(&o.pk, "shared_write", true);
+                proto_pack_kbool(&rq.o.pk, "shared_write", true);
         if (nmeta > 0) {
-                proto_pack_str(&o.pk, "meta");
-                gpuipc__meta_pack(&o.pk, meta);
+                proto_pack_str(&rq.o.pk, "meta");
+                gpuipc__meta_pack(&rq.o.pk, meta);
         }
-        gpuipc__access_pack(&o.pk, c);
-        r = gpuipc__call(c, &o, seq, &fd, 1, &rp);
+        gpuipc__access_pack(&rq.o.pk, c);
+        r = gpuipc__call(c, &rq, &fd, 1, &rp);
         if (r < 0)
                 return gpuipc__end(c, r);
         r = proto_get_u64(rp.msg.root, "id", &id);

@@ -98,7 +98,6 @@ struct gpuipc_client {
         uint64_t local_ids;             /* client-local registration ids handed out */
         uint32_t epoch;                 /* lease id space: +1 per restart without state */
         uint8_t session[PROTO_SESSION_LEN];
-        const char *cur_op;             /* op of the request last built (static) */
         struct gpuipc__rec *recs;       /* what a reconnect re-establishes */
         struct gpuipc__lease *leases;   /* leases held, unordered */
         size_t n_leases, cap_leases;
@@ -179,23 +178,65 @@ void gpuipc__reply_free(struct gpuipc__reply *r);
 
 /* ---- call.c: requests and their calls ---------------------------------- */
 
-/* Starts a request frame: a map of 2 + nfields entries whose op and seq are
- * already packed.  Returns the seq. */
-uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, uint32_t nfields);
-/* Sends the frame in o (with nfds fds attached; they stay the caller's) and
- * waits for the reply with seq.  A reply carrying `error` fails with its
- * errno and keeps the daemon's message.  On success the caller owns
- * *ret_reply and frees it with gpuipc__reply_free().  o is freed either way. */
-int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int *fds,
-                 unsigned nfds, struct gpuipc__reply *ret_reply);
-/* Begins a call and sends a request {op} with no fields; on success
+/* How a reconnect treats a call during which the connection dropped. */
+enum gpuipc__redo {
+        GPUIPC__REDO_NEVER,             /* whether it took effect is unknown: it fails */
+        GPUIPC__REDO_SEND,              /* twice does no harm: sent again */
+        GPUIPC__REDO_UNLESS_GONE,       /* sent again; `not_found` means the first one did it */
+        GPUIPC__REDO_REGISTER,          /* sent again; `exists`, for a registration of this
+                                         * process, means the first one did it */
+};
+
+/* What a call that succeeded leaves for the reconnects to come. */
+enum gpuipc__keep {
+        GPUIPC__KEEP_NOTHING,
+        GPUIPC__KEEP_LEASE,             /* lookup: the reply's lease is held */
+        GPUIPC__KEEP_RELEASE,           /* release: the request's lease is not */
+        GPUIPC__KEEP_REGISTER,          /* register: its frame and fds, to register again */
+        GPUIPC__KEEP_FORGET,            /* unregister, adopt: the reply's id (or, by prefix,
+                                         * the registrations in the prefix) is not ours */
+        GPUIPC__KEEP_WATCH,             /* watch: its frame, to watch again */
+};
+
+/* One kind of request, and what the resume machinery does with it: each
+ * operation defines its own. */
+struct gpuipc__op {
+        const char *name;
+        enum gpuipc__redo redo;
+        enum gpuipc__keep keep;
+};
+
+/* A request being built.  The operation packs its fields into o.pk, and
+ * sets what its kind of keep needs of this one request. */
+struct gpuipc__req {
+        struct proto_out o;
+        uint64_t seq;
+        const struct gpuipc__op *op;
+        const char *name;               /* register: the name (the caller's string) */
+        const char *prefix;             /* unregister by prefix: the prefix */
+        uint64_t lease;                 /* release: the lease */
+};
+
+/* Starts a request of kind op: a map of 2 + nfields entries whose op and
+ * seq are already packed.  rq must not move until gpuipc__call(). */
+void gpuipc__request(gpuipc_client *c, struct gpuipc__req *rq, const struct gpuipc__op *op,
+                     uint32_t nfields);
+/* Sends the request (with nfds fds attached; they stay the caller's) and
+ * waits for its reply.  A reply carrying `error` fails with its errno and
+ * keeps the daemon's message.  On success the caller owns *ret_reply and
+ * frees it with gpuipc__reply_free().  rq->o is freed either way. */
+int gpuipc__call(gpuipc_client *c, struct gpuipc__req *rq, const int *fds, unsigned nfds,
+                 struct gpuipc__reply *ret_reply);
+/* Begins a call and sends a request of kind op with no fields; on success
  * *ret_reply is the reply (gpuipc__reply_free() it); unlike the name ops,
  * the caller decodes the reply. */
-int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_reply);
+int gpuipc__call_op(gpuipc_client *c, const struct gpuipc__op *op,
+                    struct gpuipc__reply *ret_reply);
 /* One request {op, name} (the name checked first) whose reply may carry a
  * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
  * revoke, adopt. */
-int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases);
+int gpuipc__name_op(gpuipc_client *c, const struct gpuipc__op *op, const char *name,
+                    uint64_t *ret_leases);
 /* Sends the queued unholds without waiting for their replies. */
 void gpuipc__send_unholds(gpuipc_client *c);
 
@@ -226,16 +267,17 @@ int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply);
 bool gpuipc__may_reconnect(const gpuipc_client *c, int err);
 /* Reconnects, resumes or re-establishes what c had; 0 or -errno. */
 int gpuipc__reconnect(gpuipc_client *c);
-/* After the connection dropped during the call of request buf (len bytes,
- * op c->cur_op, sent with fds): reconnects and completes the call where
- * that is safe.  Returns 0 with *ret_reply, or -errno. */
-int gpuipc__recover(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
-                    const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
-/* Bookkeeping after a call of c->cur_op succeeded with reply rp. */
-/* May change the reply's `id` (a registration whose daemon id equals an id
- * the caller already holds gets a client-local one). */
-void gpuipc__track(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
-                   unsigned nfds, struct gpuipc__reply *rp);
+/* After the connection dropped during the call of rq (its frame buf, len
+ * bytes, sent with fds): reconnects and completes the call as rq's kind
+ * says.  Returns 0 with *ret_reply, or -errno. */
+int gpuipc__recover(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                    size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
+/* Bookkeeping after the call of rq (its frame buf, len bytes, sent with
+ * fds) succeeded with reply rp, as rq's kind says.  May change the
+ * reply's `id` (a registration whose daemon id equals an id the caller
+ * already holds gets a client-local one). */
+void gpuipc__track(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                   size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *rp);
 /* Whether c's connection holds lease id, as far as c knows (true when it
  * cannot tell). */
 bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch);

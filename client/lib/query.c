@@ -53,27 +53,30 @@ static int list_add(gpuipc_list *l, const msgpack_object *reg)
         return 0;
 }
 
+static const struct gpuipc__op op_list = { .name = "list", .redo = GPUIPC__REDO_SEND };
+static const struct gpuipc__op op_stat = { .name = "stat", .redo = GPUIPC__REDO_SEND };
+static const struct gpuipc__op op_stats = { .name = "stats", .redo = GPUIPC__REDO_SEND };
+
 /* Fetches one page: records after `after` into l; *next is 0 when done. */
 static int list_page(gpuipc_client *c, const char *prefix, unsigned flags, uint64_t after,
                      gpuipc_list *l, uint64_t *next)
 {
         struct gpuipc__reply rp;
         const msgpack_object *regs;
-        struct proto_out o;
-        uint64_t seq;
+        struct gpuipc__req rq;
         int r;
 
-        seq = gpuipc__request(c, &o, "list", (prefix != NULL) + (after > 0) +
-                              !!(flags & GPUIPC_LIST_ALL) + !!(flags & GPUIPC_LIST_HOLDERS));
+        gpuipc__request(c, &rq, &op_list, (prefix != NULL) + (after > 0) +
+                        !!(flags & GPUIPC_LIST_ALL) + !!(flags & GPUIPC_LIST_HOLDERS));
         if (prefix)
-                proto_pack_kstr(&o.pk, "prefix", prefix);
+                proto_pack_kstr(&rq.o.pk, "prefix", prefix);
         if (flags & GPUIPC_LIST_ALL)
-                proto_pack_kbool(&o.pk, "all", true);
+                proto_pack_kbool(&rq.o.pk, "all", true);
         if (flags & GPUIPC_LIST_HOLDERS)
-                proto_pack_kbool(&o.pk, "holders", true);
+                proto_pack_kbool(&rq.o.pk, "holders", true);
         if (after > 0)
-                proto_pack_ku64(&o.pk, "after", after);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+                proto_pack_ku64(&rq.o.pk, "after", after);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0)
                 return r;
         r = proto_get_array(rp.msg.root, "regs", &regs);
@@ -131,9 +134,8 @@ int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
 {
         struct gpuipc__reply rp;
         const msgpack_object *reg;
-        struct proto_out o;
+        struct gpuipc__req rq;
         gpuipc_list *l;
-        uint64_t seq;
         int r;
 
         if (!c || !ret_list)
@@ -141,9 +143,9 @@ int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
         r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;
-        seq = gpuipc__request(c, &o, "stat", 1);
-        proto_pack_kstr(&o.pk, "name", name);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        gpuipc__request(c, &rq, &op_stat, 1);
+        proto_pack_kstr(&rq.o.pk, "name", name);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0)
                 return gpuipc__end(c, r);
         l = calloc(1, sizeof(*l));
@@ -162,17 +164,22 @@ int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
         return 0;
 }
 
+/* Gone already, after a reconnect, means the first attempt did it. */
+static const struct gpuipc__op op_unregister = {
+        .name = "unregister", .redo = GPUIPC__REDO_UNLESS_GONE, .keep = GPUIPC__KEEP_FORGET
+};
+
 int gpuipc_name_unregister(gpuipc_client *c, const char *name)
 {
-        return gpuipc__name_op(c, "unregister", name, NULL);
+        return gpuipc__name_op(c, &op_unregister, name, NULL);
 }
 
 int gpuipc_prefix_unregister(gpuipc_client *c, const char *prefix, uint64_t *ret_removed,
                              uint64_t *ret_skipped)
 {
         struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq, removed = 0, skipped = 0;
+        struct gpuipc__req rq;
+        uint64_t removed = 0, skipped = 0;
         int r;
 
         if (!c || !prefix || !prefix[0])
@@ -180,9 +187,10 @@ int gpuipc_prefix_unregister(gpuipc_client *c, const char *prefix, uint64_t *ret
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;
-        seq = gpuipc__request(c, &o, "unregister", 1);
-        proto_pack_kstr(&o.pk, "prefix", prefix);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        gpuipc__request(c, &rq, &op_unregister, 1);
+        rq.prefix = prefix;
+        proto_pack_kstr(&rq.o.pk, "prefix", prefix);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0)
                 return gpuipc__end(c, r);
         r = proto_get_u64(rp.msg.root, "removed", &removed);
@@ -214,7 +222,7 @@ int gpuipc_stats_fetch(gpuipc_client *c, gpuipc_stats **ret_stats)
 
         if (!c || !ret_stats)
                 return -EINVAL;
-        r = gpuipc__call_op(c, "stats", &rp);
+        r = gpuipc__call_op(c, &op_stats, &rp);
         if (r < 0)
                 return r;
         (void)proto_get_str(rp.msg.root, "server", &server, &server_len);

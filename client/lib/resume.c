@@ -31,6 +31,7 @@ struct gpuipc__rec {
         int fds[PROTO_MAX_FDS];
         unsigned nfds;
         bool needs_fds;                 /* its frame declares fds we may not hold */
+        char name[PROTO_NAME_MAX + 1];  /* a registration's name */
 };
 
 static void rec_free(struct gpuipc__rec *r)
@@ -44,21 +45,11 @@ static void rec_free(struct gpuipc__rec *r)
 /* Remembers that r could not be registered again (err). */
 static void note_lost(gpuipc_client *c, const struct gpuipc__rec *r, int err)
 {
-        struct gpuipc__lost *l;
-        struct proto_msg m = {};
-        const char *name;
-        size_t n;
+        struct gpuipc__lost *l = calloc(1, sizeof(*l));
 
-        if (r->len <= PROTO_HDR_LEN)
-                return;
-        l = calloc(1, sizeof(*l));
         if (!l)
                 return;
-        if (proto_decode(r->frame + PROTO_HDR_LEN, r->len - PROTO_HDR_LEN, &m, NULL) == 0 &&
-            proto_get_str(m.root, "name", &name, &n) == 0)
-                snprintf(l->name, sizeof(l->name), "%.*s",
-                         (int)(n > PROTO_NAME_MAX ? PROTO_NAME_MAX : n), name);
-        proto_msg_free(&m);
+        memcpy(l->name, r->name, sizeof(l->name));
         l->id = r->user_id;
         l->err = err;
         if (c->lost_n == GPUIPC__LOST_MAX) {
@@ -169,16 +160,10 @@ static bool lease_drop(gpuipc_client *c, uint64_t id)
 
 /* ---- bookkeeping ------------------------------------------------------- */
 
-/* The request's own fields, decoded again (only for the ops tracked). */
-static int request_decode(const uint8_t *buf, size_t len, struct proto_msg *m)
-{
-        if (len <= PROTO_HDR_LEN)
-                return -EINVAL;
-        return proto_decode(buf + PROTO_HDR_LEN, len - PROTO_HDR_LEN, m, NULL);
-}
-
-static void rec_add(gpuipc_client *c, bool watch, uint64_t id, const uint8_t *buf, size_t len,
-                    uint64_t seq, const int *fds, unsigned nfds)
+/* Keeps a request that succeeded (a registration of name, or a watch):
+ * its frame, its seq and a dup of its fds. */
+static void rec_add(gpuipc_client *c, bool watch, uint64_t id, const char *name,
+                    const uint8_t *buf, size_t len, uint64_t seq, const int *fds, unsigned nfds)
 {
         struct gpuipc__rec *r = calloc(1, sizeof(*r));
 
@@ -194,6 +179,8 @@ static void rec_add(gpuipc_client *c, bool watch, uint64_t id, const uint8_t *bu
         r->seq = seq;
         r->watch = watch;
         r->user_id = r->cur_id = id;
+        if (name)
+                snprintf(r->name, sizeof(r->name), "%s", name);
         /* A daemon that keeps its state gives the registration back by
          * itself: no need to hold an fd per registration (the frame stays,
          * to register again should the store fail). */
@@ -232,17 +219,8 @@ static void rec_drop_prefix(gpuipc_client *c, const char *prefix, size_t plen)
                 plen--;
         for (struct gpuipc__rec **pp = &c->recs; *pp;) {
                 struct gpuipc__rec *r = *pp;
-                struct proto_msg m;
-                const char *name;
-                size_t nlen;
-                bool in = false;
 
-                if (!r->watch && request_decode(r->frame, r->len, &m) == 0) {
-                        in = proto_get_str(m.root, "name", &name, &nlen) == 0 &&
-                             proto_name_in(name, nlen, prefix, plen);
-                        proto_msg_free(&m);
-                }
-                if (in) {
+                if (!r->watch && proto_name_in(r->name, strlen(r->name), prefix, plen)) {
                         *pp = r->next;
                         rec_free(r);
                 } else {
@@ -283,69 +261,73 @@ static bool user_id_taken(const gpuipc_client *c, uint64_t id)
         return false;
 }
 
-void gpuipc__track(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
-                   unsigned nfds, struct gpuipc__reply *rp)
+/* A registration made: kept for a reconnect to make again. */
+static void keep_register(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                          size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *rp)
 {
-        const char *op = c->cur_op;
-        struct proto_msg m;
-        uint64_t id, seq;
+        uint64_t id;
+        bool clash = false;
 
-        if (!op || c->recovering)
+        if (proto_get_u64(rp->msg.root, "id", &id) < 0)
+                return;
+        rec_add(c, false, id, rq->name, buf, len, rq->seq, fds, nfds);
+        /* A daemon that started afresh hands out ids the caller may hold
+         * already (for registrations it gave back under new ones): then
+         * this one gets a client-local id. */
+        if (!c->remapped || !c->recs || c->recs->cur_id != id)
+                return;
+        for (const struct gpuipc__rec *r = c->recs->next; r && !clash; r = r->next)
+                clash = !r->watch && r->user_id == id;
+        if (!clash)
+                return;
+        do
+                id = (UINT64_C(1) << 63) | ++c->local_ids;
+        while (user_id_taken(c, id));
+        c->recs->user_id = id;
+        reply_set_u64(rp, "id", id);
+}
+
+void gpuipc__track(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                   size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *rp)
+{
+        enum gpuipc__keep keep = rq->op->keep;
+        uint64_t id;
+        bool on = true;
+
+        if (c->recovering)
                 return;
         /* Leases are tracked always (a view's release asks); what a
          * reconnect re-establishes only when reconnecting is on. */
-        if (strcmp(op, "lookup") == 0) {
+        if (keep == GPUIPC__KEEP_LEASE) {
                 if (proto_get_u64(rp->msg.root, "lease", &id) == 0)
                         lease_add(c, id);
                 return;
         }
-        if (strcmp(op, "release") == 0) {
-                if (request_decode(buf, len, &m) == 0) {
-                        if (proto_get_u64(m.root, "lease", &id) == 0)
-                                lease_drop(c, id);
-                        proto_msg_free(&m);
-                }
+        if (keep == GPUIPC__KEEP_RELEASE) {
+                lease_drop(c, rq->lease);
                 return;
         }
         if (c->reconnect_ms <= 0)
                 return;
-        if (strcmp(op, "register") == 0) {
-                if (proto_get_u64(rp->msg.root, "id", &id) < 0 ||
-                    proto_get_u64(rp->msg.root, "seq", &seq) < 0)
-                        return;
-                rec_add(c, false, id, buf, len, seq, fds, nfds);
-                /* A daemon that started afresh hands out ids the caller may
-                 * hold already (for registrations it gave back under new
-                 * ones): then this one gets a client-local id. */
-                if (c->remapped && c->recs && c->recs->cur_id == id) {
-                        bool clash = false;
-                        for (const struct gpuipc__rec *r = c->recs->next; r && !clash; r = r->next)
-                                clash = !r->watch && r->user_id == id;
-                        if (clash) {
-                                do
-                                        id = (UINT64_C(1) << 63) | ++c->local_ids;
-                                while (user_id_taken(c, id));
-                                c->recs->user_id = id;
-                                reply_set_u64(rp, "id", id);
-                        }
-                }
-        } else if (strcmp(op, "unregister") == 0 || strcmp(op, "adopt") == 0) {
+        switch (keep) {
+        case GPUIPC__KEEP_REGISTER:
+                keep_register(c, rq, buf, len, fds, nfds, rp);
+                break;
+        case GPUIPC__KEEP_FORGET:
                 /* adopt: the daemon owns it now, there is nothing to give back */
-                if (proto_get_u64(rp->msg.root, "id", &id) == 0) {
+                if (proto_get_u64(rp->msg.root, "id", &id) == 0)
                         rec_drop_id(c, id);
-                } else if (strcmp(op, "unregister") == 0 && request_decode(buf, len, &m) == 0) {
-                        const char *prefix;
-                        size_t plen;
-                        if (proto_get_str(m.root, "prefix", &prefix, &plen) == 0)
-                                rec_drop_prefix(c, prefix, plen);
-                        proto_msg_free(&m);
-                }
-        } else if (strcmp(op, "watch") == 0) {
-                bool on = true;
+                else if (rq->prefix)
+                        rec_drop_prefix(c, rq->prefix, strlen(rq->prefix));
+                break;
+        case GPUIPC__KEEP_WATCH:
                 rec_drop_watch(c);
                 (void)proto_get_bool(rp->msg.root, "watching", &on);
-                if (on && proto_get_u64(rp->msg.root, "seq", &seq) == 0)
-                        rec_add(c, true, 0, buf, len, seq, NULL, 0);
+                if (on)
+                        rec_add(c, true, 0, NULL, buf, len, rq->seq, NULL, 0);
+                break;
+        default:
+                break;
         }
 }
 
@@ -420,16 +402,19 @@ static bool in_array(const msgpack_object *a, uint64_t v)
         return false;
 }
 
+/* The reconnect's own requests: neither redone nor kept. */
+static const struct gpuipc__op op_release = { .name = "release" };
+static const struct gpuipc__op op_stat = { .name = "stat" };
+
 /* A request of the reconnect's own, through gpuipc__call() but neither
  * reconnecting nor tracked (c->recovering). */
-static int call_quiet(gpuipc_client *c, struct proto_out *o, uint64_t seq,
-                      struct gpuipc__reply *ret_reply)
+static int call_quiet(gpuipc_client *c, struct gpuipc__req *rq, struct gpuipc__reply *ret_reply)
 {
         bool was = c->recovering;
         int k;
 
         c->recovering = true;
-        k = gpuipc__call(c, o, seq, NULL, 0, ret_reply);
+        k = gpuipc__call(c, rq, NULL, 0, ret_reply);
         c->recovering = was;
         return k;
 }
@@ -437,12 +422,11 @@ static int call_quiet(gpuipc_client *c, struct proto_out *o, uint64_t seq,
 static void send_release(gpuipc_client *c, uint64_t lease)
 {
         struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq;
+        struct gpuipc__req rq;
 
-        seq = gpuipc__request(c, &o, "release", 1);
-        proto_pack_ku64(&o.pk, "lease", lease);
-        if (call_quiet(c, &o, seq, &rp) == 0)
+        gpuipc__request(c, &rq, &op_release, 1);
+        proto_pack_ku64(&rq.o.pk, "lease", lease);
+        if (call_quiet(c, &rq, &rp) == 0)
                 gpuipc__reply_free(&rp);
 }
 
@@ -569,11 +553,6 @@ out:
 
 /* ---- the call in flight ------------------------------------------------ */
 
-static bool op_is(const char *op, const char *name)
-{
-        return op && strcmp(op, name) == 0;
-}
-
 /* A reply made up for a call whose effect the reconnect already found. */
 static int fake_reply(gpuipc_client *c, uint64_t seq, bool with_id, uint64_t id,
                       struct gpuipc__reply *ret)
@@ -627,18 +606,17 @@ static bool has_error(const struct gpuipc__reply *rp, const char *code)
 }
 
 /* The id of name when this process's (resumed) connection owns it, or 0. */
-static uint64_t owned_id(gpuipc_client *c, const char *name, size_t nlen)
+static uint64_t owned_id(gpuipc_client *c, const char *name)
 {
         const msgpack_object *reg, *owner;
         struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq, id = 0, pid = 0;
+        struct gpuipc__req rq;
+        uint64_t id = 0, pid = 0;
         bool connected = false;
 
-        seq = gpuipc__request(c, &o, "stat", 1);
-        proto_pack_str(&o.pk, "name");
-        proto_pack_strn(&o.pk, name, nlen);
-        if (call_quiet(c, &o, seq, &rp) == 0) {
+        gpuipc__request(c, &rq, &op_stat, 1);
+        proto_pack_kstr(&rq.o.pk, "name", name);
+        if (call_quiet(c, &rq, &rp) == 0) {
                 if (proto_get_map(rp.msg.root, "reg", &reg) == 0 &&
                     proto_get_map(reg, "owner", &owner) == 0 &&
                     proto_get_u64(owner, "pid", &pid) == 0 &&
@@ -652,50 +630,28 @@ static uint64_t owned_id(gpuipc_client *c, const char *name, size_t nlen)
 
 /* register after a reconnect: a resumed session may own the name already
  * (the first attempt took effect); then that registration is the answer. */
-static int register_again(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
-                          const int *fds, unsigned nfds, struct gpuipc__reply *ret)
+static int register_again(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                          size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *ret)
 {
         struct gpuipc__reply rp = {};
-        struct proto_msg m;
-        const char *name;
         uint64_t id = 0;
-        size_t nlen;
         int k;
 
-        k = gpuipc__send_wait(c, buf, len, seq, fds, nfds, &rp);
+        k = gpuipc__send_wait(c, buf, len, rq->seq, fds, nfds, &rp);
         if (k < 0)
                 return k;
-        if (has_error(&rp, "exists") && request_decode(buf, len, &m) == 0) {
-                if (proto_get_str(m.root, "name", &name, &nlen) == 0)
-                        id = owned_id(c, name, nlen);
-                proto_msg_free(&m);
-        }
+        if (has_error(&rp, "exists") && rq->name)
+                id = owned_id(c, rq->name);
         if (id == 0) {
-                *ret = rp;
-                ret->msg.root = &ret->msg.up.data;
+                gpuipc__reply_move(ret, &rp);
                 return 0;
         }
         gpuipc__reply_free(&rp);
-        return fake_reply(c, seq, true, id, ret);
+        return fake_reply(c, rq->seq, true, id, ret);
 }
 
-static int recover(gpuipc_client *c, const char *op, const uint8_t *buf, size_t len,
-                   uint64_t seq, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
-
-int gpuipc__recover(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
-                    const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply)
-{
-        const char *op = c->cur_op;
-        int k = recover(c, op, buf, len, seq, fds, nfds, ret_reply);
-
-        /* The reconnect and the checks sent requests of their own: the
-         * caller's bookkeeping (gpuipc__track) is for this op. */
-        c->cur_op = op;
-        return k;
-}
-
-static int recover(gpuipc_client *c, const char *op, const uint8_t *buf, size_t len,
-                   uint64_t seq, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply)
+int gpuipc__recover(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                    size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply)
 {
         struct gpuipc__reply rp = {};
         int k;
@@ -703,26 +659,25 @@ static int recover(gpuipc_client *c, const char *op, const uint8_t *buf, size_t 
         k = gpuipc__reconnect(c);
         if (k < 0)
                 return k;
-        if (op_is(op, "register"))
-                return register_again(c, buf, len, seq, fds, nfds, ret_reply);
-        if (op_is(op, "ping") || op_is(op, "list") || op_is(op, "stat") ||
-            op_is(op, "stats") || op_is(op, "metrics") || op_is(op, "cuda_status") ||
-            op_is(op, "lookup") || op_is(op, "watch"))
-                return gpuipc__send_wait(c, buf, len, seq, fds, nfds, ret_reply);
-        if (op_is(op, "unregister") || op_is(op, "release")) {
-                /* Gone already means the first attempt did it. */
-                k = gpuipc__send_wait(c, buf, len, seq, fds, nfds, &rp);
+        switch (rq->op->redo) {
+        case GPUIPC__REDO_REGISTER:
+                return register_again(c, rq, buf, len, fds, nfds, ret_reply);
+        case GPUIPC__REDO_SEND:
+                return gpuipc__send_wait(c, buf, len, rq->seq, fds, nfds, ret_reply);
+        case GPUIPC__REDO_UNLESS_GONE:
+                k = gpuipc__send_wait(c, buf, len, rq->seq, fds, nfds, &rp);
                 if (k < 0)
                         return k;
                 if (has_error(&rp, "not_found")) {
                         gpuipc__reply_free(&rp);
-                        return fake_reply(c, seq, false, 0, ret_reply);
+                        return fake_reply(c, rq->seq, false, 0, ret_reply);
                 }
-                *ret_reply = rp;
-                ret_reply->msg.root = &ret_reply->msg.up.data;
+                gpuipc__reply_move(ret_reply, &rp);
                 return 0;
+        case GPUIPC__REDO_NEVER:
+                break;
         }
         return gpuipc__fail(c, -ECONNRESET, "gpuipcd restarted during this %s; the connection "
                             "is back, but whether the request took effect is unknown",
-                            op ? op : "request");
+                            rq->op->name);
 }

@@ -1,8 +1,9 @@
 /* call.c: requests, and calls that send one and wait for its reply.
  *
  * A call sends its request through io.c and, when the connection drops
- * because the daemon went away, lets resume.c reconnect and complete it;
- * once it succeeded, resume.c records what a later reconnect re-establishes.
+ * because the daemon went away, lets resume_reconnect.c reconnect and
+ * complete it; once it succeeded, resume_track.c records what a later
+ * reconnect re-establishes.
  * Both do as the request's kind (struct gpuipc__op) says: each operation
  * defines its own beside its code.
  */

@@ -88,7 +88,7 @@ struct gpuipc_client {
         uint64_t wev_dropped;
         struct gpuipc__access access;   /* for register (access.c) */
         uint64_t ttl_ms;                /* for register, with access; 0: none */
-        /* Reconnecting (resume.c). */
+        /* Reconnecting (resume_*.c). */
         char path[108];                 /* the socket connected to */
         int reconnect_ms;               /* how long to keep trying; 0: never */
         uint32_t busy_poll_us;          /* spin this long before sleeping for a frame */
@@ -145,6 +145,9 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path);
 /* Sets the error text of the current call and returns err. */
 int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
+/* hello on c's connection, with `resume` when c has a session; *ret_reply
+ * (may be NULL) gets the reply. */
+int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply);
 
 gpuipc_client *gpuipc__client_ref(gpuipc_client *c);
 void gpuipc__client_unref(gpuipc_client *c);
@@ -257,21 +260,8 @@ bool gpuipc__revoked(const gpuipc_client *c, uint64_t id);
 /* True when an `unmapped` event arrived for allocation alloc. */
 bool gpuipc__unmapped_seen(const gpuipc_client *c, uint64_t alloc);
 
-/* ---- resume.c ---------------------------------------------------------- */
+/* ---- resume_track.c: what a reconnect re-establishes ------------------- */
 
-/* hello on c's connection, with `resume` when c has a session; *ret_reply
- * (may be NULL) gets the reply. */
-int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply);
-/* Whether err means the daemon went away (EOF, reset, shutting_down) and
- * c may reconnect. */
-bool gpuipc__may_reconnect(const gpuipc_client *c, int err);
-/* Reconnects, resumes or re-establishes what c had; 0 or -errno. */
-int gpuipc__reconnect(gpuipc_client *c);
-/* After the connection dropped during the call of rq (its frame buf, len
- * bytes, sent with fds): reconnects and completes the call as rq's kind
- * says.  Returns 0 with *ret_reply, or -errno. */
-int gpuipc__recover(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
-                    size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
 /* Bookkeeping after the call of rq (its frame buf, len bytes, sent with
  * fds) succeeded with reply rp, as rq's kind says.  May change the
  * reply's `id` (a registration whose daemon id equals an id the caller
@@ -286,6 +276,19 @@ uint64_t gpuipc__user_id(const gpuipc_client *c, uint64_t id);
 void gpuipc__resume_clear(gpuipc_client *c);
 /* Forgets the lost registrations (gpuipc_client_next_lost). */
 void gpuipc__lost_clear(gpuipc_client *c);
+
+/* ---- resume_reconnect.c: reconnecting, and the call in flight ---------- */
+
+/* Whether err means the daemon went away (EOF, reset, shutting_down) and
+ * c may reconnect. */
+bool gpuipc__may_reconnect(const gpuipc_client *c, int err);
+/* Reconnects, resumes or re-establishes what c had; 0 or -errno. */
+int gpuipc__reconnect(gpuipc_client *c);
+/* After the connection dropped during the call of rq (its frame buf, len
+ * bytes, sent with fds): reconnects and completes the call as rq's kind
+ * says.  Returns 0 with *ret_reply, or -errno. */
+int gpuipc__recover(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                    size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
 
 /* ---- admin.c ----------------------------------------------------------- */
 

@@ -243,6 +243,31 @@ int gpuipc__name_op(gpuipc_client *c, const struct gpuipc__op *op, const char *n
 /* Sends the queued unholds without waiting for their replies. */
 void gpuipc__send_unholds(gpuipc_client *c);
 
+/* ---- register.c: register of every kind, unregister, adopt ------------ */
+
+/* What a register request of any kind carries besides the kind's fields. */
+struct gpuipc__regargs {
+        const char *name;
+        const gpuipc_meta *meta;
+        bool ephemeral;
+        bool shared_write;              /* host: the memfd is not sealed against writes */
+        bool cacheable;                 /* keep (id, alloc) for gpuipc_reg_wait_unmapped() */
+};
+
+/* The head of every register call: begins a call on c, checks name, the
+ * kind's own arguments (args_ok, else -EINVAL saying bad_args) and meta. */
+int gpuipc__register_begin(gpuipc_client *c, const char *name, const gpuipc_meta *meta,
+                           bool args_ok, const char *bad_args);
+/* Starts the register request of a in rq, up to its name; the kind packs
+ * its nkind fields next. */
+void gpuipc__register_start(gpuipc_client *c, struct gpuipc__req *rq,
+                            const struct gpuipc__regargs *a, uint32_t nkind);
+/* Packs what follows the kind's fields, sends rq with its nfds fds (they
+ * stay the caller's) and sets *ret_id (may be NULL) to the new id. */
+int gpuipc__register_finish(gpuipc_client *c, struct gpuipc__req *rq,
+                            const struct gpuipc__regargs *a, const int *fds, unsigned nfds,
+                            uint64_t *ret_id);
+
 /* ---- events.c ---------------------------------------------------------- */
 
 /* Takes in an event other than `error` (root is its map, ev its `event`

@@ -1,4 +1,4 @@
-/* query.c: list, stat, stats and unregister. */
+/* query.c: list, stat and stats. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,49 +161,6 @@ int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
                 return gpuipc__end(c, r);
         }
         *ret_list = l;
-        return 0;
-}
-
-/* Gone already, after a reconnect, means the first attempt did it. */
-static const struct gpuipc__op op_unregister = {
-        .name = "unregister", .redo = GPUIPC__REDO_UNLESS_GONE, .keep = GPUIPC__KEEP_FORGET
-};
-
-int gpuipc_name_unregister(gpuipc_client *c, const char *name)
-{
-        return gpuipc__name_op(c, &op_unregister, name, NULL);
-}
-
-int gpuipc_prefix_unregister(gpuipc_client *c, const char *prefix, uint64_t *ret_removed,
-                             uint64_t *ret_skipped)
-{
-        struct gpuipc__reply rp;
-        struct gpuipc__req rq;
-        uint64_t removed = 0, skipped = 0;
-        int r;
-
-        if (!c || !prefix || !prefix[0])
-                return -EINVAL;
-        r = gpuipc__begin(c);
-        if (r < 0)
-                return r;
-        gpuipc__request(c, &rq, &op_unregister, 1);
-        rq.prefix = prefix;
-        proto_pack_kstr(&rq.o.pk, "prefix", prefix);
-        r = gpuipc__call(c, &rq, NULL, 0, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
-        r = proto_get_u64(rp.msg.root, "removed", &removed);
-        if (r == 0 && proto_get_u64(rp.msg.root, "skipped", &skipped) == -EINVAL)
-                r = -EINVAL;
-        gpuipc__reply_free(&rp);
-        if (r < 0)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's unregister reply has no removed "
-                                    "count (a daemon without unregister by prefix?)");
-        if (ret_removed)
-                *ret_removed = removed;
-        if (ret_skipped)
-                *ret_skipped = skipped;
         return 0;
 }
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "conn.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 #include "cuda_reg.h"
 #include "ledger.h"
 

@@ -102,13 +102,14 @@ static void print_text(const gpuipc_info *in)
         printf("id:        %" PRIu64 "\n", in->id);
         printf("name:      %s\n", in->name);
         printf("kind:      %s\n", ctl_kind(in->kind));
-        printf("size:      %" PRIu64 " (%s)\n", in->size, ctl_size(in->size, size, sizeof(size)));
+        printf("size:      %" PRIu64 " (%s)\n", in->size,
+               proto_size_text(in->size, size, sizeof(size)));
         printf("offset:    %" PRIu64 "\n", in->offset);
         printf("device:    %s\n", in->device[0] ? in->device : "-");
         if (in->kind != GPUIPC_KIND_HOST) {
                 printf("alloc:     id %" PRIu64 ", %" PRIu64 " bytes (%s), %" PRIu32
                        " registrations\n", in->alloc_id, in->alloc_size,
-                       ctl_size(in->alloc_size, size, sizeof(size)), in->alloc_regs);
+                       proto_size_text(in->alloc_size, size, sizeof(size)), in->alloc_regs);
                 if (in->n_chunks > 1)
                         printf("chunks:    %" PRIu32 " VMM allocations\n", in->n_chunks);
                 if (in->kind == GPUIPC_KIND_CUDA_IPC || in->kind == GPUIPC_KIND_CUDA_POOL)

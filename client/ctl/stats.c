@@ -50,15 +50,15 @@ static void print_text(const gpuipc_stats *s)
         printf("registrations:  %" PRIu64 "\n", s->registrations);
         printf("leases:         %" PRIu64 "\n", s->leases);
         printf("host bytes:     %" PRIu64 " (%s)\n", s->bytes_host,
-               ctl_size(s->bytes_host, size, sizeof(size)));
+               proto_size_text(s->bytes_host, size, sizeof(size)));
         printf("cuda-ipc bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_ipc,
-               ctl_size(s->bytes_cuda_ipc, size, sizeof(size)));
+               proto_size_text(s->bytes_cuda_ipc, size, sizeof(size)));
         printf("cuda-vmm bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_vmm,
-               ctl_size(s->bytes_cuda_vmm, size, sizeof(size)));
+               proto_size_text(s->bytes_cuda_vmm, size, sizeof(size)));
         printf("cuda-pool bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_pool,
-               ctl_size(s->bytes_cuda_pool, size, sizeof(size)));
+               proto_size_text(s->bytes_cuda_pool, size, sizeof(size)));
         printf("copies:        %" PRIu64 " (%s copied at register time)\n", s->copies,
-               ctl_size(s->copied_bytes, size, sizeof(size)));
+               proto_size_text(s->copied_bytes, size, sizeof(size)));
         if (s->cuda_available)
                 printf("cuda:           driver %" PRIu32 "\n", s->cuda_driver_version);
         else

@@ -45,7 +45,7 @@ static void print_event(const gpuipc_event *e, bool json)
                 when[0] = '\0';
         printf("%s.%03" PRIu64 " %-12s %-6" PRIu64 " %-32s %-8s %10s pid %" PRIu32 " uid %"
                PRIu32, when, e->time_ms % 1000, e->type, e->id, e->name, ctl_kind(e->kind),
-               ctl_size(e->size, size, sizeof(size)), e->pid, e->uid);
+               proto_size_text(e->size, size, sizeof(size)), e->pid, e->uid);
         if (e->lease)
                 printf(" lease %" PRIu64, e->lease);
         printf(" (%" PRIu32 " leases)\n", e->leases);

@@ -215,7 +215,6 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path)
         char dir[sizeof(c->path)];
         struct stat st;
         uid_t want;
-        char *slash;
         int r;
 
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
@@ -239,15 +238,7 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path)
          * replace the socket anyway (/run/gpuipcd is gpuipcd's). */
         if (cred.uid == geteuid())
                 return 0;
-        snprintf(dir, sizeof(dir), "%s", path);
-        slash = strrchr(dir, '/');
-        if (!slash)
-                snprintf(dir, sizeof(dir), ".");
-        else if (slash == dir)
-                dir[1] = '\0';
-        else
-                *slash = '\0';
-        if (stat(dir, &st) == 0 && st.st_uid == cred.uid)
+        if (stat(proto_sock_dir(path, dir, sizeof(dir)), &st) == 0 && st.st_uid == cred.uid)
                 return 0;
         return gpuipc__fail(c, -EPERM, "the process listening on %s (pid %d) runs as uid %u, "
                             "which is not root, this process's uid, nor the owner of %s: "

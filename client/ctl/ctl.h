@@ -62,6 +62,13 @@ struct option;
 int ctl_parse(int argc, char **argv, const char *usage, const char *shortopts,
               const struct option *longopts,
               int (*opt)(int ch, const char *arg, void *data), void *data, int *ret_index);
+/* The start of a subcommand whose one option is --json (json: its bool,
+ * NULL for none) and that takes nargs positional arguments (none, one
+ * NAME, or -1: any, for the caller to check): ctl_parse(), the count
+ * checked, then ctl_connect() unless ret_client is NULL.  Returns -1 to go
+ * on, or the exit code to end with. */
+int ctl_start(int argc, char **argv, const char *usage, bool *json, int nargs, int *ret_index,
+              gpuipc_client **ret_client);
 
 /* Durations: 500ms, 30s, 5m, 2h, 1d (a bare number is seconds). */
 int ctl_parse_duration(const char *arg, uint64_t *ret_ms);

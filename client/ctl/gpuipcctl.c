@@ -194,6 +194,37 @@ int ctl_parse(int argc, char **argv, const char *usage_text, const char *shortop
         return -1;
 }
 
+static int opt_json(int ch, const char *arg, void *data)
+{
+        *(bool *)data = true;   /* --json is the only option */
+        return 0;
+}
+
+int ctl_start(int argc, char **argv, const char *usage_text, bool *json, int nargs,
+              int *ret_index, gpuipc_client **ret_client)
+{
+        static const struct option json_opts[] = {
+                { "json", no_argument, NULL, 'j' },
+                {},
+        };
+        int r;
+
+        r = ctl_parse(argc, argv, usage_text, NULL, json ? json_opts : NULL,
+                      json ? opt_json : NULL, json, ret_index);
+        if (r >= 0)
+                return r;
+        if (nargs == 0 && *ret_index < argc)
+                return ctl_usage(argv[0], "unexpected argument '%s'", argv[*ret_index]);
+        if (nargs == 1 && argc - *ret_index != 1)
+                return ctl_usage(argv[0], "expected exactly one NAME");
+        if (ret_client) {
+                r = ctl_connect(argv[0], ret_client);
+                if (r != EXIT_OK)
+                        return r;
+        }
+        return -1;
+}
+
 int ctl_parse_duration(const char *arg, uint64_t *ret_ms)
 {
         static const struct { const char *suffix; uint64_t ms; } units[] = {

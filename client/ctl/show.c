@@ -1,5 +1,4 @@
 /* show.c: gpuipcctl show: every field of one registration. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <string.h>
 #include <time.h>
@@ -12,12 +11,6 @@ static const char usage[] =
         "holds its leases (lease id, pid, uid, how long, executable; at most 32),\n"
         "or all of it as a JSON object with --json (\"holders\": [{\"pid\", \"uid\",\n"
         "\"exe\", \"lease\", \"age_ms\"}]).\n";
-
-static int opt(int ch, const char *arg, void *data)
-{
-        *(bool *)data = true;   /* --json is the only option */
-        return 0;
-}
 
 static void print_dims(const char *key, const int64_t *v, uint32_t n)
 {
@@ -147,22 +140,13 @@ static void print_text(const gpuipc_info *in)
 
 int show_main(int argc, char **argv)
 {
-        static const struct option opts[] = {
-                { "json", no_argument, NULL, 'j' },
-                {},
-        };
         gpuipc_list *l;
         gpuipc_client *c;
         bool json = false;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        r = ctl_start(argc, argv, usage, &json, 1, &idx, &c);
         if (r >= 0)
-                return r;
-        if (argc - idx != 1)
-                return ctl_usage(argv[0], "expected exactly one NAME");
-        r = ctl_connect(argv[0], &c);
-        if (r != EXIT_OK)
                 return r;
         r = gpuipc_name_stat(c, argv[idx], &l);
         if (r < 0)

@@ -1,5 +1,4 @@
 /* stats.c: gpuipcctl stats: the daemon's counters. */
-#include <getopt.h>
 #include <inttypes.h>
 
 #include "ctl.h"
@@ -7,12 +6,6 @@
 static const char usage[] =
         "Usage: gpuipcctl stats [--socket PATH] [--json]\n\n"
         "Prints the daemon's counters, one per line, or as a JSON object.\n";
-
-static int opt(int ch, const char *arg, void *data)
-{
-        *(bool *)data = true;   /* --json is the only option */
-        return 0;
-}
 
 static void print_json(const gpuipc_stats *s)
 {
@@ -70,22 +63,13 @@ static void print_text(const gpuipc_stats *s)
 
 int stats_main(int argc, char **argv)
 {
-        static const struct option opts[] = {
-                { "json", no_argument, NULL, 'j' },
-                {},
-        };
         gpuipc_client *c;
         gpuipc_stats *s;
         bool json = false;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        r = ctl_start(argc, argv, usage, &json, 0, &idx, &c);
         if (r >= 0)
-                return r;
-        if (idx < argc)
-                return ctl_usage(argv[0], "unexpected argument '%s'", argv[idx]);
-        r = ctl_connect(argv[0], &c);
-        if (r != EXIT_OK)
                 return r;
         r = gpuipc_stats_fetch(c, &s);
         if (r < 0)

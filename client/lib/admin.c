@@ -101,8 +101,6 @@ int gpuipc_event_watch(gpuipc_client *c, const char *prefix)
         const char *why;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;

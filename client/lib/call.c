@@ -82,8 +82,6 @@ int gpuipc__name_op(gpuipc_client *c, const struct gpuipc__op *op, const char *n
         uint64_t n = 0;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;

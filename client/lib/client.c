@@ -18,6 +18,8 @@
 
 int gpuipc__begin(gpuipc_client *c)
 {
+        if (!c)
+                return -EINVAL;
         c->errmsg[0] = '\0';
         c->last_err = 0;
         if (c->dead && gpuipc__may_reconnect(c, c->dead) && gpuipc__reconnect(c) == 0)
@@ -460,8 +462,6 @@ int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
         int64_t deadline;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;
@@ -494,8 +494,6 @@ int gpuipc_reg_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)
         int64_t deadline;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;

@@ -130,7 +130,8 @@ struct gpuipc__reply {
 /* ---- client.c ---------------------------------------------------------- */
 
 /* Starts a public call on c: clears the error text, and fails with
- * -ENOTCONN when the connection is already unusable. */
+ * -ENOTCONN when the connection is already unusable (-EINVAL when c is
+ * NULL, the caller's argument). */
 int gpuipc__begin(gpuipc_client *c);
 /* gpuipc__begin(), then checks name (-EINVAL with the reason). */
 int gpuipc__begin_named(gpuipc_client *c, const char *name);

@@ -24,8 +24,6 @@ int gpuipc__register_begin(gpuipc_client *c, const char *name, const gpuipc_meta
         const char *why;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;

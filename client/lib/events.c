@@ -108,24 +108,26 @@ void gpuipc__relev_clear(gpuipc_client *c)
         c->relev_n = 0;
 }
 
-bool gpuipc__revoked(const gpuipc_client *c, uint64_t id)
+/* Whether v is among the newest max of the pushed values in ring (each
+ * push writes ring[pushed++ % max]). */
+static bool ring_has(const uint64_t *ring, unsigned pushed, unsigned max, uint64_t v)
 {
-        unsigned n = c->revoked_n < GPUIPC__REVOKED_MAX ? c->revoked_n : GPUIPC__REVOKED_MAX;
+        unsigned n = pushed < max ? pushed : max;
 
         for (unsigned i = 0; i < n; i++)
-                if (c->revoked[i] == id)
+                if (ring[i] == v)
                         return true;
         return false;
 }
 
+bool gpuipc__revoked(const gpuipc_client *c, uint64_t id)
+{
+        return ring_has(c->revoked, c->revoked_n, GPUIPC__REVOKED_MAX, id);
+}
+
 bool gpuipc__unmapped_seen(const gpuipc_client *c, uint64_t alloc)
 {
-        unsigned n = c->unmapped_n < GPUIPC__UNMAPPED_MAX ? c->unmapped_n : GPUIPC__UNMAPPED_MAX;
-
-        for (unsigned i = 0; i < n; i++)
-                if (c->unmapped[i] == alloc)
-                        return true;
-        return false;
+        return ring_has(c->unmapped, c->unmapped_n, GPUIPC__UNMAPPED_MAX, alloc);
 }
 
 void gpuipc__event_take(gpuipc_client *c, const msgpack_object *root, const msgpack_object *ev)

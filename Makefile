@@ -89,8 +89,8 @@ endif
 # ---- what is built, by feature -----------------------------------------------
 
 obj = $(patsubst %.c,$(BUILDDIR)/obj/%.o,$(1))
-PROTO_OBJ  := $(call obj,$(wildcard proto/*.c))
-CODEC_OBJ  := $(filter-out %/cuda_drv.o,$(PROTO_OBJ))
+CODEC_OBJ  := $(call obj,$(wildcard proto/*.c))
+PROTO_OBJ  := $(CODEC_OBJ) $(call obj,$(wildcard proto/cuda/*.c))
 DAEMON_OBJ := $(call obj,$(wildcard daemon/*.c))
 DAEMON_LIB_OBJ := $(filter-out %/daemon/main.o,$(DAEMON_OBJ))
 LIB_OBJ    := $(call obj,$(wildcard client/lib/*.c))

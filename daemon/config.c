@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "proto.h"
+#include "size.h"
 
 enum type { T_STR, T_NUM, T_SIZE, T_OCTAL, T_LEVEL, T_GROUP, T_LISTEN, T_BOOL };
 
@@ -137,36 +138,6 @@ static int parse_u64(const char *s, int base, uint64_t *ret)
         if (errno || *end)
                 return -EINVAL;
         *ret = v;
-        return 0;
-}
-
-/* A byte count: a number (decimal, or 0x hex) with an optional IEC
- * suffix, K, M, G or T (times 1024, 1024^2, ...), also as KiB or KB. */
-static int parse_size(const char *s, uint64_t *ret)
-{
-        static const char units[] = "KMGT";
-        unsigned long long v;
-        unsigned shift = 0;
-        const char *u;
-        char *end;
-
-        errno = 0;
-        if (!*s || *s < '0' || *s > '9')
-                return -EINVAL;
-        v = strtoull(s, &end, 0);
-        if (errno)
-                return -EINVAL;
-        if (*end && (u = strchr(units, *end))) {
-                shift = 10 * (unsigned)(u - units + 1);
-                end++;
-                if (*end == 'i')
-                        end++;
-                if (*end == 'B')
-                        end++;
-        }
-        if (*end || (shift && v > (UINT64_MAX >> shift)))
-                return -EINVAL;
-        *ret = (uint64_t)v << shift;
         return 0;
 }
 
@@ -301,7 +272,8 @@ int config_set(struct config *cfg, const char *key, const char *value, char *err
         case T_NUM:
         case T_SIZE:
         case T_OCTAL:
-                if ((k->type == T_SIZE ? parse_size(value, &v)
+                /* A size: decimal or 0x hex, with K, M, G or T (KiB, KB too). */
+                if ((k->type == T_SIZE ? proto_size_parse(value, 0, 4, &v)
                                        : parse_u64(value, k->type == T_OCTAL ? 8 : 0, &v)) < 0 ||
                     v < k->min || v > k->max) {
                         if (k->type == T_SIZE)

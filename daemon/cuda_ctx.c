@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cuda_ctx.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 #include "log.h"
 
 #define GPU_MAX_DEVICES 64

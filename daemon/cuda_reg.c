@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 #include "cuda_reg.h"
 #include "proto.h"
 

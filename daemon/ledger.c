@@ -12,7 +12,7 @@
 
 #include "batch.h"
 #include "conn.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 #include "cuda_reg.h"
 #include "ledger.h"
 

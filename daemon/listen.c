@@ -47,17 +47,8 @@ int listen_check_dir(const char *path, char *why, size_t len)
         char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
         struct stat st;
         uid_t me = geteuid();
-        char *slash;
 
-        snprintf(dir, sizeof(dir), "%s", path);
-        slash = strrchr(dir, '/');
-        if (!slash)
-                snprintf(dir, sizeof(dir), ".");
-        else if (slash == dir)
-                dir[1] = '\0';
-        else
-                *slash = '\0';
-        if (stat(dir, &st) < 0) {
+        if (stat(proto_sock_dir(path, dir, sizeof(dir)), &st) < 0) {
                 snprintf(why, len, "cannot stat %s: %s", dir, strerror(errno));
                 return -errno;
         }

@@ -3,7 +3,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 #include "cuda_reg.h"
 #include "ops.h"
 

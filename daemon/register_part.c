@@ -10,6 +10,7 @@
 #include "batch.h"
 #include "host.h"
 #include "quota.h"
+#include "size.h"
 #include "record.h"
 #include "register_part.h"
 #include "restart_persist.h"
@@ -95,26 +96,6 @@ int register_buffer_attach(struct req *q, const msgpack_object *m, int *fds, uns
         return register_cuda_params(q, m, fds, nfds, p, ephemeral_given);
 }
 
-/* "1.5 GiB", "512 B": a byte count for people. */
-static const char *size_text(uint64_t n, char *buf, size_t len)
-{
-        static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-        double v = (double)n;
-        size_t u = 0;
-
-        if (n < 1024) {
-                snprintf(buf, len, "%" PRIu64 " B", n);
-                return buf;
-        }
-        v /= 1024;
-        while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
-                v /= 1024;
-                u++;
-        }
-        snprintf(buf, len, "%.1f %s", v, units[u]);
-        return buf;
-}
-
 /* Whether a uid holding `held` of a pool of which `used` are taken may take
  * `cost` more: the pool must have them, and what the uid holds afterwards
  * may not pass what is left free for everyone else, so that no uid can
@@ -166,9 +147,9 @@ int register_check_limits(struct req *q, const struct reg_cost *cost)
             (bytes > cfg->max_bytes_per_uid || u.bytes > cfg->max_bytes_per_uid - bytes))
                 return req_fail(q, -ENOBUFS, "uid %u holds %" PRIu64 " bytes (%s); %s more "
                                 "would pass --max-bytes-per-uid %s", uid, u.bytes,
-                                size_text(u.bytes, held, sizeof(held)),
-                                size_text(bytes, more, sizeof(more)),
-                                size_text(cfg->max_bytes_per_uid, max, sizeof(max)));
+                                proto_size_text(u.bytes, held, sizeof(held)),
+                                proto_size_text(bytes, more, sizeof(more)),
+                                proto_size_text(cfg->max_bytes_per_uid, max, sizeof(max)));
         if (fds > 0) {
                 if (u.fds + fds > cfg->max_fds_per_uid)
                         return req_fail(q, -ENOBUFS, "fd budget: uid %u has %" PRIu64 " fds "

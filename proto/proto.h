@@ -319,6 +319,9 @@ ssize_t proto_recv(int sock, void *buf, size_t len, int *fds, unsigned max_fds, 
 /* sendmsg() with MSG_NOSIGNAL, attaching nfds fds (0..PROTO_MAX_FDS) to the
  * first byte.  Returns the bytes written or a negative errno. */
 ssize_t proto_send(int sock, const struct iovec *iov, int iovcnt, const int *fds, unsigned nfds);
+/* The directory of socket path into buf (len bytes): "." for a bare name,
+ * "/" for one in the root.  Returns buf. */
+char *proto_sock_dir(const char *path, char *buf, size_t len);
 
 /* ---- names -------------------------------------------------------------- */
 

@@ -1,5 +1,6 @@
 /* unix.c: AF_UNIX send and receive with SCM_RIGHTS. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -91,4 +92,19 @@ ssize_t proto_send(int sock, const struct iovec *iov, int iovcnt, const int *fds
         if (n < 0)
                 return errno == EWOULDBLOCK ? -EAGAIN : -errno;
         return n;
+}
+
+char *proto_sock_dir(const char *path, char *buf, size_t len)
+{
+        char *slash;
+
+        snprintf(buf, len, "%s", path);
+        slash = strrchr(buf, '/');
+        if (!slash)
+                snprintf(buf, len, ".");
+        else if (slash == buf)
+                buf[1] = '\0';
+        else
+                *slash = '\0';
+        return buf;
 }

@@ -2,7 +2,8 @@
  *
  * Each subcommand is `int X_main(int argc, char **argv)` with argv[0] the
  * subcommand's name, returning the process exit code below.  gpuipcctl uses
- * only the public API of libgpuipc.
+ * only the public API of libgpuipc, and of proto/ what needs no connection:
+ * byte counts (size.h), UTF-8 checks.
  */
 #ifndef GPUIPCCTL_H
 #define GPUIPCCTL_H
@@ -12,6 +13,7 @@
 #include <stdio.h>
 
 #include "gpuipc.h"
+#include "size.h"
 
 enum {
         EXIT_OK = 0,
@@ -60,15 +62,21 @@ struct option;
 int ctl_parse(int argc, char **argv, const char *usage, const char *shortopts,
               const struct option *longopts,
               int (*opt)(int ch, const char *arg, void *data), void *data, int *ret_index);
+/* The start of a subcommand whose one option is --json (json: its bool,
+ * NULL for none) and that takes nargs positional arguments (none, one
+ * NAME, or -1: any, for the caller to check): ctl_parse(), the count
+ * checked, then ctl_connect() unless ret_client is NULL.  Returns -1 to go
+ * on, or the exit code to end with. */
+int ctl_start(int argc, char **argv, const char *usage, bool *json, int nargs, int *ret_index,
+              gpuipc_client **ret_client);
 
-/* Byte counts as flags take them: 4096, 64K, 512M, 1G, 2T (IEC: K is
- * 1024; KiB, MiB, ... and a trailing B are accepted too).  -EINVAL when
- * arg is not one, -ERANGE past 2^64. */
-int ctl_parse_size(const char *arg, uint64_t *ret);
 /* Durations: 500ms, 30s, 5m, 2h, 1d (a bare number is seconds). */
 int ctl_parse_duration(const char *arg, uint64_t *ret_ms);
-/* "4.0 KiB"-style sizes and "5m"-style ages, into buf. */
-const char *ctl_size(uint64_t bytes, char *buf, size_t len);
+/* Byte counts as flags take them (4096, 64K, 512M, 1G, 2T, up to E) and
+ * as the output shows them ("4.0 KiB"): proto_size_parse(arg, 10,
+ * CTL_SIZE_UNITS, ...) and proto_size_text() of size.h, the daemon's too. */
+#define CTL_SIZE_UNITS 6
+/* "5m"-style ages, into buf. */
 const char *ctl_age(uint64_t created_ms, char *buf, size_t len);
 uint64_t ctl_now_ms(void);
 

@@ -5,7 +5,6 @@
  * else 1 when any check failed.  Checks that need the daemon are skipped
  * (with a fail for the socket) when it cannot be reached. */
 #include <errno.h>
-#include <getopt.h>
 #include <grp.h>
 #include <inttypes.h>
 #include <pwd.h>
@@ -64,12 +63,6 @@ static void add(const char *name, const char *verdict, const char *fmt, ...)
         va_end(ap);
         if (strcmp(verdict, "fail") == 0)
                 failed = true;
-}
-
-static int opt(int ch, const char *arg, void *data)
-{
-        *(bool *)data = true;   /* --json is the only option */
-        return 0;
 }
 
 static void check_socket_file(const char *path)
@@ -307,10 +300,6 @@ static void print_json(bool reachable)
 
 int doctor_main(int argc, char **argv)
 {
-        static const struct option opts[] = {
-                { "json", no_argument, NULL, 'j' },
-                {},
-        };
         const char *path;
         gpuipc_client *c = NULL;
         gpuipc_stats *s = NULL;
@@ -318,11 +307,9 @@ int doctor_main(int argc, char **argv)
         long pid;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        r = ctl_start(argc, argv, usage, &json, 0, &idx, NULL);
         if (r >= 0)
                 return r;
-        if (idx < argc)
-                return ctl_usage(argv[0], "unexpected argument '%s'", argv[idx]);
         path = ctl_socket ? ctl_socket : gpuipc_client_default_socket();
 
         check_socket_file(path);

@@ -194,34 +194,35 @@ int ctl_parse(int argc, char **argv, const char *usage_text, const char *shortop
         return -1;
 }
 
-int ctl_parse_size(const char *arg, uint64_t *ret)
+static int opt_json(int ch, const char *arg, void *data)
 {
-        static const char units[] = "KMGTPE";
-        unsigned long long v;
-        const char *u;
-        char *end;
-        unsigned shift = 0;
-
-        if (!arg || *arg < '0' || *arg > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoull(arg, &end, 10);
-        if (errno)
-                return -ERANGE;
-        if (*end && (u = strchr(units, *end))) {
-                shift = 10 * (unsigned)(u - units + 1);
-                end++;
-                if (*end == 'i')
-                        end++;
-                if (*end == 'B')
-                        end++;
-        }
-        if (*end)
-                return -EINVAL;
-        if (shift && v > (UINT64_MAX >> shift))
-                return -ERANGE;
-        *ret = (uint64_t)v << shift;
+        *(bool *)data = true;   /* --json is the only option */
         return 0;
+}
+
+int ctl_start(int argc, char **argv, const char *usage_text, bool *json, int nargs,
+              int *ret_index, gpuipc_client **ret_client)
+{
+        static const struct option json_opts[] = {
+                { "json", no_argument, NULL, 'j' },
+                {},
+        };
+        int r;
+
+        r = ctl_parse(argc, argv, usage_text, NULL, json ? json_opts : NULL,
+                      json ? opt_json : NULL, json, ret_index);
+        if (r >= 0)
+                return r;
+        if (nargs == 0 && *ret_index < argc)
+                return ctl_usage(argv[0], "unexpected argument '%s'", argv[*ret_index]);
+        if (nargs == 1 && argc - *ret_index != 1)
+                return ctl_usage(argv[0], "expected exactly one NAME");
+        if (ret_client) {
+                r = ctl_connect(argv[0], ret_client);
+                if (r != EXIT_OK)
+                        return r;
+        }
+        return -1;
 }
 
 int ctl_parse_duration(const char *arg, uint64_t *ret_ms)
@@ -256,25 +257,6 @@ uint64_t ctl_now_ms(void)
 
         clock_gettime(CLOCK_REALTIME, &ts);
         return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-const char *ctl_size(uint64_t bytes, char *buf, size_t len)
-{
-        static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-        double v = (double)bytes;
-        size_t u = 0;
-
-        if (bytes < 1024) {
-                snprintf(buf, len, "%llu B", (unsigned long long)bytes);
-                return buf;
-        }
-        v /= 1024;
-        while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
-                v /= 1024;
-                u++;
-        }
-        snprintf(buf, len, "%.1f %s", v, units[u]);
-        return buf;
 }
 
 const char *ctl_age(uint64_t created_ms, char *buf, size_t len)

@@ -62,7 +62,7 @@ static void print_summary(const gpuipc_list *l)
         }
         for (size_t k = 0; k < ns; k++)
                 printf("%s: %s in %" PRIu64 " registration%s\n", sum[k].dev,
-                       ctl_size(sum[k].bytes, size, sizeof(size)), sum[k].n,
+                       proto_size_text(sum[k].bytes, size, sizeof(size)), sum[k].n,
                        sum[k].n == 1 ? "" : "s");
 }
 
@@ -113,8 +113,8 @@ static void print_table(const gpuipc_list *l)
                 snprintf(owner, sizeof(owner), "%" PRIu32 "/%" PRIu32 "%s", in->owner_pid,
                          in->owner_uid, in->flags & GPUIPC_INFO_OWNER_GONE ? "-" : "");
                 printf("%-6" PRIu64 " %-32s %-8s %10s %6" PRIu32 " %-14s %5s %-13s %-16s %s\n",
-                       in->id,
-                       in->name, ctl_kind(in->kind), ctl_size(in->size, size, sizeof(size)),
+                       in->id, in->name, ctl_kind(in->kind),
+                       proto_size_text(in->size, size, sizeof(size)),
                        in->leases, owner, ctl_age(in->created_ms, age, sizeof(age)),
                        in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" :
                        in->flags & GPUIPC_INFO_EPHEMERAL ? "live,ephem" : "live",
@@ -124,8 +124,8 @@ static void print_table(const gpuipc_list *l)
                 if (in->kind != GPUIPC_KIND_HOST)
                         printf("       device %s, alloc %" PRIu64 " (%s, %" PRIu32 " regs), offset %"
                                PRIu64 "\n", in->device, in->alloc_id,
-                               ctl_size(in->alloc_size, size, sizeof(size)), in->alloc_regs,
-                               in->offset);
+                               proto_size_text(in->alloc_size, size, sizeof(size)),
+                               in->alloc_regs, in->offset);
                 if (in->flags & GPUIPC_INFO_UNREGISTERED)
                         print_holders(in);
         }

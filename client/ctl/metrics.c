@@ -1,5 +1,4 @@
 /* metrics.c: gpuipcctl metrics: the Prometheus text, as a scrape gets it. */
-#include <getopt.h>
 #include <stdlib.h>
 
 #include "ctl.h"
@@ -15,13 +14,8 @@ int metrics_main(int argc, char **argv)
         char *text;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, NULL, NULL, NULL, &idx);
+        r = ctl_start(argc, argv, usage, NULL, 0, &idx, &c);
         if (r >= 0)
-                return r;
-        if (idx < argc)
-                return ctl_usage(argv[0], "unexpected argument '%s'", argv[idx]);
-        r = ctl_connect(argv[0], &c);
-        if (r != EXIT_OK)
                 return r;
         r = gpuipc_metrics_fetch(c, &text);
         if (r < 0)

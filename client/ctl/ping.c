@@ -1,5 +1,4 @@
 /* ping.c: gpuipcctl ping: is the daemon there, and how fast does it answer. */
-#include <getopt.h>
 #include <time.h>
 
 #include "ctl.h"
@@ -11,32 +10,17 @@ static const char usage[] =
         "or with --json\n"
         "  {\"server\": \"gpuipcd 0.1.0\", \"pid\": 123, \"protocol\": 1, \"latency_us\": 85}\n";
 
-static int opt(int ch, const char *arg, void *data)
-{
-        *(bool *)data = true;   /* --json is the only option */
-        return 0;
-}
-
 int ping_main(int argc, char **argv)
 {
         struct timespec t0, t1;
         gpuipc_client *c = NULL;
-        static const struct option opts[] = {
-                { "json", no_argument, NULL, 'j' },
-                {},
-        };
         gpuipc_stats *s = NULL;
         bool json = false;
         long long us;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        r = ctl_start(argc, argv, usage, &json, 0, &idx, &c);
         if (r >= 0)
-                return r;
-        if (idx < argc)
-                return ctl_usage(argv[0], "unexpected argument '%s'", argv[idx]);
-        r = ctl_connect(argv[0], &c);
-        if (r != EXIT_OK)
                 return r;
         /* The daemon's name and pid come with its counters. */
         r = gpuipc_stats_fetch(c, &s);

@@ -106,7 +106,8 @@ static int check_meta(const struct put_opts *o, uint64_t size)
                 return ctl_error("put", "--shape with --dtype %s needs %" PRIu64 " bytes (%s); "
                                  "the input has %" PRIu64 " (%s)",
                                  o->meta.dtype ? o->meta.dtype : "(none: 1 byte)", bytes,
-                                 ctl_size(bytes, a, sizeof(a)), size, ctl_size(size, b, sizeof(b)));
+                                 proto_size_text(bytes, a, sizeof(a)), size,
+                                 proto_size_text(size, b, sizeof(b)));
         }
         return 0;
 }
@@ -177,7 +178,8 @@ static int opt(int ch, const char *arg, void *data)
                                          arg);
                 return 0;
         case 'M':
-                if (ctl_parse_size(arg, &o->max_size) < 0 || o->max_size == 0)
+                if (proto_size_parse(arg, 10, CTL_SIZE_UNITS, &o->max_size) < 0 ||
+                    o->max_size == 0)
                         return ctl_usage("put", "bad --max-size '%s': expected e.g. 64K, 512M, 1G",
                                          arg);
                 o->has_max = true;
@@ -222,7 +224,7 @@ static void progress(uint64_t total, bool done)
 {
         char b[32];
 
-        fprintf(stderr, "\rgpuipcctl: put: read %s%s", ctl_size(total, b, sizeof(b)),
+        fprintf(stderr, "\rgpuipcctl: put: read %s%s", proto_size_text(total, b, sizeof(b)),
                 done ? "\n" : "   ");
 }
 
@@ -365,7 +367,7 @@ int put_main(int argc, char **argv)
                 char b[32];
                 r = ctl_error(argv[0], "%s is larger than --max-size %s; pass a larger "
                               "--max-size to register it", file ? file : "stdin",
-                              ctl_size(max, b, sizeof(b)));
+                              proto_size_text(max, b, sizeof(b)));
                 goto out;
         }
         if (r < 0) {

@@ -1,5 +1,4 @@
 /* revoke.c: gpuipcctl revoke: take a registration and its leases away. */
-#include <getopt.h>
 #include <inttypes.h>
 
 #include "ctl.h"
@@ -18,13 +17,8 @@ int revoke_main(int argc, char **argv)
         uint32_t n = 0;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, NULL, NULL, NULL, &idx);
+        r = ctl_start(argc, argv, usage, NULL, 1, &idx, &c);
         if (r >= 0)
-                return r;
-        if (argc - idx != 1)
-                return ctl_usage(argv[0], "expected exactly one NAME");
-        r = ctl_connect(argv[0], &c);
-        if (r != EXIT_OK)
                 return r;
         r = gpuipc_name_revoke(c, argv[idx], &n);
         if (r < 0)

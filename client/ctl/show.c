@@ -1,5 +1,4 @@
 /* show.c: gpuipcctl show: every field of one registration. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <string.h>
 #include <time.h>
@@ -12,12 +11,6 @@ static const char usage[] =
         "holds its leases (lease id, pid, uid, how long, executable; at most 32),\n"
         "or all of it as a JSON object with --json (\"holders\": [{\"pid\", \"uid\",\n"
         "\"exe\", \"lease\", \"age_ms\"}]).\n";
-
-static int opt(int ch, const char *arg, void *data)
-{
-        *(bool *)data = true;   /* --json is the only option */
-        return 0;
-}
 
 static void print_dims(const char *key, const int64_t *v, uint32_t n)
 {
@@ -102,13 +95,14 @@ static void print_text(const gpuipc_info *in)
         printf("id:        %" PRIu64 "\n", in->id);
         printf("name:      %s\n", in->name);
         printf("kind:      %s\n", ctl_kind(in->kind));
-        printf("size:      %" PRIu64 " (%s)\n", in->size, ctl_size(in->size, size, sizeof(size)));
+        printf("size:      %" PRIu64 " (%s)\n", in->size,
+               proto_size_text(in->size, size, sizeof(size)));
         printf("offset:    %" PRIu64 "\n", in->offset);
         printf("device:    %s\n", in->device[0] ? in->device : "-");
         if (in->kind != GPUIPC_KIND_HOST) {
                 printf("alloc:     id %" PRIu64 ", %" PRIu64 " bytes (%s), %" PRIu32
                        " registrations\n", in->alloc_id, in->alloc_size,
-                       ctl_size(in->alloc_size, size, sizeof(size)), in->alloc_regs);
+                       proto_size_text(in->alloc_size, size, sizeof(size)), in->alloc_regs);
                 if (in->n_chunks > 1)
                         printf("chunks:    %" PRIu32 " VMM allocations\n", in->n_chunks);
                 if (in->kind == GPUIPC_KIND_CUDA_IPC || in->kind == GPUIPC_KIND_CUDA_POOL)
@@ -146,22 +140,13 @@ static void print_text(const gpuipc_info *in)
 
 int show_main(int argc, char **argv)
 {
-        static const struct option opts[] = {
-                { "json", no_argument, NULL, 'j' },
-                {},
-        };
         gpuipc_list *l;
         gpuipc_client *c;
         bool json = false;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        r = ctl_start(argc, argv, usage, &json, 1, &idx, &c);
         if (r >= 0)
-                return r;
-        if (argc - idx != 1)
-                return ctl_usage(argv[0], "expected exactly one NAME");
-        r = ctl_connect(argv[0], &c);
-        if (r != EXIT_OK)
                 return r;
         r = gpuipc_name_stat(c, argv[idx], &l);
         if (r < 0)

@@ -1,5 +1,4 @@
 /* stats.c: gpuipcctl stats: the daemon's counters. */
-#include <getopt.h>
 #include <inttypes.h>
 
 #include "ctl.h"
@@ -7,12 +6,6 @@
 static const char usage[] =
         "Usage: gpuipcctl stats [--socket PATH] [--json]\n\n"
         "Prints the daemon's counters, one per line, or as a JSON object.\n";
-
-static int opt(int ch, const char *arg, void *data)
-{
-        *(bool *)data = true;   /* --json is the only option */
-        return 0;
-}
 
 static void print_json(const gpuipc_stats *s)
 {
@@ -50,15 +43,15 @@ static void print_text(const gpuipc_stats *s)
         printf("registrations:  %" PRIu64 "\n", s->registrations);
         printf("leases:         %" PRIu64 "\n", s->leases);
         printf("host bytes:     %" PRIu64 " (%s)\n", s->bytes_host,
-               ctl_size(s->bytes_host, size, sizeof(size)));
+               proto_size_text(s->bytes_host, size, sizeof(size)));
         printf("cuda-ipc bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_ipc,
-               ctl_size(s->bytes_cuda_ipc, size, sizeof(size)));
+               proto_size_text(s->bytes_cuda_ipc, size, sizeof(size)));
         printf("cuda-vmm bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_vmm,
-               ctl_size(s->bytes_cuda_vmm, size, sizeof(size)));
+               proto_size_text(s->bytes_cuda_vmm, size, sizeof(size)));
         printf("cuda-pool bytes: %" PRIu64 " (%s)\n", s->bytes_cuda_pool,
-               ctl_size(s->bytes_cuda_pool, size, sizeof(size)));
+               proto_size_text(s->bytes_cuda_pool, size, sizeof(size)));
         printf("copies:        %" PRIu64 " (%s copied at register time)\n", s->copies,
-               ctl_size(s->copied_bytes, size, sizeof(size)));
+               proto_size_text(s->copied_bytes, size, sizeof(size)));
         if (s->cuda_available)
                 printf("cuda:           driver %" PRIu32 "\n", s->cuda_driver_version);
         else
@@ -70,22 +63,13 @@ static void print_text(const gpuipc_stats *s)
 
 int stats_main(int argc, char **argv)
 {
-        static const struct option opts[] = {
-                { "json", no_argument, NULL, 'j' },
-                {},
-        };
         gpuipc_client *c;
         gpuipc_stats *s;
         bool json = false;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        r = ctl_start(argc, argv, usage, &json, 0, &idx, &c);
         if (r >= 0)
-                return r;
-        if (idx < argc)
-                return ctl_usage(argv[0], "unexpected argument '%s'", argv[idx]);
-        r = ctl_connect(argv[0], &c);
-        if (r != EXIT_OK)
                 return r;
         r = gpuipc_stats_fetch(c, &s);
         if (r < 0)

@@ -1,6 +1,5 @@
 /* watch.c: gpuipcctl watch: registry events as they happen. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <time.h>
 
@@ -12,12 +11,6 @@ static const char usage[] =
         "revoked) of names in namespace PREFIX, or all, as they happen, until\n"
         "interrupted.  PID/UID are those of the process that caused the event.\n"
         "--json prints one JSON object per line.\n";
-
-static int opt(int ch, const char *arg, void *data)
-{
-        *(bool *)data = true;   /* --json is the only option */
-        return 0;
-}
 
 static void print_event(const gpuipc_event *e, bool json)
 {
@@ -45,7 +38,7 @@ static void print_event(const gpuipc_event *e, bool json)
                 when[0] = '\0';
         printf("%s.%03" PRIu64 " %-12s %-6" PRIu64 " %-32s %-8s %10s pid %" PRIu32 " uid %"
                PRIu32, when, e->time_ms % 1000, e->type, e->id, e->name, ctl_kind(e->kind),
-               ctl_size(e->size, size, sizeof(size)), e->pid, e->uid);
+               proto_size_text(e->size, size, sizeof(size)), e->pid, e->uid);
         if (e->lease)
                 printf(" lease %" PRIu64, e->lease);
         printf(" (%" PRIu32 " leases)\n", e->leases);
@@ -53,16 +46,12 @@ static void print_event(const gpuipc_event *e, bool json)
 
 int watch_main(int argc, char **argv)
 {
-        static const struct option opts[] = {
-                { "json", no_argument, NULL, 'j' },
-                {},
-        };
         gpuipc_client *c;
         gpuipc_event *e;
         bool json = false;
         int idx, r;
 
-        r = ctl_parse(argc, argv, usage, NULL, opts, opt, &json, &idx);
+        r = ctl_start(argc, argv, usage, &json, -1, &idx, NULL);
         if (r >= 0)
                 return r;
         if (argc - idx > 1)

@@ -88,16 +88,19 @@ void gpuipc__watch_clear(gpuipc_client *c)
         c->wev_n = 0;
 }
 
+static const struct gpuipc__op op_watch = {
+        .name = "watch", .redo = GPUIPC__REDO_SEND, .keep = GPUIPC__KEEP_WATCH
+};
+static const struct gpuipc__op op_revoke = { .name = "revoke" };
+static const struct gpuipc__op op_metrics = { .name = "metrics", .redo = GPUIPC__REDO_SEND };
+
 int gpuipc_event_watch(gpuipc_client *c, const char *prefix)
 {
         struct gpuipc__reply rp;
-        struct proto_out o;
+        struct gpuipc__req rq;
         const char *why;
-        uint64_t seq;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;
@@ -105,10 +108,10 @@ int gpuipc_event_watch(gpuipc_client *c, const char *prefix)
                 prefix = NULL;
         if (prefix && proto_name_check(prefix, strlen(prefix), &why) < 0)
                 return gpuipc__fail(c, -EINVAL, "invalid prefix: %s", why);
-        seq = gpuipc__request(c, &o, "watch", prefix != NULL);
+        gpuipc__request(c, &rq, &op_watch, prefix != NULL);
         if (prefix)
-                proto_pack_kstr(&o.pk, "prefix", prefix);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+                proto_pack_kstr(&rq.o.pk, "prefix", prefix);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r == 0)
                 gpuipc__reply_free(&rp);
         return gpuipc__end(c, r);
@@ -157,7 +160,7 @@ void gpuipc_event_free(gpuipc_event *e)
 int gpuipc_name_revoke(gpuipc_client *c, const char *name, uint32_t *ret_leases)
 {
         uint64_t n = 0;
-        int r = gpuipc__name_op(c, "revoke", name, &n);
+        int r = gpuipc__name_op(c, &op_revoke, name, &n);
 
         if (r == 0 && ret_leases)
                 *ret_leases = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
@@ -174,7 +177,7 @@ int gpuipc_metrics_fetch(gpuipc_client *c, char **ret_text)
 
         if (!c || !ret_text)
                 return -EINVAL;
-        r = gpuipc__call_op(c, "metrics", &rp);
+        r = gpuipc__call_op(c, &op_metrics, &rp);
         if (r < 0)
                 return r;
         if (proto_get_str(rp.msg.root, "text", &text, &len) < 0) {

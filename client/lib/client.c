@@ -1,5 +1,5 @@
 /* client.c: the connection to gpuipcd: connect, hello, errors, lifetime.
- * The request and frame machinery is in io.c. */
+ * Requests and calls are in call.c, frames in io.c, events in events.c. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -18,6 +18,8 @@
 
 int gpuipc__begin(gpuipc_client *c)
 {
+        if (!c)
+                return -EINVAL;
         c->errmsg[0] = '\0';
         c->last_err = 0;
         if (c->dead && gpuipc__may_reconnect(c, c->dead) && gpuipc__reconnect(c) == 0)
@@ -215,7 +217,6 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path)
         char dir[sizeof(c->path)];
         struct stat st;
         uid_t want;
-        char *slash;
         int r;
 
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
@@ -239,15 +240,7 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path)
          * replace the socket anyway (/run/gpuipcd is gpuipcd's). */
         if (cred.uid == geteuid())
                 return 0;
-        snprintf(dir, sizeof(dir), "%s", path);
-        slash = strrchr(dir, '/');
-        if (!slash)
-                snprintf(dir, sizeof(dir), ".");
-        else if (slash == dir)
-                dir[1] = '\0';
-        else
-                *slash = '\0';
-        if (stat(dir, &st) == 0 && st.st_uid == cred.uid)
+        if (stat(proto_sock_dir(path, dir, sizeof(dir)), &st) == 0 && st.st_uid == cred.uid)
                 return 0;
         return gpuipc__fail(c, -EPERM, "the process listening on %s (pid %d) runs as uid %u, "
                             "which is not root, this process's uid, nor the owner of %s: "
@@ -256,24 +249,27 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path)
                             (unsigned)cred.uid);
 }
 
+/* Nothing to redo: a reconnect during hello fails (it is one itself). */
+static const struct gpuipc__op op_hello = { .name = "hello" };
+
 int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply)
 {
         struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq, version, max_frame;
+        struct gpuipc__req rq;
+        uint64_t version, max_frame;
         const uint8_t *session;
         size_t slen;
         int r;
 
-        seq = gpuipc__request(c, &o, "hello", 2 + c->has_session);
-        proto_pack_ku64(&o.pk, "version", PROTO_VERSION);
-        proto_pack_kstr(&o.pk, "client", "libgpuipc " GPUIPC_VERSION);
+        gpuipc__request(c, &rq, &op_hello, 2 + c->has_session);
+        proto_pack_ku64(&rq.o.pk, "version", PROTO_VERSION);
+        proto_pack_kstr(&rq.o.pk, "client", "libgpuipc " GPUIPC_VERSION);
         if (c->has_session) {
-                proto_pack_str(&o.pk, "resume");
-                msgpack_pack_bin(&o.pk, PROTO_SESSION_LEN);
-                msgpack_pack_bin_body(&o.pk, c->session, PROTO_SESSION_LEN);
+                proto_pack_str(&rq.o.pk, "resume");
+                msgpack_pack_bin(&rq.o.pk, PROTO_SESSION_LEN);
+                msgpack_pack_bin_body(&rq.o.pk, c->session, PROTO_SESSION_LEN);
         }
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0)
                 return r;
         if (proto_get_u64(rp.msg.root, "version", &version) < 0 || version != PROTO_VERSION) {
@@ -422,19 +418,7 @@ fail:
 
 /* ---- simple calls ------------------------------------------------------ */
 
-int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_reply)
-{
-        struct proto_out o;
-        uint64_t seq;
-        int r;
-
-        r = gpuipc__begin(c);
-        if (r < 0)
-                return r;
-        seq = gpuipc__request(c, &o, op, 0);
-        r = gpuipc__call(c, &o, seq, NULL, 0, ret_reply);
-        return r < 0 ? gpuipc__end(c, r) : 0;
-}
+static const struct gpuipc__op op_ping = { .name = "ping", .redo = GPUIPC__REDO_SEND };
 
 int gpuipc_client_ping(gpuipc_client *c)
 {
@@ -443,7 +427,7 @@ int gpuipc_client_ping(gpuipc_client *c)
 
         if (!c)
                 return -EINVAL;
-        r = gpuipc__call_op(c, "ping", &rp);
+        r = gpuipc__call_op(c, &op_ping, &rp);
         if (r == 0)
                 gpuipc__reply_free(&rp);
         return r;
@@ -471,16 +455,6 @@ static int released_sync(gpuipc_client *c, uint64_t id)
         return gpuipc__end(c, r);
 }
 
-static bool unmapped_seen(const gpuipc_client *c, uint64_t alloc)
-{
-        unsigned n = c->unmapped_n < GPUIPC__UNMAPPED_MAX ? c->unmapped_n : GPUIPC__UNMAPPED_MAX;
-
-        for (unsigned i = 0; i < n; i++)
-                if (c->unmapped[i] == alloc)
-                        return true;
-        return false;
-}
-
 int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
 {
         unsigned n;
@@ -488,8 +462,6 @@ int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
         int64_t deadline;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;
@@ -504,7 +476,7 @@ int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
         if (timeout_ms < 0)
                 timeout_ms = PROTO_WAIT_MAX_MS;
         deadline = now_ms() + timeout_ms;
-        while (!unmapped_seen(c, alloc)) {
+        while (!gpuipc__unmapped_seen(c, alloc)) {
                 int64_t left = deadline - now_ms();
                 if (left <= 0)
                         return gpuipc__fail(c, -ETIMEDOUT, "the allocation of registration %llu "
@@ -522,8 +494,6 @@ int gpuipc_reg_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)
         int64_t deadline;
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;

@@ -140,7 +140,7 @@ void gpuipc__cu_leave(struct cuda *cu, CUcontext saved)
         (void)cu->cuCtxSetCurrent(saved);
 }
 
-/* cuDeviceCanAccessPeer is not in proto/cuda_drv.h's tables: resolved here,
+/* cuDeviceCanAccessPeer is not in proto/cuda/driver.h's tables: resolved here,
  * once, from the loaded library (NULL when it lacks it). */
 typedef CUresult (*can_peer_fn)(int *, CUdevice, CUdevice);
 static pthread_once_t can_peer_once = PTHREAD_ONCE_INIT;

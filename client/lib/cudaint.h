@@ -1,7 +1,7 @@
 /* cudaint.h: private CUDA helpers of libgpuipc (cuda.c, cudareg.c,
  * cudamap.c, cudabuf.c).
  *
- * The driver comes from proto/cuda_drv.h: dlopen()ed on the first CUDA call
+ * The driver comes from proto/cuda/driver.h: dlopen()ed on the first CUDA call
  * (never by host-only paths) and kept for the process lifetime.  Every
  * driver call runs with the device's primary context current; the caller's
  * own current context is put back afterwards (gpuipc__cu_enter/leave).
@@ -12,7 +12,7 @@
 #define GPUIPC_CUDAINT_H
 
 #include "internal.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 
 /* The driver's handle and UUID sizes are the wire's. */
 _Static_assert(CUDA_IPC_HANDLE_LEN == PROTO_IPC_HANDLE_LEN, "IPC handle length");

@@ -1,6 +1,7 @@
-/* cudareg.c: registering device memory, and adopt.
+/* cudareg.c: registering device memory.
  *
- * How the memory is shared is cudaexport.c's business; this file sends it.
+ * How the memory is shared is cudaexport.c's business; this file packs it
+ * into a register request (register.c has the rest of the request).
  * It keeps one per-process table, own: the cuda-ipc and cuda-pool
  * allocations this process exported, keyed by (device UUID, handle or
  * pool export data, buffer_id).  A lookup in this process of one of them
@@ -196,42 +197,17 @@ static int send_register(gpuipc_client *c, const char *name, uint64_t size,
                          const struct gpuipc__devreg *d, const char *copied, uint64_t *ret_id)
 {
         bool bound = d->path != GPUIPC_PATH_CUDA_VMM;   /* the memory stays ours */
-        bool ephemeral = bound || (flags & GPUIPC_REGISTER_EPHEMERAL);
         unsigned nfds = d->path == GPUIPC_PATH_CUDA_IPC ? 0 : d->n_chunks;
-        struct gpuipc__reply rp;
-        struct proto_out o;
-        uint32_t nmeta = gpuipc__meta_keys(meta);
-        uint64_t seq, id, alloc;
-        int r;
+        struct gpuipc__regargs a = {
+                .name = name, .meta = meta, .cacheable = d->cacheable,
+                .ephemeral = bound || (flags & GPUIPC_REGISTER_EPHEMERAL),
+        };
+        struct gpuipc__req rq;
 
-        seq = gpuipc__request(c, &o, "register", 2 + devreg_fields(d, copied) + ephemeral +
-                              (nmeta > 0) + gpuipc__access_keys(c));
-        proto_pack_kstr(&o.pk, "name", name);
-        proto_pack_ku64(&o.pk, "size", size);
-        pack_devreg(&o.pk, d, copied);
-        if (ephemeral)
-                proto_pack_kbool(&o.pk, "ephemeral", true);
-        if (nmeta > 0) {
-                proto_pack_str(&o.pk, "meta");
-                gpuipc__meta_pack(&o.pk, meta);
-        }
-        gpuipc__access_pack(&o.pk, c);  /* issue 7: access rule, see access.c */
-        r = gpuipc__call(c, &o, seq, nfds ? d->fds : NULL, nfds, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
-        r = proto_get_u64(rp.msg.root, "id", &id);
-        if (r == 0 && d->cacheable && proto_get_u64(rp.msg.root, "alloc", &alloc) == 0) {
-                /* For gpuipc_reg_wait_unmapped(): the newest are kept. */
-                unsigned k = c->cached_regs_n++ % GPUIPC__UNMAPPED_MAX;
-                c->cached_regs[k].id = id;
-                c->cached_regs[k].alloc = alloc;
-        }
-        gpuipc__reply_free(&rp);
-        if (r < 0)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's register reply has no id");
-        if (ret_id)
-                *ret_id = id;
-        return 0;
+        gpuipc__register_start(c, &rq, &a, 1 + devreg_fields(d, copied));
+        proto_pack_ku64(&rq.o.pk, "size", size);
+        pack_devreg(&rq.o.pk, d, copied);
+        return gpuipc__register_finish(c, &rq, &a, nfds ? d->fds : NULL, nfds, ret_id);
 }
 
 /* GPUIPC_REGISTER_COPY: copies the range into new cuda-vmm memory, after
@@ -295,23 +271,16 @@ out:
 int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint64_t size,
                          const gpuipc_meta *meta, void *event, unsigned flags, uint64_t *ret_id)
 {
+        bool args_ok = dptr != 0 && size != 0 && dptr <= UINT64_MAX - size &&
+                       !(flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_CUDA_IPC |
+                                   GPUIPC_REGISTER_COPY | GPUIPC_REGISTER_CACHEABLE));
         struct gpuipc__devreg *d;
         struct cuda *cu;
-        const char *why;
         int r;
 
-        if (!c)
-                return -EINVAL;
-        r = gpuipc__begin_named(c, name);
+        r = gpuipc__register_begin(c, name, meta, args_ok, "invalid pointer, size or flags");
         if (r < 0)
                 return r;
-        if (dptr == 0 || size == 0 || dptr > UINT64_MAX - size ||
-            (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_CUDA_IPC |
-                       GPUIPC_REGISTER_COPY | GPUIPC_REGISTER_CACHEABLE)))
-                return gpuipc__fail(c, -EINVAL, "invalid pointer, size or flags");
-        r = gpuipc__meta_check(meta, &why);
-        if (r < 0)
-                return gpuipc__fail(c, r, "invalid metadata: %s", why);
         r = gpuipc__cu_get(c, &cu);
         if (r < 0)
                 return gpuipc__end(c, r);
@@ -347,18 +316,3 @@ out:
 }
 
 #endif
-
-/* adopt needs no driver in this process: the daemon does the copy. */
-int gpuipc_name_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases)
-{
-        uint64_t n = 0;
-        int r = gpuipc__name_op(c, "adopt", name, &n);
-
-        if (r < 0)
-                return r;
-        if (n > UINT32_MAX)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's adopt reply has no usable leases");
-        if (ret_leases)
-                *ret_leases = (uint32_t)n;
-        return 0;
-}

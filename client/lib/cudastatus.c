@@ -58,22 +58,15 @@ static int attr(struct cuda *cu, CUdevice dev, CUdevice_attribute a)
         return v != 0;
 }
 
-int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status)
+/* The driver's view: each device and which can reach which. */
+static void status_fill(struct status *st)
 {
-        struct status *st;
         struct cuda *cu;
         int n = 0;
 
-        if (!ret_status)
-                return -EINVAL;
-        st = calloc(1, sizeof(*st));
-        if (!st)
-                return -ENOMEM;
-        st->s.reason = st->reason;
         if (gpuipc__cu_get(NULL, &cu) < 0) {
                 snprintf(st->reason, sizeof(st->reason), "%s", gpuipc__cu_why());
-                *ret_status = &st->s;
-                return 0;
+                return;
         }
         st->s.available = 1;
         st->s.driver_version = (uint32_t)cuda_driver_version(cu);
@@ -106,11 +99,16 @@ int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status)
                                                       st->devs[j].ordinal);
                         st->peer[i * st->s.n_devices + j] = can < 0 ? -1 : can;
                 }
-        *ret_status = &st->s;
-        return 0;
 }
 
 #else
+
+static void status_fill(struct status *st)
+{
+        snprintf(st->reason, sizeof(st->reason), "libgpuipc was built without <cuda.h>");
+}
+
+#endif
 
 int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status)
 {
@@ -122,9 +120,7 @@ int gpuipc_cuda_status_get(gpuipc_cuda_status **ret_status)
         if (!st)
                 return -ENOMEM;
         st->s.reason = st->reason;
-        snprintf(st->reason, sizeof(st->reason), "libgpuipc was built without <cuda.h>");
+        status_fill(st);
         *ret_status = &st->s;
         return 0;
 }
-
-#endif

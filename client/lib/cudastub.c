@@ -34,8 +34,6 @@ int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint
 {
         int r;
 
-        if (!c)
-                return -EINVAL;
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;

@@ -1,4 +1,5 @@
-/* hostbuf.c: producer-side host buffers (memfds) and their registration. */
+/* hostbuf.c: producer-side host buffers (memfds), and what registering one
+ * needs beyond register.c: the memfd sealed, and the fields of kind host. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -135,58 +136,28 @@ static int seal_for_register(gpuipc_client *c, int fd, uint64_t offset, uint64_t
 int gpuipc_fd_register(gpuipc_client *c, const char *name, int fd, uint64_t offset, uint64_t size,
                        const gpuipc_meta *meta, unsigned flags, uint64_t *ret_id)
 {
-        struct gpuipc__reply rp;
-        struct proto_out o;
-        const char *why;
-        uint64_t seq, id;
-        uint32_t nmeta;
-        bool ephemeral = flags & GPUIPC_REGISTER_EPHEMERAL;
-        bool shared_write = flags & GPUIPC_REGISTER_SHARED_WRITE;
+        bool args_ok = fd >= 0 && size != 0 && offset <= UINT64_MAX - size &&
+                       !(flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_SHARED_WRITE));
+        struct gpuipc__regargs a = {
+                .name = name, .meta = meta,
+                .ephemeral = flags & GPUIPC_REGISTER_EPHEMERAL,
+                .shared_write = flags & GPUIPC_REGISTER_SHARED_WRITE,
+        };
+        struct gpuipc__req rq;
         int r;
 
-        if (!c)
-                return -EINVAL;
-        r = gpuipc__begin_named(c, name);
+        r = gpuipc__register_begin(c, name, meta, args_ok, "invalid fd, size, offset or flags");
         if (r < 0)
                 return r;
-        if (fd < 0 || size == 0 || offset > UINT64_MAX - size ||
-            (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_SHARED_WRITE)))
-                return gpuipc__fail(c, -EINVAL, "invalid fd, size, offset or flags");
-        r = gpuipc__meta_check(meta, &why);
-        if (r < 0)
-                return gpuipc__fail(c, r, "invalid metadata: %s", why);
-        r = seal_for_register(c, fd, offset, size, &shared_write);
+        r = seal_for_register(c, fd, offset, size, &a.shared_write);
         if (r < 0)
                 return gpuipc__end(c, r);
-
-        nmeta = gpuipc__meta_keys(meta);
-        seq = gpuipc__request(c, &o, "register", 5 + ephemeral + shared_write + (nmeta > 0) +
-                              gpuipc__access_keys(c));
-        proto_pack_kstr(&o.pk, "name", name);
-        proto_pack_kstr(&o.pk, "kind", "host");
-        proto_pack_ku64(&o.pk, "size", size);
-        proto_pack_ku64(&o.pk, "offset", offset);
-        proto_pack_ku64(&o.pk, "fds", 1);
-        if (ephemeral)
-                proto_pack_kbool(&o.pk, "ephemeral", true);
-        /* The daemon accepts a memfd without a write seal only then. */
-        if (shared_write)
-                proto_pack_kbool(&o.pk, "shared_write", true);
-        if (nmeta > 0) {
-                proto_pack_str(&o.pk, "meta");
-                gpuipc__meta_pack(&o.pk, meta);
-        }
-        gpuipc__access_pack(&o.pk, c);
-        r = gpuipc__call(c, &o, seq, &fd, 1, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
-        r = proto_get_u64(rp.msg.root, "id", &id);
-        gpuipc__reply_free(&rp);
-        if (r < 0)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's register reply has no id");
-        if (ret_id)
-                *ret_id = id;
-        return 0;
+        gpuipc__register_start(c, &rq, &a, 4);
+        proto_pack_kstr(&rq.o.pk, "kind", "host");
+        proto_pack_ku64(&rq.o.pk, "size", size);
+        proto_pack_ku64(&rq.o.pk, "offset", offset);
+        proto_pack_ku64(&rq.o.pk, "fds", 1);
+        return gpuipc__register_finish(c, &rq, &a, &fd, 1, ret_id);
 }
 
 int gpuipc_hostbuf_register(gpuipc_client *c, const char *name, const gpuipc_hostbuf *b,

@@ -88,7 +88,7 @@ struct gpuipc_client {
         uint64_t wev_dropped;
         struct gpuipc__access access;   /* for register (access.c) */
         uint64_t ttl_ms;                /* for register, with access; 0: none */
-        /* Reconnecting (resume.c). */
+        /* Reconnecting (resume_*.c). */
         char path[108];                 /* the socket connected to */
         int reconnect_ms;               /* how long to keep trying; 0: never */
         uint32_t busy_poll_us;          /* spin this long before sleeping for a frame */
@@ -98,7 +98,6 @@ struct gpuipc_client {
         uint64_t local_ids;             /* client-local registration ids handed out */
         uint32_t epoch;                 /* lease id space: +1 per restart without state */
         uint8_t session[PROTO_SESSION_LEN];
-        const char *cur_op;             /* op of the request last built (static) */
         struct gpuipc__rec *recs;       /* what a reconnect re-establishes */
         struct gpuipc__lease *leases;   /* leases held, unordered */
         size_t n_leases, cap_leases;
@@ -128,24 +127,17 @@ struct gpuipc__reply {
         unsigned nfds;
 };
 
-/* ---- client.c, io.c ---------------------------------------------------- */
+/* ---- client.c ---------------------------------------------------------- */
 
 /* Starts a public call on c: clears the error text, and fails with
- * -ENOTCONN when the connection is already unusable. */
+ * -ENOTCONN when the connection is already unusable (-EINVAL when c is
+ * NULL, the caller's argument). */
 int gpuipc__begin(gpuipc_client *c);
 /* gpuipc__begin(), then checks name (-EINVAL with the reason). */
 int gpuipc__begin_named(gpuipc_client *c, const char *name);
 /* Records err as the outcome of the current call (for gpuipc_errmsg()) and
  * returns it, so that calls can end with `return gpuipc__end(c, r);`. */
 int gpuipc__end(gpuipc_client *c, int err);
-/* Begins a call and sends a request {op} with no fields; on success
- * *ret_reply is the reply (gpuipc__reply_free() it); unlike the name ops,
- * the caller decodes the reply. */
-int gpuipc__call_op(gpuipc_client *c, const char *op, struct gpuipc__reply *ret_reply);
-/* One request {op, name} (the name checked first) whose reply may carry a
- * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
- * revoke, adopt. */
-int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases);
 /* Checks who listens on the connected socket fd (SO_PEERCRED): root, the
  * uid of $GPUIPC_DAEMON_UID when set, else this process's uid or the owner
  * of path's directory.  0, or -EPERM (-EINVAL for a bad variable) with the
@@ -154,26 +146,9 @@ int gpuipc__check_server(gpuipc_client *c, int fd, const char *path);
 /* Sets the error text of the current call and returns err. */
 int gpuipc__fail(gpuipc_client *c, int err, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
-
-/* Starts a request frame: a map of 2 + nfields entries whose op and seq are
- * already packed.  Returns the seq. */
-uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, uint32_t nfields);
-/* Sends the frame in o (with nfds fds attached; they stay the caller's) and
- * waits for the reply with seq.  A reply carrying `error` fails with its
- * errno and keeps the daemon's message.  On success the caller owns
- * *ret_reply and frees it with gpuipc__reply_free().  o is freed either way. */
-int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int *fds,
-                 unsigned nfds, struct gpuipc__reply *ret_reply);
-void gpuipc__reply_free(struct gpuipc__reply *r);
-/* Sends a finished frame and waits for the reply with seq, without
- * reconnecting and without looking at `error`. */
-int gpuipc__send_wait(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
-                      const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
-/* When rp carries `error`: frees rp, keeps the message and returns the
- * errno; else 0. */
-int gpuipc__reply_error(gpuipc_client *c, struct gpuipc__reply *rp);
-/* Takes the reply's only fd (closing any others); -EBADMSG when it has none. */
-int gpuipc__reply_take_fd(struct gpuipc__reply *r, int *ret_fd);
+/* hello on c's connection, with `resume` when c has a session; *ret_reply
+ * (may be NULL) gets the reply. */
+int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply);
 
 gpuipc_client *gpuipc__client_ref(gpuipc_client *c);
 void gpuipc__client_unref(gpuipc_client *c);
@@ -183,40 +158,142 @@ int gpuipc__client_kill(gpuipc_client *c, int err);
 /* True while requests can still be sent. */
 bool gpuipc__client_usable(const gpuipc_client *c);
 
-/* Returns true and forgets id if a `released` event for it has arrived. */
-bool gpuipc__released_take(gpuipc_client *c, uint64_t id);
+/* ---- io.c: frames out and in ------------------------------------------- */
+
+/* Sends one finished frame, nfds fds riding on its first byte; a failure
+ * kills the connection. */
+int gpuipc__send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
+                 unsigned nfds);
+/* Sends a finished frame and waits for the reply with seq, without
+ * reconnecting and without looking at `error`. */
+int gpuipc__send_wait(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
+                      const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
 /* Reads and handles frames for up to timeout_ms (< 0: without limit); returns
  * 0 when the time passed or something arrived, negative errno on failure. */
 int gpuipc__pump(gpuipc_client *c, int timeout_ms);
+/* When rp carries `error`: frees rp, keeps the message and returns the
+ * errno; else 0. */
+int gpuipc__reply_error(gpuipc_client *c, struct gpuipc__reply *rp);
+/* Moves a reply: the decoded root points into the struct itself. */
+void gpuipc__reply_move(struct gpuipc__reply *to, struct gpuipc__reply *from);
+/* Takes the reply's only fd (closing any others); -EBADMSG when it has none. */
+int gpuipc__reply_take_fd(struct gpuipc__reply *r, int *ret_fd);
+void gpuipc__reply_free(struct gpuipc__reply *r);
 
+/* ---- call.c: requests and their calls ---------------------------------- */
+
+/* How a reconnect treats a call during which the connection dropped. */
+enum gpuipc__redo {
+        GPUIPC__REDO_NEVER,             /* whether it took effect is unknown: it fails */
+        GPUIPC__REDO_SEND,              /* twice does no harm: sent again */
+        GPUIPC__REDO_UNLESS_GONE,       /* sent again; `not_found` means the first one did it */
+        GPUIPC__REDO_REGISTER,          /* sent again; `exists`, for a registration of this
+                                         * process, means the first one did it */
+};
+
+/* What a call that succeeded leaves for the reconnects to come. */
+enum gpuipc__keep {
+        GPUIPC__KEEP_NOTHING,
+        GPUIPC__KEEP_LEASE,             /* lookup: the reply's lease is held */
+        GPUIPC__KEEP_RELEASE,           /* release: the request's lease is not */
+        GPUIPC__KEEP_REGISTER,          /* register: its frame and fds, to register again */
+        GPUIPC__KEEP_FORGET,            /* unregister, adopt: the reply's id (or, by prefix,
+                                         * the registrations in the prefix) is not ours */
+        GPUIPC__KEEP_WATCH,             /* watch: its frame, to watch again */
+};
+
+/* One kind of request, and what the resume machinery does with it: each
+ * operation defines its own. */
+struct gpuipc__op {
+        const char *name;
+        enum gpuipc__redo redo;
+        enum gpuipc__keep keep;
+};
+
+/* A request being built.  The operation packs its fields into o.pk, and
+ * sets what its kind of keep needs of this one request. */
+struct gpuipc__req {
+        struct proto_out o;
+        uint64_t seq;
+        const struct gpuipc__op *op;
+        const char *name;               /* register: the name (the caller's string) */
+        const char *prefix;             /* unregister by prefix: the prefix */
+        uint64_t lease;                 /* release: the lease */
+};
+
+/* Starts a request of kind op: a map of 2 + nfields entries whose op and
+ * seq are already packed.  rq must not move until gpuipc__call(). */
+void gpuipc__request(gpuipc_client *c, struct gpuipc__req *rq, const struct gpuipc__op *op,
+                     uint32_t nfields);
+/* Sends the request (with nfds fds attached; they stay the caller's) and
+ * waits for its reply.  A reply carrying `error` fails with its errno and
+ * keeps the daemon's message.  On success the caller owns *ret_reply and
+ * frees it with gpuipc__reply_free().  rq->o is freed either way. */
+int gpuipc__call(gpuipc_client *c, struct gpuipc__req *rq, const int *fds, unsigned nfds,
+                 struct gpuipc__reply *ret_reply);
+/* Begins a call and sends a request of kind op with no fields; on success
+ * *ret_reply is the reply (gpuipc__reply_free() it); unlike the name ops,
+ * the caller decodes the reply. */
+int gpuipc__call_op(gpuipc_client *c, const struct gpuipc__op *op,
+                    struct gpuipc__reply *ret_reply);
+/* One request {op, name} (the name checked first) whose reply may carry a
+ * uint `leases` (*ret_leases, may be NULL, is 0 when absent): unregister,
+ * revoke, adopt. */
+int gpuipc__name_op(gpuipc_client *c, const struct gpuipc__op *op, const char *name,
+                    uint64_t *ret_leases);
+/* Sends the queued unholds without waiting for their replies. */
+void gpuipc__send_unholds(gpuipc_client *c);
+
+/* ---- register.c: register of every kind, unregister, adopt ------------ */
+
+/* What a register request of any kind carries besides the kind's fields. */
+struct gpuipc__regargs {
+        const char *name;
+        const gpuipc_meta *meta;
+        bool ephemeral;
+        bool shared_write;              /* host: the memfd is not sealed against writes */
+        bool cacheable;                 /* keep (id, alloc) for gpuipc_reg_wait_unmapped() */
+};
+
+/* The head of every register call: begins a call on c, checks name, the
+ * kind's own arguments (args_ok, else -EINVAL saying bad_args) and meta. */
+int gpuipc__register_begin(gpuipc_client *c, const char *name, const gpuipc_meta *meta,
+                           bool args_ok, const char *bad_args);
+/* Starts the register request of a in rq, up to its name; the kind packs
+ * its nkind fields next. */
+void gpuipc__register_start(gpuipc_client *c, struct gpuipc__req *rq,
+                            const struct gpuipc__regargs *a, uint32_t nkind);
+/* Packs what follows the kind's fields, sends rq with its nfds fds (they
+ * stay the caller's) and sets *ret_id (may be NULL) to the new id. */
+int gpuipc__register_finish(gpuipc_client *c, struct gpuipc__req *rq,
+                            const struct gpuipc__regargs *a, const int *fds, unsigned nfds,
+                            uint64_t *ret_id);
+
+/* ---- events.c ---------------------------------------------------------- */
+
+/* Takes in an event other than `error` (root is its map, ev its `event`
+ * value): released, revoked, watch, uncache, unmapped; ignores others. */
+void gpuipc__event_take(gpuipc_client *c, const msgpack_object *root, const msgpack_object *ev);
+/* Returns true and forgets id if a `released` event for it has arrived. */
+bool gpuipc__released_take(gpuipc_client *c, uint64_t id);
 /* Takes the IPC event handles that the `released` event of id carried:
  * *ret (free() it; NULL when none) holds *ret_n handles. */
 void gpuipc__released_events_take(gpuipc_client *c, uint64_t id, uint8_t **ret,
                                   unsigned *ret_n);
+void gpuipc__relev_clear(gpuipc_client *c);
 /* True when a `revoked` event arrived for registration id. */
 bool gpuipc__revoked(const gpuipc_client *c, uint64_t id);
-void gpuipc__relev_clear(gpuipc_client *c);
+/* True when an `unmapped` event arrived for allocation alloc. */
+bool gpuipc__unmapped_seen(const gpuipc_client *c, uint64_t alloc);
 
-/* ---- resume.c ---------------------------------------------------------- */
+/* ---- resume_track.c: what a reconnect re-establishes ------------------- */
 
-/* hello on c's connection, with `resume` when c has a session; *ret_reply
- * (may be NULL) gets the reply. */
-int gpuipc__hello(gpuipc_client *c, struct gpuipc__reply *ret_reply);
-/* Whether err means the daemon went away (EOF, reset, shutting_down) and
- * c may reconnect. */
-bool gpuipc__may_reconnect(const gpuipc_client *c, int err);
-/* Reconnects, resumes or re-establishes what c had; 0 or -errno. */
-int gpuipc__reconnect(gpuipc_client *c);
-/* After the connection dropped during the call of request buf (len bytes,
- * op c->cur_op, sent with fds): reconnects and completes the call where
- * that is safe.  Returns 0 with *ret_reply, or -errno. */
-int gpuipc__recover(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t seq,
-                    const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
-/* Bookkeeping after a call of c->cur_op succeeded with reply rp. */
-/* May change the reply's `id` (a registration whose daemon id equals an id
- * the caller already holds gets a client-local one). */
-void gpuipc__track(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
-                   unsigned nfds, struct gpuipc__reply *rp);
+/* Bookkeeping after the call of rq (its frame buf, len bytes, sent with
+ * fds) succeeded with reply rp, as rq's kind says.  May change the
+ * reply's `id` (a registration whose daemon id equals an id the caller
+ * already holds gets a client-local one). */
+void gpuipc__track(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                   size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *rp);
 /* Whether c's connection holds lease id, as far as c knows (true when it
  * cannot tell). */
 bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch);
@@ -225,6 +302,19 @@ uint64_t gpuipc__user_id(const gpuipc_client *c, uint64_t id);
 void gpuipc__resume_clear(gpuipc_client *c);
 /* Forgets the lost registrations (gpuipc_client_next_lost). */
 void gpuipc__lost_clear(gpuipc_client *c);
+
+/* ---- resume_reconnect.c: reconnecting, and the call in flight ---------- */
+
+/* Whether err means the daemon went away (EOF, reset, shutting_down) and
+ * c may reconnect. */
+bool gpuipc__may_reconnect(const gpuipc_client *c, int err);
+/* Reconnects, resumes or re-establishes what c had; 0 or -errno. */
+int gpuipc__reconnect(gpuipc_client *c);
+/* After the connection dropped during the call of rq (its frame buf, len
+ * bytes, sent with fds): reconnects and completes the call as rq's kind
+ * says.  Returns 0 with *ret_reply, or -errno. */
+int gpuipc__recover(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
+                    size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *ret_reply);
 
 /* ---- admin.c ----------------------------------------------------------- */
 
@@ -329,7 +419,5 @@ bool gpuipc__cucache_enabled(void);
 void gpuipc__cucache_uncache(gpuipc_client *c, uint64_t alloc);
 void gpuipc__cucache_conn_lost(gpuipc_client *c);
 unsigned gpuipc__cucache_take_unholds(gpuipc_client *c, uint64_t **ret);
-/* Sends the queued unholds without waiting for their replies (io.c). */
-void gpuipc__send_unholds(gpuipc_client *c);
 
 #endif

@@ -1,9 +1,9 @@
 /* io.c: requests out, frames in.
  *
  * Calls are synchronous: a request is sent, then frames are read until the
- * reply with its seq arrives.  Events that arrive meanwhile are handled on
- * the way (a `released` id is remembered for gpuipc_reg_wait_released()), and
- * frames after the reply stay buffered in the reader for the next call.
+ * reply with its seq arrives.  Events that arrive meanwhile are handed to
+ * events.c on the way, and frames after the reply stay buffered in the
+ * reader for the next call.
  */
 #include <errno.h>
 #include <poll.h>
@@ -13,113 +13,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-
-/* ---- released events --------------------------------------------------- */
-
-static void released_push(gpuipc_client *c, uint64_t id)
-{
-        if (c->released_n == GPUIPC__RELEASED_MAX) {
-                c->released_start = (c->released_start + 1) % GPUIPC__RELEASED_MAX;
-                c->released_n--;
-        }
-        c->released[(c->released_start + c->released_n) % GPUIPC__RELEASED_MAX] = id;
-        c->released_n++;
-}
-
-bool gpuipc__released_take(gpuipc_client *c, uint64_t id)
-{
-        for (unsigned i = 0; i < c->released_n; i++) {
-                unsigned k = (c->released_start + i) % GPUIPC__RELEASED_MAX;
-                if (c->released[k] != id)
-                        continue;
-                /* Close the gap by moving the later entries down by one. */
-                for (unsigned j = i; j + 1 < c->released_n; j++)
-                        c->released[(c->released_start + j) % GPUIPC__RELEASED_MAX] =
-                                c->released[(c->released_start + j + 1) % GPUIPC__RELEASED_MAX];
-                c->released_n--;
-                return true;
-        }
-        return false;
-}
-
-/* Keeps the IPC events of a `released` event for wait_released(). */
-static void relev_push(gpuipc_client *c, uint64_t id, const msgpack_object *events)
-{
-        struct gpuipc__relev *e, **pp;
-        unsigned n = 0;
-
-        if (!events || events->type != MSGPACK_OBJECT_ARRAY)
-                return;
-        for (uint32_t i = 0; i < events->via.array.size; i++) {
-                const msgpack_object *o = &events->via.array.ptr[i];
-                if (o->type == MSGPACK_OBJECT_BIN && o->via.bin.size == GPUIPC__EVENT_LEN)
-                        n++;
-        }
-        if (n == 0)
-                return;
-        e = malloc(sizeof(*e) + (size_t)n * GPUIPC__EVENT_LEN);
-        if (!e)
-                return;         /* the wait then only misses the stream order */
-        e->id = id;
-        e->n = 0;
-        for (uint32_t i = 0; i < events->via.array.size; i++) {
-                const msgpack_object *o = &events->via.array.ptr[i];
-                if (o->type == MSGPACK_OBJECT_BIN && o->via.bin.size == GPUIPC__EVENT_LEN)
-                        memcpy(e->handles + (size_t)e->n++ * GPUIPC__EVENT_LEN, o->via.bin.ptr,
-                               GPUIPC__EVENT_LEN);
-        }
-        e->next = c->relev;
-        c->relev = e;
-        if (++c->relev_n <= GPUIPC__RELEASED_MAX)
-                return;
-        /* Forget the oldest. */
-        for (pp = &c->relev; (*pp)->next; pp = &(*pp)->next)
-                ;
-        free(*pp);
-        *pp = NULL;
-        c->relev_n--;
-}
-
-void gpuipc__released_events_take(gpuipc_client *c, uint64_t id, uint8_t **ret,
-                                  unsigned *ret_n)
-{
-        for (struct gpuipc__relev **pp = &c->relev; *pp; pp = &(*pp)->next) {
-                struct gpuipc__relev *e = *pp;
-                uint8_t *h;
-                if (e->id != id)
-                        continue;
-                *pp = e->next;
-                c->relev_n--;
-                /* The handles move to the front of the block. */
-                h = (uint8_t *)e;
-                memmove(h, e->handles, (size_t)e->n * GPUIPC__EVENT_LEN);
-                *ret_n = e->n;
-                *ret = h;
-                return;
-        }
-        *ret = NULL;
-        *ret_n = 0;
-}
-
-void gpuipc__relev_clear(gpuipc_client *c)
-{
-        while (c->relev) {
-                struct gpuipc__relev *e = c->relev;
-                c->relev = e->next;
-                free(e);
-        }
-        c->relev_n = 0;
-}
-
-bool gpuipc__revoked(const gpuipc_client *c, uint64_t id)
-{
-        unsigned n = c->revoked_n < GPUIPC__REVOKED_MAX ? c->revoked_n : GPUIPC__REVOKED_MAX;
-
-        for (unsigned i = 0; i < n; i++)
-                if (c->revoked[i] == id)
-                        return true;
-        return false;
-}
 
 /* ---- frames ------------------------------------------------------------ */
 
@@ -146,8 +39,7 @@ int gpuipc__reply_take_fd(struct gpuipc__reply *r, int *ret_fd)
         return 0;
 }
 
-/* Moves a reply: the decoded root points into the struct itself. */
-static void reply_move(struct gpuipc__reply *to, struct gpuipc__reply *from)
+void gpuipc__reply_move(struct gpuipc__reply *to, struct gpuipc__reply *from)
 {
         *to = *from;
         to->msg.root = &to->msg.up.data;
@@ -184,45 +76,13 @@ static int error_code(const msgpack_object *err)
 static int handle_event(gpuipc_client *c, const msgpack_object *root, bool in_call)
 {
         const msgpack_object *ev = proto_get(root, "event");
-        uint64_t id;
         bool fatal = false;
         int err;
 
-        if (proto_obj_str_eq(ev, "released")) {
-                if (proto_get_u64(root, "id", &id) == 0) {
-                        id = gpuipc__user_id(c, id);    /* the id the caller knows */
-                        released_push(c, id);
-                        relev_push(c, id, proto_get(root, "events"));
-                }
+        if (!proto_obj_str_eq(ev, "error")) {
+                gpuipc__event_take(c, root, ev);
                 return 0;
         }
-        if (proto_obj_str_eq(ev, "revoked")) {
-                /* Views of id check this before they hand out stream order. */
-                if (proto_get_u64(root, "id", &id) == 0 && !gpuipc__revoked(c, id))
-                        c->revoked[c->revoked_n++ % GPUIPC__REVOKED_MAX] = id;
-                return 0;
-        }
-        if (proto_obj_str_eq(ev, "watch")) {
-                gpuipc__watch_push(c, root);
-                return 0;
-        }
-        if (proto_obj_str_eq(ev, "uncache")) {
-                /* The allocation's last registration went: close what the
-                 * cache keeps of it, and say so now (the producer may be
-                 * waiting to free it while we wait for its next buffer). */
-                if (proto_get_u64(root, "alloc", &id) == 0) {
-                        gpuipc__cucache_uncache(c, id);
-                        gpuipc__send_unholds(c);
-                }
-                return 0;
-        }
-        if (proto_obj_str_eq(ev, "unmapped")) {
-                if (proto_get_u64(root, "alloc", &id) == 0)
-                        c->unmapped[c->unmapped_n++ % GPUIPC__UNMAPPED_MAX] = id;
-                return 0;
-        }
-        if (!proto_obj_str_eq(ev, "error"))
-                return 0;       /* unknown or reserved events are ignored */
         err = error_code(root);
         set_errmsg(c, root);
         (void)proto_get_bool(root, "fatal", &fatal);
@@ -276,7 +136,7 @@ static int handle_frame(gpuipc_client *c, const uint8_t *body, uint32_t len, uin
                 return -EBADMSG;        /* declared fds did not arrive */
         }
         rp.nfds = (unsigned)nfds;
-        reply_move(reply, &rp);
+        gpuipc__reply_move(reply, &rp);
         return 1;
 
 fatal:
@@ -406,49 +266,10 @@ int gpuipc__pump(gpuipc_client *c, int timeout_ms)
         return r;
 }
 
-/* ---- requests ---------------------------------------------------------- */
+/* ---- sending ----------------------------------------------------------- */
 
-static int client_send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
-                       unsigned nfds);
-
-void gpuipc__send_unholds(gpuipc_client *c)
-{
-        struct proto_out o;
-        uint64_t *ids;
-        unsigned n = gpuipc__cucache_take_unholds(c, &ids);
-
-        /* Not waited for: the reply, when it comes, is dropped as one to a
-         * request nobody waits for.  PROTO_UNHOLD_MAX ids a frame (9 bytes
-         * each) stay far below any max_frame. */
-        for (unsigned at = 0; at < n && gpuipc__client_usable(c); at += PROTO_UNHOLD_MAX) {
-                unsigned k = n - at < PROTO_UNHOLD_MAX ? n - at : PROTO_UNHOLD_MAX;
-                proto_out_init(&o);
-                msgpack_pack_map(&o.pk, 3);
-                proto_pack_kstr(&o.pk, "op", "unhold");
-                proto_pack_ku64(&o.pk, "seq", ++c->seq);
-                proto_pack_str(&o.pk, "allocs");
-                msgpack_pack_array(&o.pk, k);
-                for (unsigned i = 0; i < k; i++)
-                        msgpack_pack_uint64(&o.pk, ids[at + i]);
-                if (proto_out_finish(&o, c->max_frame) == 0)
-                        (void)client_send(c, (const uint8_t *)o.sb.data, o.sb.size, NULL, 0);
-                proto_out_free(&o);
-        }
-        free(ids);
-}
-
-uint64_t gpuipc__request(gpuipc_client *c, struct proto_out *o, const char *op, uint32_t nfields)
-{
-        proto_out_init(o);
-        msgpack_pack_map(&o->pk, 2 + nfields);
-        proto_pack_kstr(&o->pk, "op", op);
-        proto_pack_ku64(&o->pk, "seq", ++c->seq);
-        c->cur_op = op;
-        return c->seq;
-}
-
-static int client_send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
-                       unsigned nfds)
+int gpuipc__send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fds,
+                 unsigned nfds)
 {
         size_t done = 0;
 
@@ -488,7 +309,7 @@ int gpuipc__send_wait(gpuipc_client *c, const uint8_t *buf, size_t len, uint64_t
 
         if (!gpuipc__client_usable(c))
                 return c->dead ? c->dead : -ENOTCONN;
-        r = client_send(c, buf, len, fds, nfds);
+        r = gpuipc__send(c, buf, len, fds, nfds);
         if (r < 0)
                 return r;
         return wait_reply(c, seq, ret_reply);
@@ -504,40 +325,5 @@ int gpuipc__reply_error(gpuipc_client *c, struct gpuipc__reply *rp)
         r = error_code(err);
         set_errmsg(c, err);
         gpuipc__reply_free(rp);
-        return r;
-}
-
-int gpuipc__call(gpuipc_client *c, struct proto_out *o, uint64_t seq, const int *fds,
-                 unsigned nfds, struct gpuipc__reply *ret_reply)
-{
-        struct gpuipc__reply rp = {};
-        uint8_t *buf = NULL;
-        size_t len;
-        int r;
-
-        r = proto_out_finish(o, c->max_frame);
-        if (r == -EMSGSIZE) {
-                proto_out_free(o);
-                return gpuipc__fail(c, r, "request is larger than the daemon's frame limit (%u bytes)",
-                                    c->max_frame);
-        }
-        if (r < 0) {
-                proto_out_free(o);
-                return r;
-        }
-        buf = proto_out_release(o, &len);
-        proto_out_free(o);
-        if (!buf)
-                return -ENOMEM;
-        r = gpuipc__send_wait(c, buf, len, seq, fds, nfds, &rp);
-        if (r < 0 && gpuipc__may_reconnect(c, r))
-                r = gpuipc__recover(c, buf, len, seq, fds, nfds, &rp);
-        if (r == 0)
-                r = gpuipc__reply_error(c, &rp);
-        if (r == 0) {
-                reply_move(ret_reply, &rp);
-                gpuipc__track(c, buf, len, fds, nfds, ret_reply);
-        }
-        free(buf);
         return r;
 }

@@ -1,4 +1,4 @@
-/* query.c: list, stat, stats and unregister. */
+/* query.c: list, stat and stats. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,27 +53,30 @@ static int list_add(gpuipc_list *l, const msgpack_object *reg)
         return 0;
 }
 
+static const struct gpuipc__op op_list = { .name = "list", .redo = GPUIPC__REDO_SEND };
+static const struct gpuipc__op op_stat = { .name = "stat", .redo = GPUIPC__REDO_SEND };
+static const struct gpuipc__op op_stats = { .name = "stats", .redo = GPUIPC__REDO_SEND };
+
 /* Fetches one page: records after `after` into l; *next is 0 when done. */
 static int list_page(gpuipc_client *c, const char *prefix, unsigned flags, uint64_t after,
                      gpuipc_list *l, uint64_t *next)
 {
         struct gpuipc__reply rp;
         const msgpack_object *regs;
-        struct proto_out o;
-        uint64_t seq;
+        struct gpuipc__req rq;
         int r;
 
-        seq = gpuipc__request(c, &o, "list", (prefix != NULL) + (after > 0) +
-                              !!(flags & GPUIPC_LIST_ALL) + !!(flags & GPUIPC_LIST_HOLDERS));
+        gpuipc__request(c, &rq, &op_list, (prefix != NULL) + (after > 0) +
+                        !!(flags & GPUIPC_LIST_ALL) + !!(flags & GPUIPC_LIST_HOLDERS));
         if (prefix)
-                proto_pack_kstr(&o.pk, "prefix", prefix);
+                proto_pack_kstr(&rq.o.pk, "prefix", prefix);
         if (flags & GPUIPC_LIST_ALL)
-                proto_pack_kbool(&o.pk, "all", true);
+                proto_pack_kbool(&rq.o.pk, "all", true);
         if (flags & GPUIPC_LIST_HOLDERS)
-                proto_pack_kbool(&o.pk, "holders", true);
+                proto_pack_kbool(&rq.o.pk, "holders", true);
         if (after > 0)
-                proto_pack_ku64(&o.pk, "after", after);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+                proto_pack_ku64(&rq.o.pk, "after", after);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0)
                 return r;
         r = proto_get_array(rp.msg.root, "regs", &regs);
@@ -131,9 +134,8 @@ int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
 {
         struct gpuipc__reply rp;
         const msgpack_object *reg;
-        struct proto_out o;
+        struct gpuipc__req rq;
         gpuipc_list *l;
-        uint64_t seq;
         int r;
 
         if (!c || !ret_list)
@@ -141,9 +143,9 @@ int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
         r = gpuipc__begin_named(c, name);
         if (r < 0)
                 return r;
-        seq = gpuipc__request(c, &o, "stat", 1);
-        proto_pack_kstr(&o.pk, "name", name);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        gpuipc__request(c, &rq, &op_stat, 1);
+        proto_pack_kstr(&rq.o.pk, "name", name);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0)
                 return gpuipc__end(c, r);
         l = calloc(1, sizeof(*l));
@@ -162,70 +164,6 @@ int gpuipc_name_stat(gpuipc_client *c, const char *name, gpuipc_list **ret_list)
         return 0;
 }
 
-int gpuipc__name_op(gpuipc_client *c, const char *op, const char *name, uint64_t *ret_leases)
-{
-        struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq, n = 0;
-        int r;
-
-        if (!c)
-                return -EINVAL;
-        r = gpuipc__begin_named(c, name);
-        if (r < 0)
-                return r;
-        seq = gpuipc__request(c, &o, op, 1);
-        proto_pack_kstr(&o.pk, "name", name);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
-        r = proto_get_u64(rp.msg.root, "leases", &n);
-        gpuipc__reply_free(&rp);
-        if (r == -EINVAL)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's %s reply has an unusable leases field",
-                                    op);
-        if (ret_leases)
-                *ret_leases = n;
-        return 0;
-}
-
-int gpuipc_name_unregister(gpuipc_client *c, const char *name)
-{
-        return gpuipc__name_op(c, "unregister", name, NULL);
-}
-
-int gpuipc_prefix_unregister(gpuipc_client *c, const char *prefix, uint64_t *ret_removed,
-                             uint64_t *ret_skipped)
-{
-        struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq, removed = 0, skipped = 0;
-        int r;
-
-        if (!c || !prefix || !prefix[0])
-                return -EINVAL;
-        r = gpuipc__begin(c);
-        if (r < 0)
-                return r;
-        seq = gpuipc__request(c, &o, "unregister", 1);
-        proto_pack_kstr(&o.pk, "prefix", prefix);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
-        if (r < 0)
-                return gpuipc__end(c, r);
-        r = proto_get_u64(rp.msg.root, "removed", &removed);
-        if (r == 0 && proto_get_u64(rp.msg.root, "skipped", &skipped) == -EINVAL)
-                r = -EINVAL;
-        gpuipc__reply_free(&rp);
-        if (r < 0)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's unregister reply has no removed "
-                                    "count (a daemon without unregister by prefix?)");
-        if (ret_removed)
-                *ret_removed = removed;
-        if (ret_skipped)
-                *ret_skipped = skipped;
-        return 0;
-}
-
 /* ---- stats ------------------------------------------------------------- */
 
 int gpuipc_stats_fetch(gpuipc_client *c, gpuipc_stats **ret_stats)
@@ -241,7 +179,7 @@ int gpuipc_stats_fetch(gpuipc_client *c, gpuipc_stats **ret_stats)
 
         if (!c || !ret_stats)
                 return -EINVAL;
-        r = gpuipc__call_op(c, "stats", &rp);
+        r = gpuipc__call_op(c, &op_stats, &rp);
         if (r < 0)
                 return r;
         (void)proto_get_str(rp.msg.root, "server", &server, &server_len);

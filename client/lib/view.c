@@ -6,20 +6,28 @@
 
 #include "internal.h"
 
+/* Gone already, after a reconnect, means the first attempt did it. */
+static const struct gpuipc__op op_release = {
+        .name = "release", .redo = GPUIPC__REDO_UNLESS_GONE, .keep = GPUIPC__KEEP_RELEASE
+};
+static const struct gpuipc__op op_lookup = {
+        .name = "lookup", .redo = GPUIPC__REDO_SEND, .keep = GPUIPC__KEEP_LEASE
+};
+
 static int send_release(gpuipc_client *c, uint64_t lease, const uint8_t *event)
 {
         struct gpuipc__reply rp;
-        struct proto_out o;
-        uint64_t seq;
+        struct gpuipc__req rq;
         int r;
 
-        seq = gpuipc__request(c, &o, "release", 1 + (event != NULL));
-        proto_pack_ku64(&o.pk, "lease", lease);
+        gpuipc__request(c, &rq, &op_release, 1 + (event != NULL));
+        rq.lease = lease;
+        proto_pack_ku64(&rq.o.pk, "lease", lease);
         if (event) {
-                proto_pack_str(&o.pk, "event");
-                msgpack_pack_bin_with_body(&o.pk, event, GPUIPC__EVENT_LEN);
+                proto_pack_str(&rq.o.pk, "event");
+                msgpack_pack_bin_with_body(&rq.o.pk, event, GPUIPC__EVENT_LEN);
         }
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r == 0)
                 gpuipc__reply_free(&rp);
         return r;
@@ -86,9 +94,9 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
 {
         struct gpuipc__reply rp;
         struct gpuipc__map *have_map = NULL;
-        struct proto_out o;
+        struct gpuipc__req rq;
         gpuipc_view *v;
-        uint64_t seq, wait_ms, have = 0, have_id = 0;
+        uint64_t wait_ms, have = 0, have_id = 0;
         bool writable = flags & GPUIPC_LOOKUP_WRITABLE;
         bool cache = gpuipc__cucache_enabled();
         int r;
@@ -116,24 +124,24 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
          * the daemon may leave the fd out (an older one sends it anyway). */
         if (!gpuipc__hint_get(c, name, writable, &have, &have_id, &have_map))
                 have = 0;
-        seq = gpuipc__request(c, &o, "lookup",
-                              1 + (wait_ms > 0) + writable + (have > 0) + cache +
-                              (c->lookup_owner >= 0));
-        proto_pack_kstr(&o.pk, "name", name);
+        gpuipc__request(c, &rq, &op_lookup,
+                        1 + (wait_ms > 0) + writable + (have > 0) + cache +
+                        (c->lookup_owner >= 0));
+        proto_pack_kstr(&rq.o.pk, "name", name);
         /* Only that uid's registration will do (gpuipc_client_set_lookup_owner). */
         if (c->lookup_owner >= 0)
-                proto_pack_ku64(&o.pk, "owner_uid", (uint64_t)c->lookup_owner);
+                proto_pack_ku64(&rq.o.pk, "owner_uid", (uint64_t)c->lookup_owner);
         if (wait_ms > 0)
-                proto_pack_ku64(&o.pk, "wait_ms", wait_ms);
+                proto_pack_ku64(&rq.o.pk, "wait_ms", wait_ms);
         /* The daemon hands out a read-only fd unless asked (and allowed). */
         if (writable)
-                proto_pack_kbool(&o.pk, "writable", true);
+                proto_pack_kbool(&rq.o.pk, "writable", true);
         if (have > 0)
-                proto_pack_ku64(&o.pk, "have", have);
+                proto_pack_ku64(&rq.o.pk, "have", have);
         /* Device mappings may stay open after the view (the cache). */
         if (cache)
-                proto_pack_kbool(&o.pk, "cache", true);
-        r = gpuipc__call(c, &o, seq, NULL, 0, &rp);
+                proto_pack_kbool(&rq.o.pk, "cache", true);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0) {
                 gpuipc__map_put(have_map);
                 free(v);

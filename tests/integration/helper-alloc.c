@@ -48,7 +48,7 @@
 
 #include "gpuipc.h"
 #include "harness.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 
 #ifdef GPUIPC_HAVE_CUDA_H
 

@@ -28,7 +28,7 @@
 
 #include "gpuipc.h"
 #include "harness.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 
 #define ALLOC_SIZE (64ull << 20)
 #define REG_SIZE   32768u

@@ -65,7 +65,7 @@
 
 #include "gpuipc.h"
 #include "harness.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 
 /* ---- the interposed socket calls ---------------------------------------- */
 

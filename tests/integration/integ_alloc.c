@@ -16,7 +16,7 @@
 
 #include "gpuipc.h"
 #include "harness.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 
 #define CHUNK (2ull << 20)
 

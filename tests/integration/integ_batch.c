@@ -17,7 +17,7 @@
 
 #include <criterion/criterion.h>
 
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 #include "harness.h"
 #include "sdhost.h"
 

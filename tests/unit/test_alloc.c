@@ -11,7 +11,7 @@
 #include <criterion/criterion.h>
 
 #include "cuda_alloc.h"
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 #include "cuda_reg.h"
 #include "proto.h"
 #include "registry.h"

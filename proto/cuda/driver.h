@@ -1,4 +1,4 @@
-/* cuda_drv.h: the CUDA driver, loaded at run time, and device names on the wire.
+/* cuda/driver.h: the CUDA driver, loaded at run time, and device names on the wire.
  *
  * Neither the daemon nor the library links libcuda: a host without a GPU
  * must run both.  cuda_load() dlopen()s $GPUIPC_LIBCUDA if set, else
@@ -14,10 +14,12 @@
  *
  * Nothing here logs.  Functions return 0 or a negative errno.
  *
- * Not named cuda.h: with -Iproto ahead of the CUDA include directory, that
- * name would shadow the driver's <cuda.h> for every file of the build. */
-#ifndef GPUIPC_PROTO_CUDA_DRV_H
-#define GPUIPC_PROTO_CUDA_DRV_H
+ * Not wire code: it sits in proto/cuda/ because the daemon and the library
+ * both use it and proto/ is what both link, while the files of proto/
+ * itself stay the wire.  Included as "cuda/driver.h" (-Iproto); a plain
+ * cuda.h there would shadow the driver's <cuda.h> for every file. */
+#ifndef GPUIPC_CUDA_DRIVER_H
+#define GPUIPC_CUDA_DRIVER_H
 
 #include <stdbool.h>
 #include <stddef.h>

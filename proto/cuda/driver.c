@@ -1,10 +1,10 @@
-/* cuda_drv.c: run-time loading of the CUDA driver, and device UUIDs. */
+/* cuda/driver.c: run-time loading of the CUDA driver, and device UUIDs. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_drv.h"
+#include "cuda/driver.h"
 
 #define DEFAULT_LIBCUDA "libcuda.so.1"
 

@@ -154,7 +154,7 @@ $(T)/test_%: $(BUILDDIR)/obj/tests/unit/test_%.o $(DAEMON_LIB_OBJ) $(PROTO_OBJ)
 $(T)/integ_%: $(call obj,tests/integration/integ_%.c tests/integration/harness.c) $(PROTO_OBJ) $(LIBA)
 	$(call link,$(CRITERION_LIBS) $(CLIENT_LIBS))
 $(SDHOST_BIN): $(call obj,tests/integration/sdhost.c)
-$(SDHOST_BIN) $(T)/integ_client: LDFLAGS += -pthread
+$(SDHOST_BIN) $(T)/integ_client $(T)/integ_batch_client: LDFLAGS += -pthread
 $(T)/helper-%: $(call obj,tests/integration/helper-%.c) $(PROTO_OBJ) $(LIBA)
 	$(call link,$(CLIENT_LIBS))
 

@@ -63,7 +63,10 @@ typedef enum gpuipc_kind {
         GPUIPC_KIND_CUDA_IPC = 1,   /* legacy CUDA IPC handle, producer-bound */
         GPUIPC_KIND_CUDA_VMM = 2,   /* CUDA VMM memory shared as POSIX fds */
         GPUIPC_KIND_CUDA_POOL = 3,  /* a stream-ordered pool's pointer, producer-bound */
+        GPUIPC_KIND_BATCH = 4,      /* a table of Arrow columns: see "batches" below */
 } gpuipc_kind;
+
+typedef struct gpuipc_batch_desc gpuipc_batch_desc;
 
 /* What a buffer holds.  Every pointer is borrowed for the duration of the
  * call.  Start from GPUIPC_META_INIT and fill what you know. */
@@ -177,6 +180,12 @@ typedef struct gpuipc_info {
          * gpuipc_name_stat() and by gpuipc_list_fetch() with
          * GPUIPC_LIST_HOLDERS, else 0.  At most 32; leases counts them all. */
         uint32_t n_holders;
+        /* GPUIPC_KIND_BATCH: its parts and columns, read with the
+         * gpuipc_info_batch_*() calls; NULL for the other kinds.  A batch's
+         * schema metadata is n_user, user_keys and user_values; size is the
+         * sum of its parts' sizes, and copied says when the library copied
+         * host memory that lay outside any gpuipc_hostbuf. */
+        const gpuipc_batch_desc *batch;
 } gpuipc_info;
 
 /* Holder i (< info->n_holders) of info, owned by info; NULL past the end. */
@@ -202,6 +211,7 @@ typedef struct gpuipc_stats {
         uint64_t bytes_cuda_pool;
         uint64_t copies;                /* registrations made with GPUIPC_REGISTER_COPY's copy */
         uint64_t copied_bytes;
+        uint64_t bytes_batch;           /* bytes of batches (the sums of their parts) */
 } gpuipc_stats;
 
 /* ---- errors and versions ----------------------------------------------- */
@@ -534,6 +544,278 @@ typedef struct gpuipc_access {
  * for more than GPUIPC_ACCESS_IDS_MAX ids or a bad group name, -ENOENT when
  * this process knows no group of that name. */
 GPUIPC_EXPORT int gpuipc_client_set_access(gpuipc_client *c, const gpuipc_access *a);
+
+/* ---- the Arrow C Data Interface and C Device Data Interface -------------
+ *
+ * Declared here from the Arrow specifications (format/CDataInterface and
+ * format/CDeviceDataInterface), which define them as an ABI that each
+ * project declares itself.  The standard guards let them coexist with
+ * another project's copy included before or after this header. */
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+
+#define ARROW_FLAG_DICTIONARY_ORDERED 1
+#define ARROW_FLAG_NULLABLE 2
+#define ARROW_FLAG_MAP_KEYS_SORTED 4
+
+struct ArrowSchema {
+        const char *format;             /* the type, e.g. "i", "u", "+s" */
+        const char *name;               /* may be NULL */
+        const char *metadata;           /* binary key/value pairs, or NULL */
+        int64_t flags;                  /* ARROW_FLAG_* */
+        int64_t n_children;
+        struct ArrowSchema **children;
+        struct ArrowSchema *dictionary;
+        void (*release)(struct ArrowSchema *);  /* NULL: released */
+        void *private_data;
+};
+
+struct ArrowArray {
+        int64_t length;
+        int64_t null_count;             /* -1: not computed */
+        int64_t offset;                 /* in elements, into every buffer */
+        int64_t n_buffers;
+        int64_t n_children;
+        const void **buffers;
+        struct ArrowArray **children;
+        struct ArrowArray *dictionary;
+        void (*release)(struct ArrowArray *);   /* NULL: released */
+        void *private_data;
+};
+
+#endif /* ARROW_C_DATA_INTERFACE */
+
+#ifndef ARROW_C_DEVICE_DATA_INTERFACE
+#define ARROW_C_DEVICE_DATA_INTERFACE
+
+typedef int32_t ArrowDeviceType;
+
+#define ARROW_DEVICE_CPU 1
+#define ARROW_DEVICE_CUDA 2
+#define ARROW_DEVICE_CUDA_HOST 3
+#define ARROW_DEVICE_OPENCL 4
+#define ARROW_DEVICE_VULKAN 7
+#define ARROW_DEVICE_METAL 8
+#define ARROW_DEVICE_VPI 9
+#define ARROW_DEVICE_ROCM 10
+#define ARROW_DEVICE_ROCM_HOST 11
+#define ARROW_DEVICE_EXT_DEV 12
+#define ARROW_DEVICE_CUDA_MANAGED 13
+#define ARROW_DEVICE_ONEAPI 14
+#define ARROW_DEVICE_WEBGPU 15
+#define ARROW_DEVICE_HEXAGON 16
+
+struct ArrowDeviceArray {
+        struct ArrowArray array;
+        int64_t device_id;              /* CUDA: the ordinal; CPU: -1 */
+        ArrowDeviceType device_type;
+        void *sync_event;               /* CUDA: a CUevent *, or NULL */
+        int64_t reserved[3];            /* zero */
+};
+
+#endif /* ARROW_C_DEVICE_DATA_INTERFACE */
+
+/* ---- batches: one registration for a table of Arrow columns -------------
+ *
+ * A batch is one name for a table: an ordered list of columns (Arrow
+ * arrays, nested ones too), a row count and the schema's metadata.  It is
+ * one registration (one lease, one access rule, one `released` event)
+ * whose memory is a list of parts, one per distinct buffer.  A producer
+ * builds a gpuipc_batch from Arrow C Data Interface structs and registers
+ * it; a consumer looks it up in one round trip and exports the columns as
+ * Arrow structs whose buffers are the mapped memory.  libgpuipc(3) says
+ * more; docs/protocol.md ("Batches") is the wire format.
+ *
+ * Types: null, boolean, every fixed-width type (integers, floats, decimals,
+ * dates, times, timestamps, durations, intervals, fixed-size binary),
+ * utf8 and binary and their large variants, list, large list, fixed-size
+ * list, map and struct, with or without validity bitmaps and offsets.
+ * Dictionary-encoded, union, run-end encoded and view types are refused
+ * with -ENOTSUP.  Limits: GPUIPC_BATCH_PARTS_MAX distinct buffers,
+ * GPUIPC_BATCH_NODES_MAX arrays (columns and their children), and at
+ * most 64 file descriptors (distinct memfds and exported allocations). */
+
+#define GPUIPC_BATCH_PARTS_MAX 256
+#define GPUIPC_BATCH_NODES_MAX 1024
+
+typedef struct gpuipc_batch gpuipc_batch;
+typedef struct gpuipc_batch_view gpuipc_batch_view;
+
+/* A new, empty batch.  The caller frees it with gpuipc_batch_free(). */
+GPUIPC_EXPORT int gpuipc_batch_new(gpuipc_batch **ret_batch);
+GPUIPC_EXPORT void gpuipc_batch_free(gpuipc_batch *b);
+/* Why the last failed gpuipc_batch_add_*() or gpuipc_batch_set_metadata()
+ * on b failed; "" when none did.  Valid until the next call on b. */
+GPUIPC_EXPORT const char *gpuipc_batch_errmsg(const gpuipc_batch *b);
+
+/* Appends one column: the array and its schema (the column's name is
+ * schema->name).  device is -1 when the buffers are host memory, else
+ * the CUDA device ordinal whose device pointers they are.  The library
+ * reads the structs, computing each buffer's extent from the format,
+ * length and offset (for utf8, binary and lists it reads the last offset,
+ * from the device for device columns); it never calls their release
+ * callbacks, and the caller keeps them.  The buffers must stay valid and
+ * unchanged until gpuipc_batch_register() returns (host memory outside a
+ * gpuipc_hostbuf is copied then), and device memory as long as
+ * gpuipc_cuda_register() would require.  Every column has the batch's row
+ * count (the first one's length): -EINVAL otherwise, or for a released
+ * struct (release NULL), inconsistent children or buffer counts;
+ * -ENOTSUP for an unsupported type; -E2BIG past the limits.  On failure b
+ * is unchanged. */
+GPUIPC_EXPORT int gpuipc_batch_add_column(gpuipc_batch *b, const struct ArrowSchema *schema,
+                                          const struct ArrowArray *array, int device);
+/* Appends the children of a struct array ("+s", e.g. an exported record
+ * batch) as columns, host memory, with the struct's offset applied, and
+ * takes the schema's metadata as the batch's (unless set already).  The
+ * struct itself must have no nulls. */
+GPUIPC_EXPORT int gpuipc_batch_add_record_batch(gpuipc_batch *b, const struct ArrowSchema *schema,
+                                                const struct ArrowArray *array);
+/* The same for an ArrowDeviceArray: ARROW_DEVICE_CPU (host memory) or
+ * ARROW_DEVICE_CUDA (device_id is the ordinal; sync_event, when not NULL,
+ * points to a CUevent recorded after the writes, which becomes the
+ * registration's event: consumers wait on it).  An event created with
+ * CU_EVENT_INTERPROCESS is shared as it is; for any other event
+ * gpuipc_batch_register() waits (cuEventSynchronize) and registers the
+ * batch without an event, since the data is then complete.  One event
+ * per batch: -EINVAL for a second, different one. */
+GPUIPC_EXPORT int gpuipc_batch_add_device_record_batch(gpuipc_batch *b,
+                                                       const struct ArrowSchema *schema,
+                                                       const struct ArrowDeviceArray *array);
+/* Sets the batch's event: a CUevent recorded on device ordinal `device`
+ * after the writes of its device columns (as an ArrowDeviceArray's
+ * sync_event), shared with consumers as by gpuipc_batch_add_device_record_batch();
+ * NULL clears it.  For columns added one by one. */
+GPUIPC_EXPORT int gpuipc_batch_set_event(gpuipc_batch *b, void *event, int device);
+/* Sets the batch's (the schema's) metadata, replacing any: n pairs of
+ * UTF-8 strings (at most 32; keys at most 64 bytes, values 1024), copied.
+ * n == 0 clears it. */
+GPUIPC_EXPORT int gpuipc_batch_set_metadata(gpuipc_batch *b, uint32_t n,
+                                            const char *const *keys,
+                                            const char *const *values);
+
+/* Registers b under name in one request; b stays the caller's and may be
+ * registered again.  Host buffers that lie inside a gpuipc_hostbuf of this
+ * process are shared in place (that memfd is sealed as by
+ * gpuipc_hostbuf_register()); other host memory is copied into one new
+ * sealed memfd, 64-byte aligned, and the record's `copied` says so.
+ * Device buffers are shared as gpuipc_cuda_register() shares them, one
+ * export per allocation; a batch with a cuda-ipc or cuda-pool part is
+ * ephemeral, and that memory stays the caller's (see there).  flags:
+ * GPUIPC_REGISTER_EPHEMERAL, and for device parts GPUIPC_REGISTER_CUDA_IPC
+ * and GPUIPC_REGISTER_COPY (each part that cannot be shared without a
+ * copy is copied into cuda-vmm memory).  -EINVAL for an empty batch;
+ * -E2BIG when it needs more than 64 fds. */
+GPUIPC_EXPORT int gpuipc_batch_register(gpuipc_client *c, const char *name, gpuipc_batch *b,
+                                        unsigned flags, uint64_t *ret_id);
+
+/* Looks a batch up in one round trip and maps every part: host parts
+ * with one mmap per memfd, device parts as gpuipc_view_lookup() maps them (on
+ * their own devices, through the mapping cache), waiting for the batch's
+ * event unless flags has GPUIPC_LOOKUP_NO_SYNC.  One lease holds it all.
+ * -EMEDIUMTYPE when name is not a batch (and gpuipc_view_lookup() of a batch
+ * fails so too).  The caller frees *ret_view with
+ * gpuipc_batch_view_release(). */
+GPUIPC_EXPORT int gpuipc_batch_view_lookup(gpuipc_client *c, const char *name, int timeout_ms,
+                                      unsigned flags, gpuipc_batch_view **ret_view);
+GPUIPC_EXPORT uint64_t gpuipc_batch_view_rows(const gpuipc_batch_view *v);
+/* The top-level columns: how many, the name of column i ("" for a column
+ * without one, NULL when i is out of range), and the index of the first
+ * column called name (-ENOENT when none is). */
+GPUIPC_EXPORT size_t gpuipc_batch_view_columns(const gpuipc_batch_view *v);
+GPUIPC_EXPORT const char *gpuipc_batch_view_column_name(const gpuipc_batch_view *v, size_t i);
+GPUIPC_EXPORT int gpuipc_batch_view_column_index(const gpuipc_batch_view *v, const char *name);
+/* Buffer `buffer` (Arrow's order: validity first) of top-level column
+ * `column`, or of array `node` in pre-order (see gpuipc_info_batch_node):
+ * its start in this process (a CUdeviceptr for device parts; NULL for an
+ * absent buffer), its size in bytes and its device ordinal here (-1:
+ * host).  Any ret_ may be NULL.  -EINVAL when there is no such buffer.
+ * Valid until the view is released. */
+GPUIPC_EXPORT int gpuipc_batch_view_buffer(const gpuipc_batch_view *v, size_t column,
+                                           unsigned buffer, void **ret_data,
+                                           uint64_t *ret_size, int *ret_device);
+GPUIPC_EXPORT int gpuipc_batch_view_node_buffer(const gpuipc_batch_view *v, size_t node,
+                                                unsigned buffer, void **ret_data,
+                                                uint64_t *ret_size, int *ret_device);
+/* The registration, as at lookup time (kind GPUIPC_KIND_BATCH).  Owned by v. */
+GPUIPC_EXPORT const gpuipc_info *gpuipc_batch_view_info(const gpuipc_batch_view *v);
+
+/* Exports the batch (column -1: a "+s" struct array of batch_view_rows
+ * rows whose children are the columns, the schema with the batch's
+ * metadata) or one top-level column, as Arrow C Data Interface structs
+ * whose buffers are the mapped memory (zero copy).  Either ret_ may be
+ * NULL, not both.  The caller owns what it gets and must call each
+ * struct's release callback; the callbacks follow the specification (a
+ * parent releases its children; children may be moved out and released
+ * later) and may run in any order, on any thread, even after
+ * gpuipc_batch_view_release() or gpuipc_client_free().  An exported array
+ * keeps v's memory mapped: the lease goes back once
+ * gpuipc_batch_view_release(v) was called and every exported array was
+ * released.  When that last step is a release callback, the library
+ * unmaps there (device mappings closed first, as CUDA wants) and queues
+ * the lease on the client, which sends it at its next call (on the
+ * client's own thread), or drops it with gpuipc_client_free().  A schema
+ * holds no reference.  -EINVAL when a part is device memory (use
+ * gpuipc_batch_view_export_device()) or column is out of range; -EBADMSG
+ * when the record's buffers are smaller than their arrays need.  Errors
+ * set gpuipc_errmsg() of the view's client: export where that client is
+ * used (the release callbacks are free of this rule). */
+GPUIPC_EXPORT int gpuipc_batch_view_export(gpuipc_batch_view *v, int column,
+                                           struct ArrowSchema *ret_schema,
+                                           struct ArrowArray *ret_array);
+/* The same as an ArrowDeviceArray: ARROW_DEVICE_CUDA with device_id the
+ * ordinal in this process, and sync_event pointing to the opened event of
+ * the batch (a CUevent, owned by v, valid while the array lives) or NULL
+ * when it has none; all parts must be on that one device (-EINVAL
+ * otherwise).  A batch of host parts only exports as ARROW_DEVICE_CPU,
+ * device_id -1. */
+GPUIPC_EXPORT int gpuipc_batch_view_export_device(gpuipc_batch_view *v, int column,
+                                                  struct ArrowSchema *ret_schema,
+                                                  struct ArrowDeviceArray *ret_array);
+/* Drops the caller's hold on v and frees it; the lease goes back now,
+ * or with the release of the last exported array still alive.  A batch's
+ * release is sent without waiting for its reply (the daemon serves a
+ * connection's requests in order, so the next call sees the lease gone):
+ * returns 0, or why it could not be sent.  NULL is fine. */
+GPUIPC_EXPORT int gpuipc_batch_view_release(gpuipc_batch_view *v);
+
+/* A batch's description in a gpuipc_info (from a batch view, gpuipc_name_stat()
+ * or gpuipc_list_fetch()), owned by the info.  Each array of the table is
+ * a node, in pre-order (a node's n_children children follow it, each with
+ * its descendants).  Fields may be appended in later versions: take
+ * pointers from the accessors, never index arrays of these structs. */
+typedef struct gpuipc_batch_part {
+        gpuipc_kind kind;               /* host, cuda-ipc, cuda-vmm or cuda-pool */
+        uint64_t size;                  /* bytes */
+        const char *device;             /* device UUID; "" for host parts */
+} gpuipc_batch_part;
+
+typedef struct gpuipc_batch_node {
+        uint32_t index;                 /* its own place in pre-order */
+        uint32_t parent;                /* a node index, UINT32_MAX for a column */
+        const char *name;               /* "" when it has none */
+        const char *format;             /* the Arrow format string */
+        int64_t flags;                  /* ARROW_FLAG_* */
+        int64_t length, null_count, offset;
+        uint32_t n_children;
+        uint32_t n_buffers;             /* at most 3 */
+        int32_t buffers[3];             /* part indexes; -1: absent (NULL) */
+        uint32_t n_meta;                /* the field's metadata */
+        const char *const *meta_keys;
+        const char *const *meta_values;
+} gpuipc_batch_node;
+
+/* 0 when info is NULL or not a batch.  Part count: from list, stat and
+ * lookups; parts and nodes: from stat and lookups only (0 and NULL in a
+ * list's records). */
+GPUIPC_EXPORT size_t gpuipc_info_batch_parts(const gpuipc_info *info);
+GPUIPC_EXPORT const gpuipc_batch_part *gpuipc_info_batch_part(const gpuipc_info *info, size_t i);
+GPUIPC_EXPORT uint64_t gpuipc_info_batch_rows(const gpuipc_info *info);
+GPUIPC_EXPORT size_t gpuipc_info_batch_nodes(const gpuipc_info *info);
+GPUIPC_EXPORT const gpuipc_batch_node *gpuipc_info_batch_node(const gpuipc_info *info, size_t i);
+/* The top-level columns, in order: how many, and column i's node. */
+GPUIPC_EXPORT size_t gpuipc_info_batch_columns(const gpuipc_info *info);
+GPUIPC_EXPORT const gpuipc_batch_node *gpuipc_info_batch_column(const gpuipc_info *info,
+                                                               size_t i);
 
 #ifdef __cplusplus
 }

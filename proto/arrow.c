@@ -36,16 +36,15 @@ static unsigned depth_of(const msgpack_object *o)
         return 0;
 }
 
-/* An optional uint below 2^63 under key: 0 when absent. */
-static int get_u63(const msgpack_object *m, const char *key, bool required, uint64_t *ret)
+/* A uint below 2^63 (o from proto_get_n(): NULL when absent); 0 when
+ * absent and not required. */
+static int get_u63(const msgpack_object *o, bool required, uint64_t *ret)
 {
-        int r = proto_get_u64(m, key, ret);
-
-        if (r == -ENOENT && !required) {
+        if (!o && !required) {
                 *ret = 0;
                 return 0;
         }
-        if (r < 0 || *ret >= INT63_LIMIT)
+        if (proto_obj_u64(o, ret) < 0 || *ret >= INT63_LIMIT)
                 return -EINVAL;
         return 0;
 }
@@ -58,54 +57,71 @@ static bool printable_ascii(const char *s, size_t len)
         return true;
 }
 
-/* The fields of column node i; its children count into *ret_children and
- * the parts it names into used (n_parts bits). */
+enum { K_NAME, K_FORMAT, K_FLAGS, K_LENGTH, K_NULLS, K_OFFSET, K_CHILDREN, K_BUFFERS,
+       K_METADATA, K_NODE_KEYS };
+static const struct proto_key node_keys[K_NODE_KEYS] = {
+        [K_NAME] = PROTO_KEY("name"),           [K_FORMAT] = PROTO_KEY("format"),
+        [K_FLAGS] = PROTO_KEY("flags"),         [K_LENGTH] = PROTO_KEY("length"),
+        [K_NULLS] = PROTO_KEY("null_count"),    [K_OFFSET] = PROTO_KEY("offset"),
+        [K_CHILDREN] = PROTO_KEY("children"),   [K_BUFFERS] = PROTO_KEY("buffers"),
+        [K_METADATA] = PROTO_KEY("metadata"),
+};
+
+static bool is_type(const msgpack_object *o, msgpack_object_type t)
+{
+        return o && o->type == t;
+}
+
+/* The fields of column node i, read in one pass (every reader of a batch
+ * checks every node); its children count into *ret_children and the parts
+ * it names into used (n_parts bits). */
 static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, uint8_t *used,
                       uint64_t *ret_children, char *why, size_t why_len)
 {
-        const msgpack_object *buffers, *meta;
+        const msgpack_object *k[K_NODE_KEYS], *buffers, *meta;
         uint64_t length, v;
         int64_t nulls;
         const char *s;
         size_t len;
         char what[48];
-        int r;
 
         if (node->type != MSGPACK_OBJECT_MAP)
                 return proto_invalid(why, why_len, "arrow.columns[%u] must be a map", i);
-        r = proto_get_str(node, "name", &s, &len);
-        if (r < 0 || len > PROTO_BATCH_COLNAME_MAX || memchr(s, '\0', len) ||
-            proto_utf8_valid(s, len) != len)
+        proto_get_n(node, node_keys, K_NODE_KEYS, k);
+        s = is_type(k[K_NAME], MSGPACK_OBJECT_STR) ? k[K_NAME]->via.str.ptr : NULL;
+        len = s ? k[K_NAME]->via.str.size : 0;
+        if (!is_type(k[K_NAME], MSGPACK_OBJECT_STR) || len > PROTO_BATCH_COLNAME_MAX ||
+            (len && memchr(s, '\0', len)) || proto_utf8_valid(s, len) != len)
                 return proto_invalid(why, why_len, "arrow.columns[%u].name must be a str of at "
                                      "most %u bytes of UTF-8 without NUL (it may be empty)", i,
                                      PROTO_BATCH_COLNAME_MAX);
-        r = proto_get_str(node, "format", &s, &len);
-        if (r < 0 || len == 0 || len > PROTO_BATCH_FORMAT_MAX || !printable_ascii(s, len))
+        s = is_type(k[K_FORMAT], MSGPACK_OBJECT_STR) ? k[K_FORMAT]->via.str.ptr : NULL;
+        len = s ? k[K_FORMAT]->via.str.size : 0;
+        if (!s || len == 0 || len > PROTO_BATCH_FORMAT_MAX || !printable_ascii(s, len))
                 return proto_invalid(why, why_len, "arrow.columns[%u].format must be an Arrow "
                                      "format string of 1 to %u bytes of printable ASCII", i,
                                      PROTO_BATCH_FORMAT_MAX);
-        if (get_u63(node, "flags", false, &v) < 0)
+        if (get_u63(k[K_FLAGS], false, &v) < 0)
                 return proto_invalid(why, why_len, "arrow.columns[%u].flags must be a uint "
                                      "below 2^63", i);
-        if (get_u63(node, "length", true, &length) < 0)
+        if (get_u63(k[K_LENGTH], true, &length) < 0)
                 return proto_invalid(why, why_len, "arrow.columns[%u].length must be a uint "
                                      "below 2^63 (it is required)", i);
-        r = proto_get_i64(node, "null_count", &nulls);
-        if (r < 0 || nulls < -1 || (nulls > 0 && (uint64_t)nulls > length))
+        if (proto_obj_i64(k[K_NULLS], &nulls) < 0 || nulls < -1 ||
+            (nulls > 0 && (uint64_t)nulls > length))
                 return proto_invalid(why, why_len, "arrow.columns[%u].null_count must be an "
                                      "int from -1 (unknown) to length (%llu)", i,
                                      (unsigned long long)length);
-        if (get_u63(node, "offset", false, &v) < 0)
+        if (get_u63(k[K_OFFSET], false, &v) < 0)
                 return proto_invalid(why, why_len, "arrow.columns[%u].offset must be a uint "
                                      "below 2^63", i);
-        r = proto_get_u64(node, "children", ret_children);
-        if (r == -ENOENT)
-                *ret_children = 0;
-        else if (r < 0)
+        *ret_children = 0;
+        if (k[K_CHILDREN] && proto_obj_u64(k[K_CHILDREN], ret_children) < 0)
                 return proto_invalid(why, why_len, "arrow.columns[%u].children must be a uint",
                                      i);
-        r = proto_get_array(node, "buffers", &buffers);
-        if (r < 0 || buffers->via.array.size > PROTO_BATCH_BUFFERS_MAX)
+        buffers = k[K_BUFFERS];
+        if (!is_type(buffers, MSGPACK_OBJECT_ARRAY) ||
+            buffers->via.array.size > PROTO_BATCH_BUFFERS_MAX)
                 return proto_invalid(why, why_len, "arrow.columns[%u].buffers must be an array "
                                      "of at most %u part indexes or -1 (it is required)", i,
                                      PROTO_BATCH_BUFFERS_MAX);
@@ -119,12 +135,15 @@ static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, 
                 if (p >= 0)
                         used[p / 8] |= (uint8_t)(1u << (p % 8));
         }
-        r = proto_get_map(node, "metadata", &meta);
-        if (r == -EINVAL)
+        meta = k[K_METADATA];
+        if (!meta)
+                return 0;
+        if (meta->type != MSGPACK_OBJECT_MAP)
                 return proto_invalid(why, why_len, "arrow.columns[%u].metadata must be a map of "
                                      "str to str", i);
+        /* Formatted only when there is metadata. */
         snprintf(what, sizeof(what), "arrow.columns[%u].metadata", i);
-        if (r == 0 && proto_strmap_check(meta, what, why, why_len) < 0)
+        if (proto_strmap_check(meta, what, why, why_len) < 0)
                 return -EINVAL;
         return 0;
 }
@@ -148,7 +167,7 @@ int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts, char *why, 
         if (depth_of(arrow) > PROTO_BATCH_ARROW_DEPTH)
                 return proto_invalid(why, why_len, "arrow nests more than %u levels deep",
                                      PROTO_BATCH_ARROW_DEPTH);
-        if (get_u63(arrow, "rows", true, &rows) < 0)
+        if (get_u63(proto_get(arrow, "rows"), true, &rows) < 0)
                 return proto_invalid(why, why_len, "arrow.rows must be a uint below 2^63 (it "
                                      "is required)");
         r = proto_get_map(arrow, "metadata", &meta);

@@ -84,14 +84,62 @@ bool proto_obj_str_eq(const msgpack_object *o, const char *s)
 
 const msgpack_object *proto_get(const msgpack_object *map, const char *key)
 {
+        size_t n;
+
         if (!map || map->type != MSGPACK_OBJECT_MAP)
                 return NULL;
+        /* proto_obj_str_eq() per key, with the key's length taken once:
+         * records are read key by key, and this is their hottest loop. */
+        n = strlen(key);
         for (uint32_t i = 0; i < map->via.map.size; i++) {
-                const msgpack_object_kv *kv = &map->via.map.ptr[i];
-                if (proto_obj_str_eq(&kv->key, key))
-                        return &kv->val;
+                const msgpack_object *k = &map->via.map.ptr[i].key;
+                if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+                    (n == 0 || (k->via.str.ptr[0] == key[0] &&
+                                memcmp(k->via.str.ptr, key, n) == 0)))
+                        return &map->via.map.ptr[i].val;
         }
         return NULL;
+}
+
+/* memcmp() == 0 for the short keys of records, without its call. */
+static inline bool same_bytes(const char *a, const char *b, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                if (a[i] != b[i])
+                        return false;
+        return true;
+}
+
+void proto_get_n(const msgpack_object *map, const struct proto_key *keys, unsigned n,
+                 const msgpack_object **ret)
+{
+        uint32_t seen = 0, all;
+        unsigned next = 0;
+
+        if (n > PROTO_GET_N_MAX)
+                n = PROTO_GET_N_MAX;
+        all = n == 32 ? UINT32_MAX : (UINT32_C(1) << n) - 1;
+        for (unsigned j = 0; j < n; j++)
+                ret[j] = NULL;
+        if (!map || map->type != MSGPACK_OBJECT_MAP)
+                return;
+        for (uint32_t i = 0; i < map->via.map.size && seen != all; i++) {
+                const msgpack_object *k = &map->via.map.ptr[i].key, *v = &map->via.map.ptr[i].val;
+                if (k->type != MSGPACK_OBJECT_STR || k->via.str.size == 0)
+                        continue;
+                /* Maps mostly list their keys in the table's order: the
+                 * search starts after the last key found. */
+                for (unsigned t = 0, j = next; t < n; t++, j = j + 1 == n ? 0 : j + 1) {
+                        if (k->via.str.size != keys[j].len || (seen >> j & 1) ||
+                            !same_bytes(k->via.str.ptr, keys[j].name, keys[j].len))
+                                continue;
+                        /* The first occurrence wins, as with proto_get(). */
+                        seen |= UINT32_C(1) << j;
+                        ret[j] = v->type == MSGPACK_OBJECT_NIL ? NULL : v;
+                        next = j + 1 == n ? 0 : j + 1;
+                        break;
+                }
+        }
 }
 
 /* The value for key, or NULL when it is absent or nil. */

@@ -87,6 +87,19 @@ int proto_get_str(const msgpack_object *map, const char *key, const char **ret, 
 int proto_get_bin(const msgpack_object *map, const char *key, const uint8_t **ret, size_t *ret_len);
 int proto_get_map(const msgpack_object *map, const char *key, const msgpack_object **ret);
 int proto_get_array(const msgpack_object *map, const char *key, const msgpack_object **ret);
+/* The values of n keys (at most PROTO_GET_N_MAX, none empty) of map in
+ * one pass over it: ret[i] is what proto_get(map, keys[i].name) gives, or
+ * NULL when that is nil; for records read field by field, which a search
+ * per key makes quadratic.  The proto_obj_* helpers then take the values.
+ * Tables of keys are written with PROTO_KEY("name"). */
+#define PROTO_GET_N_MAX 32u
+struct proto_key {
+        const char *name;
+        size_t len;
+};
+#define PROTO_KEY(s) { s, sizeof(s) - 1 }
+void proto_get_n(const msgpack_object *map, const struct proto_key *keys, unsigned n,
+                 const msgpack_object **ret);
 int proto_obj_u64(const msgpack_object *o, uint64_t *ret);
 int proto_obj_i64(const msgpack_object *o, int64_t *ret);
 bool proto_obj_str_eq(const msgpack_object *o, const char *s);

@@ -89,5 +89,9 @@ void json_info(FILE *f, const gpuipc_info *info, const char *indent);
 void json_info_ex(FILE *f, const gpuipc_info *info, const char *indent, bool holders);
 /* ,"holders": [...] of info, for json_info_ex(). */
 void json_holders(FILE *f, const gpuipc_info *info, const char *indent);
+/* A batch's rows, parts and columns (batch.c): as text lines, and as the
+ * ,"batch": {...} member of a JSON record. */
+void batch_print(const gpuipc_info *info);
+void batch_json(FILE *f, const gpuipc_info *info, const char *indent);
 
 #endif

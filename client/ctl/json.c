@@ -69,6 +69,7 @@ const char *ctl_kind(gpuipc_kind k)
         case GPUIPC_KIND_CUDA_IPC: return "cuda-ipc";
         case GPUIPC_KIND_CUDA_VMM: return "cuda-vmm";
         case GPUIPC_KIND_CUDA_POOL: return "cuda-pool";
+        case GPUIPC_KIND_BATCH:    return "batch";
         }
         return "unknown";
 }
@@ -87,7 +88,9 @@ void json_info_ex(FILE *f, const gpuipc_info *in, const char *ind, bool holders)
                 ind, in->offset);
         fprintf(f, "%s  \"device\": ", ind);
         json_str(f, in->device);
-        if (in->kind != GPUIPC_KIND_HOST) {
+        if (in->kind == GPUIPC_KIND_BATCH)
+                batch_json(f, in, ind);
+        else if (in->kind != GPUIPC_KIND_HOST) {
                 fprintf(f, ",\n%s  \"alloc\": {\"id\": %" PRIu64 ", \"size\": %" PRIu64
                            ", \"regs\": %" PRIu32 "}", ind, in->alloc_id, in->alloc_size,
                         in->alloc_regs);

@@ -10,7 +10,9 @@ static const char usage[] =
         "Prints every field of registration NAME as 'key: value' lines, then who\n"
         "holds its leases (lease id, pid, uid, how long, executable; at most 32),\n"
         "or all of it as a JSON object with --json (\"holders\": [{\"pid\", \"uid\",\n"
-        "\"exe\", \"lease\", \"age_ms\"}]).\n";
+        "\"exe\", \"lease\", \"age_ms\"}]).  A batch lists its rows, parts and\n"
+        "columns, each with its Arrow type, row and null counts, and the part each\n"
+        "of its buffers lies in (kind, size, device).\n";
 
 static void print_dims(const char *key, const int64_t *v, uint32_t n)
 {
@@ -97,9 +99,13 @@ static void print_text(const gpuipc_info *in)
         printf("kind:      %s\n", ctl_kind(in->kind));
         printf("size:      %" PRIu64 " (%s)\n", in->size,
                proto_size_text(in->size, size, sizeof(size)));
-        printf("offset:    %" PRIu64 "\n", in->offset);
-        printf("device:    %s\n", in->device[0] ? in->device : "-");
-        if (in->kind != GPUIPC_KIND_HOST) {
+        if (in->kind == GPUIPC_KIND_BATCH) {
+                batch_print(in);
+        } else {
+                printf("offset:    %" PRIu64 "\n", in->offset);
+                printf("device:    %s\n", in->device[0] ? in->device : "-");
+        }
+        if (in->kind != GPUIPC_KIND_HOST && in->kind != GPUIPC_KIND_BATCH) {
                 printf("alloc:     id %" PRIu64 ", %" PRIu64 " bytes (%s), %" PRIu32
                        " registrations\n", in->alloc_id, in->alloc_size,
                        proto_size_text(in->alloc_size, size, sizeof(size)), in->alloc_regs);
@@ -125,9 +131,11 @@ static void print_text(const gpuipc_info *in)
                 print_time("expires:", in->expires_ms);
         else
                 printf("expires:   never (no TTL)\n");
-        printf("dtype:     %s\n", in->dtype[0] ? in->dtype : "-");
-        print_dims("shape:", in->ndim ? in->shape : NULL, in->ndim);
-        print_dims("strides:", in->strides, in->ndim);
+        if (in->kind != GPUIPC_KIND_BATCH) {
+                printf("dtype:     %s\n", in->dtype[0] ? in->dtype : "-");
+                print_dims("shape:", in->ndim ? in->shape : NULL, in->ndim);
+                print_dims("strides:", in->strides, in->ndim);
+        }
         for (uint32_t i = 0; i < in->n_user; i++) {
                 /* Keys up to 4 bytes line up with the rest; longer ones
                  * push their value right. */

@@ -100,6 +100,20 @@ int gpuipc__name_op(gpuipc_client *c, const struct gpuipc__op *op, const char *n
         return 0;
 }
 
+int gpuipc__send_nowait(gpuipc_client *c, struct gpuipc__req *rq)
+{
+        int r = proto_out_finish(&rq->o, c->max_frame);
+
+        /* The reply, when it comes, is dropped as one to a request nobody
+         * waits for. */
+        if (r == 0)
+                r = gpuipc__client_usable(c)
+                    ? gpuipc__send(c, (const uint8_t *)rq->o.sb.data, rq->o.sb.size, NULL, 0)
+                    : -ENOTCONN;
+        proto_out_free(&rq->o);
+        return r;
+}
+
 void gpuipc__send_unholds(gpuipc_client *c)
 {
         struct proto_out o;

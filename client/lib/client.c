@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "batchint.h"
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -29,6 +29,12 @@ int gpuipc__begin(gpuipc_client *c)
                                     gpuipc_strerror(c->dead));
         if (c->n_unholds)
                 gpuipc__send_unholds(c);
+        /* Their errors are not this call's. */
+        if (__atomic_load_n(&c->n_deferred, __ATOMIC_ACQUIRE)) {
+                gpuipc__deferred_send(c);
+                c->errmsg[0] = '\0';
+                c->last_err = 0;
+        }
         return 0;
 }
 
@@ -175,6 +181,8 @@ void gpuipc__client_unref(gpuipc_client *c)
         gpuipc__resume_clear(c);
         gpuipc__lost_clear(c);
         free(c->unholds);
+        free(c->deferred);
+        pthread_mutex_destroy(&c->deferred_lock);
         free(c);
 }
 
@@ -182,11 +190,17 @@ void gpuipc_client_free(gpuipc_client *c)
 {
         if (!c)
                 return;
+        /* Batch views let go of by release callbacks: their releases
+         * first, so that their producers hear of them now. */
+        if (gpuipc__client_usable(c))
+                gpuipc__deferred_send(c);
+        pthread_mutex_lock(&c->deferred_lock);
+        c->freed = true;        /* later callbacks queue nothing */
+        pthread_mutex_unlock(&c->deferred_lock);
         /* Closing now makes the daemon drop this connection's leases and
          * ephemeral registrations, as documented; views that remain only
          * hold their mapping and a reference to this struct. */
         gpuipc__client_kill(c, -ENOTCONN);
-        c->freed = true;
         gpuipc__client_unref(c);
 }
 
@@ -380,6 +394,7 @@ int gpuipc_client_connect(const char *path, gpuipc_client **ret_client)
         c->refs = 1;
         c->fd = -1;
         c->lookup_owner = -1;
+        pthread_mutex_init(&c->deferred_lock, NULL);
         c->max_frame = PROTO_MAX_FRAME;
         proto_fdq_init(&c->fdq);
         r = proto_reader_init(&c->rd, PROTO_MAX_FRAME);

@@ -96,6 +96,26 @@ int gpuipc__cu_describe(struct cuda *cu, uint64_t dptr, uint64_t size, void *eve
 
 /* ---- cudareg.c: what this process exported ---------------------------- */
 
+/* Finds how [dptr, dptr + size) is shared (with event exported when not
+ * NULL) and exports it, as register does: through the fast path for a
+ * known allocation, remembering producer-bound ones.  d->path may be
+ * GPUIPC_PATH_COPY (with GPUIPC_REGISTER_COPY).  c's error set on failure. */
+int gpuipc__cu_share(gpuipc_client *c, struct cuda *cu, uint64_t dptr, uint64_t size,
+                     void *event, unsigned flags, struct gpuipc__devreg *d);
+/* GPUIPC_REGISTER_COPY: copies the range (after event) into a new
+ * cudabuf on src's device, *ret_buf (the caller frees it once the daemon
+ * holds it), described into d. */
+int gpuipc__cu_copy(gpuipc_client *c, struct cuda *cu, uint64_t dptr, uint64_t size,
+                    void *event, const struct gpuipc__devreg *src, gpuipc_cudabuf **ret_buf,
+                    struct gpuipc__devreg *d);
+/* The register fields of d (kind, offset, device, alloc_size, fds, the
+ * kind's own, event, cacheable, copied when not NULL): how many, and
+ * packing them.  fdidx NULL: `fds` is their count (a register request);
+ * else the indexes of d's fds in the frame (a batch's part). */
+uint32_t gpuipc__cu_devreg_fields(const struct gpuipc__devreg *d, const char *copied);
+void gpuipc__cu_pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d,
+                            const char *copied, const uint32_t *fdidx);
+
 /* The base pointer of an allocation this process registered as cuda-ipc
  * with that (device, handle, buffer_id); false when it is not ours. */
 bool gpuipc__cuown_find(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle,

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batchint.h"
 #include "cudaint.h"
 
 #ifdef GPUIPC_HAVE_CUDA_H
@@ -137,10 +138,10 @@ static int vmm_chunks(gpuipc_client *c, const msgpack_object *reg, const msgpack
         return 0;
 }
 
-/* Fills the key of the record's allocation; takes the fds of the reply
- * (one per cuda-vmm chunk, or a cuda-pool's pool) into fds. */
-static int view_key(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
-                    const gpuipc_info *info, struct gpuipc__cumap *k, int *fds)
+/* Fills the key of the record's allocation, and checks that the fds of
+ * the reply (one per cuda-vmm chunk, or a cuda-pool's pool) are there. */
+static int view_key(gpuipc_client *c, const msgpack_object *reg, unsigned nfds,
+                    const gpuipc_info *info, struct gpuipc__cumap *k)
 {
         const msgpack_object *alloc = NULL;
         unsigned want;
@@ -173,29 +174,25 @@ static int view_key(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__
                         return r;
         }
         want = info->kind == GPUIPC_KIND_CUDA_VMM ? k->n_chunks : 1;
-        if (rp->nfds != want)
+        if (nfds != want)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply carries %u fds, not %u",
-                                    rp->nfds, want);
-        memcpy(fds, rp->fds, want * sizeof(int));
-        rp->nfds = 0;                   /* ours now */
+                                    nfds, want);
         return 0;
 }
 
-/* The producer's event: opened, and waited for unless NO_SYNC. */
-static int view_event(gpuipc_client *c, struct cuda *cu, const msgpack_object *reg,
-                      unsigned flags, gpuipc_view *v)
+/* Opens an IPC event handle (a record's, or a batch's), waiting for it
+ * unless NO_SYNC.  own: the memory is this process's, which may not open
+ * its own event: then *ret is NULL and the stream order the caller's
+ * business.  The consumer device's context is current. */
+static int event_open(gpuipc_client *c, struct cuda *cu, const uint8_t *b, bool own,
+                      unsigned flags, CUevent *ret)
 {
         CUipcEventHandle eh;
         CUevent ev;
         CUresult res;
-        const uint8_t *b;
-        size_t n;
         int r;
 
-        if (proto_get_bin(reg, "event", &b, &n) < 0)
-                return 0;
-        if (n != CUDA_IPC_HANDLE_LEN)
-                return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has a malformed event");
+        *ret = NULL;
         r = GPUIPC__CU_NEED(c, cu, cuIpcOpenEventHandle);
         if (r == 0)
                 r = GPUIPC__CU_NEED(c, cu, cuEventSynchronize);
@@ -203,14 +200,9 @@ static int view_event(gpuipc_client *c, struct cuda *cu, const msgpack_object *r
                 return r;
         memcpy(eh.reserved, b, CUDA_IPC_HANDLE_LEN);
         res = cu->cuIpcOpenEventHandle(&ev, eh);
-        if (res != CUDA_SUCCESS) {
-                /* The producer's own process may not open its own event;
-                 * its stream order is the caller's business there. */
-                if (v->cumap->own)
-                        return 0;
-                return gpuipc__cu_fail(c, cu, res, "cuIpcOpenEventHandle");
-        }
-        v->event = ev;
+        if (res != CUDA_SUCCESS)
+                return own ? 0 : gpuipc__cu_fail(c, cu, res, "cuIpcOpenEventHandle");
+        *ret = ev;
         if (flags & GPUIPC_LOOKUP_NO_SYNC)
                 return 0;
         res = cu->cuEventSynchronize(ev);
@@ -219,16 +211,68 @@ static int view_event(gpuipc_client *c, struct cuda *cu, const msgpack_object *r
         return 0;
 }
 
-int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
-                        unsigned flags, int device, gpuipc_view *v)
+/* The producer's event of a record, into v->event. */
+static int view_event(gpuipc_client *c, struct cuda *cu, const msgpack_object *reg,
+                      unsigned flags, gpuipc_view *v)
+{
+        CUevent ev;
+        const uint8_t *b;
+        size_t n;
+        int r;
+
+        if (proto_get_bin(reg, "event", &b, &n) < 0)
+                return 0;
+        if (n != CUDA_IPC_HANDLE_LEN)
+                return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has a malformed event");
+        r = event_open(c, cu, b, v->cumap->own, flags, &ev);
+        v->event = ev;
+        return r;
+}
+
+int gpuipc__cuda_event_open(gpuipc_client *c, const uint8_t *handle, int device, bool own,
+                            unsigned flags, void **ret_event)
+{
+        struct cuda *cu;
+        CUcontext saved;
+        CUevent ev = NULL;
+        int r;
+
+        r = gpuipc__cu_get(c, &cu);
+        if (r == 0)
+                r = gpuipc__cu_enter(c, cu, device, &saved);
+        if (r < 0)
+                return r;
+        r = event_open(c, cu, handle, own, flags, &ev);
+        if (r < 0 && ev && cu->cuEventDestroy_v2) {
+                (void)cu->cuEventDestroy_v2(ev);
+                ev = NULL;
+        }
+        gpuipc__cu_leave(cu, saved);
+        *ret_event = ev;
+        return r;
+}
+
+void gpuipc__cuda_event_close(void *event, int device)
+{
+        struct cuda *cu;
+        CUcontext saved;
+
+        if (!event || gpuipc__cu_get(NULL, &cu) < 0)
+                return;
+        if (cu->cuEventDestroy_v2 && gpuipc__cu_enter(NULL, cu, device, &saved) == 0) {
+                (void)cu->cuEventDestroy_v2((CUevent)event);
+                gpuipc__cu_leave(cu, saved);
+        }
+}
+
+int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *fds,
+                        unsigned nfds, bool held, unsigned flags, int device, gpuipc_view *v)
 {
         struct gpuipc__cumap k = {};
         const gpuipc_info *info = v->info;
-        int fds[PROTO_MAX_FDS];
-        unsigned nfds = 0;
         struct cuda *cu;
         CUcontext saved;
-        bool copy, held;
+        bool copy;
         int home, r;
 
         r = gpuipc__cu_get(c, &cu);
@@ -246,17 +290,13 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpui
         if (r < 0)
                 return r;
         k.home = home;
-        r = view_key(c, reg, rp, info, &k, fds);
+        r = view_key(c, reg, nfds, info, &k);
         if (r < 0)
                 goto out;
-        nfds = k.kind == GPUIPC_KIND_CUDA_IPC ? 0 : k.kind == GPUIPC_KIND_CUDA_POOL ? 1
-                                                                                    : k.n_chunks;
         r = gpuipc__cu_enter(c, cu, k.ordinal, &saved);
         if (r < 0)
                 goto out;
         k.alloc_id = info->alloc_id;
-        held = false;
-        (void)proto_get_bool(rp->msg.root, "held", &held);
         r = gpuipc__cumap_get(c, cu, fds, &k, held, &v->cumap);
         if (r < 0)
                 goto leave;
@@ -274,11 +314,14 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpui
 leave:
         gpuipc__cu_leave(cu, saved);
 out:
-        for (unsigned i = 0; i < nfds; i++)
-                close(fds[i]);
         free(k.keys);
         free(k.sizes);
         return r;
+}
+
+bool gpuipc__cuview_own(const gpuipc_view *v)
+{
+        return v->cumap && v->cumap->own;
 }
 
 void gpuipc__cuview_close(gpuipc_view *v)
@@ -290,11 +333,7 @@ void gpuipc__cuview_close(gpuipc_view *v)
                 return;
         if (gpuipc__cu_get(NULL, &cu) < 0)
                 return;         /* cannot happen: the view was opened */
-        if (v->event && gpuipc__cu_enter(NULL, cu, v->device, &saved) == 0) {
-                if (cu->cuEventDestroy_v2)
-                        (void)cu->cuEventDestroy_v2((CUevent)v->event);
-                gpuipc__cu_leave(cu, saved);
-        }
+        gpuipc__cuda_event_close(v->event, v->device);
         v->event = NULL;
         if (v->copy && gpuipc__cu_enter(NULL, cu, v->device, &saved) == 0) {
                 (void)cu->cuMemFree_v2((CUdeviceptr)v->copy);

@@ -128,9 +128,21 @@ bool gpuipc__cuown_find(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle
         return o != NULL;
 }
 
-/* The fields pack_devreg() packs: kind, offset, device, alloc_size, fds,
- * then the kind's own. */
-static uint32_t devreg_fields(const struct gpuipc__devreg *d, const char *copied)
+/* `fds`: a count in a register request, the indexes of the frame's fds
+ * (fdidx) in a batch's part. */
+static void pack_fds(msgpack_packer *pk, unsigned n, const uint32_t *fdidx)
+{
+        if (!fdidx) {
+                proto_pack_ku64(pk, "fds", n);
+                return;
+        }
+        proto_pack_str(pk, "fds");
+        msgpack_pack_array(pk, n);
+        for (unsigned i = 0; i < n; i++)
+                msgpack_pack_uint32(pk, fdidx[i]);
+}
+
+uint32_t gpuipc__cu_devreg_fields(const struct gpuipc__devreg *d, const char *copied)
 {
         switch (d->path) {
         case GPUIPC_PATH_CUDA_VMM:      /* chunks or alloc_key, copied */
@@ -142,7 +154,8 @@ static uint32_t devreg_fields(const struct gpuipc__devreg *d, const char *copied
         }
 }
 
-static void pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d, const char *copied)
+void gpuipc__cu_pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d,
+                            const char *copied, const uint32_t *fdidx)
 {
         char uuid[CUDA_UUID_STR_LEN + 1];
 
@@ -154,7 +167,7 @@ static void pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d, cons
         proto_pack_kstr(pk, "device", uuid);
         proto_pack_ku64(pk, "alloc_size", d->alloc_size);
         if (d->path == GPUIPC_PATH_CUDA_VMM) {
-                proto_pack_ku64(pk, "fds", d->n_chunks);
+                pack_fds(pk, d->n_chunks, fdidx);
                 if (d->n_chunks > 1) {
                         proto_pack_str(pk, "chunks");
                         msgpack_pack_array(pk, d->n_chunks);
@@ -171,14 +184,14 @@ static void pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d, cons
                 if (copied)
                         proto_pack_kstr(pk, "copied", copied);
         } else if (d->path == GPUIPC_PATH_CUDA_POOL) {
-                proto_pack_ku64(pk, "fds", 1);
+                pack_fds(pk, 1, fdidx);
                 proto_pack_str(pk, "pool_key");
                 msgpack_pack_bin_with_body(pk, d->keys[0], GPUIPC__ALLOC_KEY_LEN);
                 proto_pack_str(pk, "handle");
                 msgpack_pack_bin_with_body(pk, d->export_data.reserved, CUDA_IPC_HANDLE_LEN);
                 proto_pack_ku64(pk, "buffer_id", d->buffer_id);
         } else {
-                proto_pack_ku64(pk, "fds", 0);
+                pack_fds(pk, 0, fdidx);
                 proto_pack_str(pk, "handle");
                 msgpack_pack_bin_with_body(pk, d->handle.reserved, CUDA_IPC_HANDLE_LEN);
                 proto_pack_ku64(pk, "buffer_id", d->buffer_id);
@@ -204,39 +217,30 @@ static int send_register(gpuipc_client *c, const char *name, uint64_t size,
         };
         struct gpuipc__req rq;
 
-        gpuipc__register_start(c, &rq, &a, 1 + devreg_fields(d, copied));
+        gpuipc__register_start(c, &rq, &a, 1 + gpuipc__cu_devreg_fields(d, copied));
         proto_pack_ku64(&rq.o.pk, "size", size);
-        pack_devreg(&rq.o.pk, d, copied);
+        gpuipc__cu_pack_devreg(&rq.o.pk, d, copied, NULL);
         return gpuipc__register_finish(c, &rq, &a, nfds ? d->fds : NULL, nfds, ret_id);
 }
 
-/* GPUIPC_REGISTER_COPY: copies the range into new cuda-vmm memory, after
- * the producer's event, and registers that; the daemon keeps it. */
-static int register_copy(gpuipc_client *c, struct cuda *cu, const char *name, uint64_t dptr,
-                         uint64_t size, const gpuipc_meta *meta, void *event, unsigned flags,
-                         const struct gpuipc__devreg *src, uint64_t *ret_id)
+int gpuipc__cu_copy(gpuipc_client *c, struct cuda *cu, uint64_t dptr, uint64_t size,
+                    void *event, const struct gpuipc__devreg *src, gpuipc_cudabuf **ret_buf,
+                    struct gpuipc__devreg *d)
 {
-        struct gpuipc__devreg *d = malloc(sizeof(*d));
         const char *what = "cuEventSynchronize (producer's event)";
-        char copied[128];
         gpuipc_cudabuf *b = NULL;
         CUcontext saved;
         CUresult res = CUDA_SUCCESS;
         int r;
 
-        if (!d)
-                return gpuipc__end(c, -ENOMEM);
-        snprintf(copied, sizeof(copied), "zero-copy impossible: %s", src->brief);
         r = gpuipc_cudabuf_new(src->ordinal, size, &b);
-        if (r < 0) {
-                r = gpuipc__fail(c, r, "cannot allocate %llu bytes of cuda-vmm memory on device "
-                                 "%d for the copy: %s", (unsigned long long)size, src->ordinal,
-                                 gpuipc_strerror(r));
-                goto out;
-        }
+        if (r < 0)
+                return gpuipc__fail(c, r, "cannot allocate %llu bytes of cuda-vmm memory on "
+                                    "device %d for the copy: %s", (unsigned long long)size,
+                                    src->ordinal, gpuipc_strerror(r));
         r = gpuipc__cu_enter(c, cu, src->ordinal, &saved);
         if (r < 0)
-                goto out;
+                goto fail;
         if (event && cu->cuEventSynchronize)
                 res = cu->cuEventSynchronize((CUevent)event);
         if (res == CUDA_SUCCESS) {
@@ -250,22 +254,68 @@ static int register_copy(gpuipc_client *c, struct cuda *cu, const char *name, ui
         gpuipc__cu_leave(cu, saved);
         if (res != CUDA_SUCCESS) {
                 r = gpuipc__cu_fail(c, cu, res, what);
-                goto out;
+                goto fail;
         }
         r = gpuipc__cu_describe(cu, gpuipc_cudabuf_ptr(b), size, NULL, 0, true, d);
         if (r == 0 && d->path != GPUIPC_PATH_CUDA_VMM)
                 r = -EIO;
         if (r < 0) {
                 r = gpuipc__fail(c, r, "the copy cannot be shared: %s", d->why);
-                goto out;
+                goto fail;
         }
+        *ret_buf = b;
+        return 0;
+fail:
+        gpuipc_cudabuf_free(b);
+        return r;
+}
+
+/* GPUIPC_REGISTER_COPY: copies the range into new cuda-vmm memory, after
+ * the producer's event, and registers that; the daemon keeps it. */
+static int register_copy(gpuipc_client *c, struct cuda *cu, const char *name, uint64_t dptr,
+                         uint64_t size, const gpuipc_meta *meta, void *event, unsigned flags,
+                         const struct gpuipc__devreg *src, uint64_t *ret_id)
+{
+        struct gpuipc__devreg *d = malloc(sizeof(*d));
+        gpuipc_cudabuf *b = NULL;
+        char copied[128];
+        int r;
+
+        if (!d)
+                return gpuipc__end(c, -ENOMEM);
+        snprintf(copied, sizeof(copied), "zero-copy impossible: %s", src->brief);
+        r = gpuipc__cu_copy(c, cu, dptr, size, event, src, &b, d);
         /* Durable unless asked otherwise, as any cuda-vmm buffer. */
-        r = send_register(c, name, size, meta, flags, d, copied, ret_id);
-out:
+        if (r == 0)
+                r = send_register(c, name, size, meta, flags, d, copied, ret_id);
         /* The daemon holds the memory now through its own fds. */
         gpuipc_cudabuf_free(b);
         free(d);
         return r;
+}
+
+int gpuipc__cu_share(gpuipc_client *c, struct cuda *cu, uint64_t dptr, uint64_t size,
+                     void *event, unsigned flags, struct gpuipc__devreg *d)
+{
+        int r;
+
+        /* Another block of a known allocation, no event to export: the
+         * fast path.  A legacy handle is wanted for cuda-ipc memory only. */
+        if (event || !known(cu, dptr, size, d)) {
+                r = gpuipc__cu_describe(cu, dptr, size, event, flags, true, d);
+                if (r < 0)
+                        return gpuipc__fail(c, r, "%s", d->why);
+        }
+        if (d->path == GPUIPC_PATH_COPY)
+                return 0;
+        d->cacheable = (flags & GPUIPC_REGISTER_CACHEABLE) && d->path != GPUIPC_PATH_CUDA_VMM;
+        /* Producer-bound memory looked up in this process is our pointer. */
+        if (d->path == GPUIPC_PATH_CUDA_IPC || d->path == GPUIPC_PATH_CUDA_POOL) {
+                r = own_add(d);
+                if (r < 0)
+                        return gpuipc__end(c, r);
+        }
+        return 0;
 }
 
 int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint64_t size,
@@ -287,27 +337,12 @@ int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint
         d = malloc(sizeof(*d));
         if (!d)
                 return gpuipc__end(c, -ENOMEM);
-        /* Another block of a known allocation, no event to export: the
-         * fast path.  A legacy handle is wanted for cuda-ipc memory only. */
-        if (event || !known(cu, dptr, size, d)) {
-                r = gpuipc__cu_describe(cu, dptr, size, event, flags, true, d);
-                if (r < 0) {
-                        r = gpuipc__fail(c, r, "%s", d->why);
-                        goto out;
-                }
-        }
+        r = gpuipc__cu_share(c, cu, dptr, size, event, flags, d);
+        if (r < 0)
+                goto out;
         if (d->path == GPUIPC_PATH_COPY) {
                 r = register_copy(c, cu, name, dptr, size, meta, event, flags, d, ret_id);
                 goto out;
-        }
-        d->cacheable = (flags & GPUIPC_REGISTER_CACHEABLE) && d->path != GPUIPC_PATH_CUDA_VMM;
-        /* Producer-bound memory looked up in this process is our pointer. */
-        if (d->path == GPUIPC_PATH_CUDA_IPC || d->path == GPUIPC_PATH_CUDA_POOL) {
-                r = own_add(d);
-                if (r < 0) {
-                        r = gpuipc__end(c, r);
-                        goto out;
-                }
         }
         r = send_register(c, name, size, meta, flags, d, NULL, ret_id);
 out:

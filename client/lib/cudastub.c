@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "batchint.h"
 #include "cudaint.h"
 
 #ifndef GPUIPC_HAVE_CUDA_H
@@ -57,13 +58,66 @@ int gpuipc_view_release_after(gpuipc_view *v, void *event)
         return gpuipc__view_release(v, NULL);
 }
 
-int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, struct gpuipc__reply *rp,
-                        unsigned flags, int device, gpuipc_view *v)
+int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *fds,
+                        unsigned nfds, bool held, unsigned flags, int device, gpuipc_view *v)
 {
         return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
 }
 
 void gpuipc__cuview_close(gpuipc_view *v)
+{
+}
+
+bool gpuipc__cuview_own(const gpuipc_view *v)
+{
+        return false;
+}
+
+int gpuipc__cuparts_new(gpuipc_client *c, const struct gpuipc__bbuf *const *bufs, unsigned n,
+                        void *event, int event_device, unsigned flags,
+                        struct gpuipc__cuparts **ret)
+{
+        return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
+}
+
+unsigned gpuipc__cuparts_fds(const struct gpuipc__cuparts *p, unsigned i, const int **ret_fds)
+{
+        *ret_fds = NULL;
+        return 0;
+}
+
+void gpuipc__cuparts_pack(msgpack_packer *pk, const struct gpuipc__cuparts *p, unsigned i,
+                          uint64_t size, const uint32_t *fdidx)
+{
+}
+
+bool gpuipc__cuparts_bound(const struct gpuipc__cuparts *p)
+{
+        return false;
+}
+
+const uint8_t *gpuipc__cuparts_event(const struct gpuipc__cuparts *p)
+{
+        return NULL;
+}
+
+void gpuipc__cuparts_free(struct gpuipc__cuparts *p)
+{
+}
+
+int gpuipc__cuda_read(uint64_t dptr, int device, void *dst, size_t n, char *why, size_t why_len)
+{
+        snprintf(why, why_len, "%s", NO_CUDA);
+        return -ENOTSUP;
+}
+
+int gpuipc__cuda_event_open(gpuipc_client *c, const uint8_t *handle, int device, bool own,
+                            unsigned flags, void **ret_event)
+{
+        return gpuipc__fail(c, -ENOTSUP, NO_CUDA);
+}
+
+void gpuipc__cuda_event_close(void *event, int device)
 {
 }
 

@@ -32,6 +32,7 @@ static const struct {
         { ENOTCONN,        "not connected to the daemon" },
         { ENAMETOOLONG,    "socket path too long" },
         { EXDEV,           "the consumer's GPU cannot access the buffer's GPU (no peer access)" },
+        { EMEDIUMTYPE,     "the registration is of another kind (a batch, or not one)" },
 };
 
 const char *gpuipc_strerror(int err)

@@ -1,14 +1,19 @@
 /* hostbuf.c: producer-side host buffers (memfds), and what registering one
- * needs beyond register.c: the memfd sealed, and the fields of kind host. */
+ * needs beyond register.c: the memfd sealed, and the fields of kind host.
+ *
+ * The live buffers of the process are kept in a table, so that a batch
+ * whose Arrow buffers lie inside one can share that memfd in place
+ * instead of copying (gpuipc__hostbuf_find). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "batchint.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010      /* Linux 5.1 */
@@ -18,7 +23,34 @@ struct gpuipc_hostbuf {
         int fd;
         void *data;
         size_t size;
+        gpuipc_hostbuf *prev, *next;    /* in hostbufs, once mapped */
 };
+
+static pthread_mutex_t hostbufs_lock = PTHREAD_MUTEX_INITIALIZER;
+static gpuipc_hostbuf *hostbufs;
+
+bool gpuipc__hostbuf_find(uint64_t ptr, uint64_t size, int *ret_fd, uint64_t *ret_offset)
+{
+        const gpuipc_hostbuf *b;
+        int fd = -1;
+
+        pthread_mutex_lock(&hostbufs_lock);
+        for (b = hostbufs; b; b = b->next) {
+                uint64_t start = (uint64_t)(uintptr_t)b->data;
+                if (ptr >= start && ptr - start <= b->size && size <= b->size - (ptr - start))
+                        break;
+        }
+        /* The buffer's own fd: the caller keeps the buffer (its memory
+         * must stay valid) until it is done with the fd. */
+        if (b)
+                fd = b->fd;
+        if (fd >= 0) {
+                *ret_fd = fd;
+                *ret_offset = ptr - (uint64_t)(uintptr_t)b->data;
+        }
+        pthread_mutex_unlock(&hostbufs_lock);
+        return fd >= 0;
+}
 
 int gpuipc_hostbuf_new(size_t size, gpuipc_hostbuf **ret_buf)
 {
@@ -47,6 +79,12 @@ int gpuipc_hostbuf_new(size_t size, gpuipc_hostbuf **ret_buf)
                 r = -errno;
                 goto fail;
         }
+        pthread_mutex_lock(&hostbufs_lock);
+        b->next = hostbufs;
+        if (hostbufs)
+                hostbufs->prev = b;
+        hostbufs = b;
+        pthread_mutex_unlock(&hostbufs_lock);
         *ret_buf = b;
         return 0;
 
@@ -74,8 +112,17 @@ void gpuipc_hostbuf_free(gpuipc_hostbuf *b)
 {
         if (!b)
                 return;
-        if (b->data != MAP_FAILED && b->data)
+        if (b->data != MAP_FAILED && b->data) {
+                pthread_mutex_lock(&hostbufs_lock);
+                if (b->prev)
+                        b->prev->next = b->next;
+                else if (hostbufs == b)
+                        hostbufs = b->next;
+                if (b->next)
+                        b->next->prev = b->prev;
+                pthread_mutex_unlock(&hostbufs_lock);
                 munmap(b->data, b->size);
+        }
         if (b->fd >= 0)
                 close(b->fd);
         free(b);
@@ -93,8 +140,8 @@ void gpuipc_hostbuf_free(gpuipc_hostbuf *b)
  * F_SEAL_FUTURE_WRITE (EINVAL): the buffer is then registered without it,
  * as if GPUIPC_REGISTER_SHARED_WRITE were given (gpuipc.h), and
  * *shared_write is set. */
-static int seal_for_register(gpuipc_client *c, int fd, uint64_t offset, uint64_t size,
-                             bool *shared_write)
+int gpuipc__seal_for_register(gpuipc_client *c, int fd, uint64_t offset, uint64_t size,
+                              bool *shared_write)
 {
         struct stat st;
         int seals;
@@ -149,7 +196,7 @@ int gpuipc_fd_register(gpuipc_client *c, const char *name, int fd, uint64_t offs
         r = gpuipc__register_begin(c, name, meta, args_ok, "invalid fd, size, offset or flags");
         if (r < 0)
                 return r;
-        r = seal_for_register(c, fd, offset, size, &a.shared_write);
+        r = gpuipc__seal_for_register(c, fd, offset, size, &a.shared_write);
         if (r < 0)
                 return gpuipc__end(c, r);
         gpuipc__register_start(c, &rq, &a, 4);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "batchint.h"
 
 /* ---- meta -> wire ------------------------------------------------------ */
 
@@ -116,6 +116,7 @@ struct rec {
         struct proto_access access;
         const msgpack_object *copied;
         const msgpack_object *holders;  /* array of maps, or NULL */
+        struct gpuipc__batchrec batch;  /* GPUIPC_KIND_BATCH */
         size_t bytes;                   /* size of the block to allocate */
 };
 
@@ -160,6 +161,33 @@ static int opt_u64(const msgpack_object *map, const char *key, uint64_t *ret)
         return 0;
 }
 
+/* The user metadata pairs: meta.user, or a batch's schema metadata (a
+ * checked map of strs). */
+static void set_user(struct rec *r, const msgpack_object *user)
+{
+        for (uint32_t i = 0; i < user->via.map.size; i++) {
+                const msgpack_object_kv *kv = &user->via.map.ptr[i];
+                r->bytes += str_bytes(&kv->key) + str_bytes(&kv->val);
+        }
+        r->user = user;
+        r->info.n_user = user->via.map.size;
+        r->bytes += 2 * (size_t)r->info.n_user * sizeof(char *);
+}
+
+/* A batch's parts and columns (batchdesc.c), laid out in the block too. */
+static int parse_batch(const msgpack_object *reg, struct rec *r)
+{
+        if (gpuipc__batchrec_parse(reg, &r->batch) < 0)
+                return -EBADMSG;
+        /* A batch carries no meta; its schema metadata is the user's. */
+        if (r->batch.metadata)
+                set_user(r, r->batch.metadata);
+        r->copied = r->batch.copied;
+        r->info.has_event = proto_get(reg, "event") != NULL;
+        r->bytes += r->batch.struct_bytes + r->batch.string_bytes;
+        return 0;
+}
+
 static int parse_meta(const msgpack_object *meta, struct rec *r)
 {
         struct proto_meta m;
@@ -172,15 +200,8 @@ static int parse_meta(const msgpack_object *meta, struct rec *r)
         r->info.ndim = m.shape ? m.shape->via.array.size : 0;
         r->strides = r->info.ndim > 0 ? m.strides : NULL;
         r->bytes += 2 * (size_t)r->info.ndim * sizeof(int64_t);
-        if (m.user) {
-                for (uint32_t i = 0; i < m.user->via.map.size; i++) {
-                        const msgpack_object_kv *kv = &m.user->via.map.ptr[i];
-                        r->bytes += str_bytes(&kv->key) + str_bytes(&kv->val);
-                }
-                r->user = m.user;
-                r->info.n_user = m.user->via.map.size;
-                r->bytes += 2 * (size_t)r->info.n_user * sizeof(char *);
-        }
+        if (m.user)
+                set_user(r, m.user);
         return 0;
 }
 
@@ -199,22 +220,20 @@ static int parse_owner(const msgpack_object *owner, struct rec *r)
         return 0;
 }
 
-/* The CUDA fields: alloc {id, size, regs}, chunks, copied, buffer_id,
- * event.  A cuda-vmm record over several chunks: alloc_size is all of
- * them. */
-static int parse_cuda(const msgpack_object *reg, struct rec *r)
+int gpuipc__info_cuda(const msgpack_object *reg, gpuipc_info *info,
+                      const msgpack_object **ret_copied)
 {
         struct proto_cuda_view v;
 
-        if (proto_cuda_decode(reg, r->info.kind == GPUIPC_KIND_CUDA_VMM, &v) < 0)
+        if (proto_cuda_decode(reg, info->kind == GPUIPC_KIND_CUDA_VMM, &v) < 0)
                 return -EBADMSG;
-        r->info.alloc_id = v.alloc_id;
-        r->info.alloc_size = v.chunks ? v.chunks_size : v.alloc_size;
-        r->info.alloc_regs = v.alloc_regs;
-        r->info.n_chunks = v.n_chunks;
-        r->copied = v.copied;
-        r->info.buffer_id = v.buffer_id;
-        r->info.has_event = v.has_event;
+        info->alloc_id = v.alloc_id;
+        info->alloc_size = v.chunks ? v.chunks_size : v.alloc_size;
+        info->alloc_regs = v.alloc_regs;
+        info->n_chunks = v.n_chunks;
+        info->buffer_id = v.buffer_id;
+        info->has_event = v.has_event;
+        *ret_copied = v.copied;
         return 0;
 }
 
@@ -296,8 +315,13 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
                 return -EBADMSG;
         if (proto_get_map(reg, "meta", &meta) == 0 && parse_meta(meta, r) < 0)
                 return -EBADMSG;
-        if (r->info.kind != GPUIPC_KIND_HOST && parse_cuda(reg, r) < 0)
+        if (r->info.kind == GPUIPC_KIND_BATCH) {
+                if (parse_batch(reg, r) < 0)
+                        return -EBADMSG;
+        } else if (r->info.kind != GPUIPC_KIND_HOST &&
+                   gpuipc__info_cuda(reg, &r->info, &r->copied) < 0) {
                 return -EBADMSG;
+        }
         if (proto_get_map(reg, "access", &acc) == 0 && parse_access(acc, r) < 0)
                 return -EBADMSG;
         if (parse_holders(reg, r) < 0)
@@ -329,7 +353,7 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         int64_t *shape, *strides;
         const char **keys, **values;
         uint32_t *uids, *gids;
-        char *pos;
+        char *pos, *batch;
         int ret;
 
         ret = parse_rec(reg, &r);
@@ -347,7 +371,8 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         strides = shape + r.info.ndim;
         keys = (const char **)(strides + r.info.ndim);
         values = keys + r.info.n_user;
-        uids = (uint32_t *)(values + r.info.n_user);
+        batch = (char *)(values + r.info.n_user);       /* 8-aligned, a multiple of 8 */
+        uids = (uint32_t *)(batch + r.batch.struct_bytes);
         gids = uids + r.info.n_access_uids;
         pos = (char *)(gids + r.info.n_access_gids);
 
@@ -392,6 +417,8 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
                 (void)opt_str(h, "exe", &exe);
                 holders[i].exe = put_str(&pos, exe);
         }
+        info->batch = r.info.kind == GPUIPC_KIND_BATCH
+                      ? gpuipc__batchdesc_put(&r.batch, batch, &pos) : NULL;
         *ret_info = info;
         return 0;
 }

@@ -7,6 +7,7 @@
 #ifndef GPUIPC_INTERNAL_H
 #define GPUIPC_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -116,6 +117,13 @@ struct gpuipc_client {
         unsigned unmapped_n;
         struct { uint64_t id, alloc; } cached_regs[GPUIPC__UNMAPPED_MAX];
         unsigned cached_regs_n;
+        /* Leases of batch views let go of by an Arrow release callback,
+         * perhaps on another thread, to release at the next call
+         * (batchview.c).  deferred_lock guards them and `freed`;
+         * n_deferred is also read without it, atomically. */
+        pthread_mutex_t deferred_lock;
+        struct gpuipc__lease *deferred;
+        unsigned n_deferred, cap_deferred;
 };
 
 /* A reply to one request.  The body is a private copy, so the decoded
@@ -243,6 +251,12 @@ int gpuipc__name_op(gpuipc_client *c, const struct gpuipc__op *op, const char *n
                     uint64_t *ret_leases);
 /* Sends the queued unholds without waiting for their replies. */
 void gpuipc__send_unholds(gpuipc_client *c);
+/* Sends the request in rq without waiting for its reply, which is dropped
+ * when it comes; rq's frame is freed.  The daemon answers in order, so
+ * later calls see its effect. */
+int gpuipc__send_nowait(gpuipc_client *c, struct gpuipc__req *rq);
+/* The kinds of request that batches share with single registrations. */
+extern const struct gpuipc__op gpuipc__op_register, gpuipc__op_lookup, gpuipc__op_release;
 
 /* ---- register.c: register of every kind, unregister, adopt ------------ */
 
@@ -294,6 +308,9 @@ bool gpuipc__unmapped_seen(const gpuipc_client *c, uint64_t alloc);
  * already holds gets a client-local one). */
 void gpuipc__track(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t *buf,
                    size_t len, const int *fds, unsigned nfds, struct gpuipc__reply *rp);
+/* Forgets lease id (released without waiting for the reply); false when
+ * c did not know it. */
+bool gpuipc__lease_drop(gpuipc_client *c, uint64_t id);
 /* Whether c's connection holds lease id, as far as c knows (true when it
  * cannot tell). */
 bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch);
@@ -346,6 +363,12 @@ void gpuipc__meta_pack(msgpack_packer *pk, const gpuipc_meta *m);
  * (gpuipc__access_pack packs them). */
 uint32_t gpuipc__access_keys(const gpuipc_client *c);
 void gpuipc__access_pack(msgpack_packer *pk, const gpuipc_client *c);
+/* The CUDA fields of record (or batch part) reg into info, whose kind is
+ * set: alloc {id, size, regs}, chunks, buffer_id, event; *ret_copied is
+ * the `copied` str or NULL.  A cuda-vmm record over several chunks:
+ * alloc_size is all of them.  -EBADMSG when malformed. */
+int gpuipc__info_cuda(const msgpack_object *reg, gpuipc_info *info,
+                      const msgpack_object **ret_copied);
 /* Decodes a `reg` record into one heap block holding the gpuipc_info and
  * everything it points to; free() it.  -EBADMSG on a malformed record. */
 int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info);
@@ -401,15 +424,19 @@ int gpuipc__view_release(gpuipc_view *v, const uint8_t *event);
 
 /* ---- cuda*.c (cudastub.c when built without <cuda.h>) ------------------ */
 
-/* Opens a device view from a lookup reply whose record is already decoded
- * into v->info: maps the device, opens the allocation once per process
- * and consumer device (device: the consumer's ordinal, -1 for the
- * buffer's own), and waits for the producer's event unless
- * GPUIPC_LOOKUP_NO_SYNC. */
-int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg,
-                        struct gpuipc__reply *rp, unsigned flags, int device, gpuipc_view *v);
+/* Opens a device view of record reg (a lookup's, or a batch's part),
+ * already decoded into v->info, with the fds that came for it (borrowed:
+ * the caller closes them) and the reply's `held`: maps the device, opens
+ * the allocation once per process and consumer device (device: the
+ * consumer's ordinal, -1 for the buffer's own), and waits for the
+ * producer's event unless GPUIPC_LOOKUP_NO_SYNC. */
+int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *fds,
+                        unsigned nfds, bool held, unsigned flags, int device, gpuipc_view *v);
 /* Undoes gpuipc__cuview_open(); NULL-safe parts. */
 void gpuipc__cuview_close(gpuipc_view *v);
+/* Whether device view v maps this process's own memory (the producer's
+ * pointer, nothing opened). */
+bool gpuipc__cuview_own(const gpuipc_view *v);
 /* Opens n IPC event handles and synchronises each. */
 int gpuipc__cuda_wait_events(gpuipc_client *c, const uint8_t *handles, unsigned n);
 /* The mapping cache (cudamap.c): whether lookups ask the daemon to hold

@@ -219,6 +219,7 @@ int gpuipc_stats_fetch(gpuipc_client *c, gpuipc_stats **ret_stats)
                 (void)proto_get_u64(bytes, "cuda-ipc", &s->bytes_cuda_ipc);
                 (void)proto_get_u64(bytes, "cuda-vmm", &s->bytes_cuda_vmm);
                 (void)proto_get_u64(bytes, "cuda-pool", &s->bytes_cuda_pool);
+                (void)proto_get_u64(bytes, "batch", &s->bytes_batch);
         }
         gpuipc__reply_free(&rp);
         *ret_stats = s;

@@ -14,7 +14,7 @@
 
 /* After a reconnect, a name this process holds already means the first
  * attempt did it. */
-static const struct gpuipc__op op_register = {
+const struct gpuipc__op gpuipc__op_register = {
         .name = "register", .redo = GPUIPC__REDO_REGISTER, .keep = GPUIPC__KEEP_REGISTER
 };
 
@@ -38,7 +38,7 @@ int gpuipc__register_begin(gpuipc_client *c, const char *name, const gpuipc_meta
 void gpuipc__register_start(gpuipc_client *c, struct gpuipc__req *rq,
                             const struct gpuipc__regargs *a, uint32_t nkind)
 {
-        gpuipc__request(c, rq, &op_register, 1 + nkind + a->ephemeral + a->shared_write +
+        gpuipc__request(c, rq, &gpuipc__op_register, 1 + nkind + a->ephemeral + a->shared_write +
                         (gpuipc__meta_keys(a->meta) > 0) + gpuipc__access_keys(c));
         rq->name = a->name;
         proto_pack_kstr(&rq->o.pk, "name", a->name);

@@ -129,7 +129,7 @@ bool gpuipc__lease_held(const gpuipc_client *c, uint64_t id, uint32_t epoch)
         return false;
 }
 
-static bool lease_drop(gpuipc_client *c, uint64_t id)
+bool gpuipc__lease_drop(gpuipc_client *c, uint64_t id)
 {
         for (size_t i = 0; i < c->n_leases; i++)
                 if (c->leases[i].id == id) {
@@ -285,7 +285,7 @@ void gpuipc__track(gpuipc_client *c, const struct gpuipc__req *rq, const uint8_t
                 return;
         }
         if (keep == GPUIPC__KEEP_RELEASE) {
-                lease_drop(c, rq->lease);
+                gpuipc__lease_drop(c, rq->lease);
                 return;
         }
         if (c->reconnect_ms <= 0)

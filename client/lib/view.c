@@ -7,10 +7,10 @@
 #include "internal.h"
 
 /* Gone already, after a reconnect, means the first attempt did it. */
-static const struct gpuipc__op op_release = {
+const struct gpuipc__op gpuipc__op_release = {
         .name = "release", .redo = GPUIPC__REDO_UNLESS_GONE, .keep = GPUIPC__KEEP_RELEASE
 };
-static const struct gpuipc__op op_lookup = {
+const struct gpuipc__op gpuipc__op_lookup = {
         .name = "lookup", .redo = GPUIPC__REDO_SEND, .keep = GPUIPC__KEEP_LEASE
 };
 
@@ -20,7 +20,7 @@ static int send_release(gpuipc_client *c, uint64_t lease, const uint8_t *event)
         struct gpuipc__req rq;
         int r;
 
-        gpuipc__request(c, &rq, &op_release, 1 + (event != NULL));
+        gpuipc__request(c, &rq, &gpuipc__op_release, 1 + (event != NULL));
         rq.lease = lease;
         proto_pack_ku64(&rq.o.pk, "lease", lease);
         if (event) {
@@ -50,9 +50,15 @@ static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned 
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply has no usable record");
         if (v->info->offset > UINT64_MAX - v->info->size)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has an impossible range");
+        if (v->info->kind == GPUIPC_KIND_BATCH)
+                return gpuipc__fail(c, -EMEDIUMTYPE, "%s is a batch: look it up with "
+                                    "gpuipc_batch_view_lookup()", v->info->name);
         /* Only device records touch the CUDA driver. */
-        if (v->info->kind != GPUIPC_KIND_HOST)
-                return gpuipc__cuview_open(c, reg, rp, flags, device, v);
+        if (v->info->kind != GPUIPC_KIND_HOST) {
+                bool held = false;
+                (void)proto_get_bool(rp->msg.root, "held", &held);
+                return gpuipc__cuview_open(c, reg, rp->fds, rp->nfds, held, flags, device, v);
+        }
         if (rp->nfds == 0 && *have && v->info->id == have_id) {
                 /* The daemon left the fd out: the hinted view's mapping is
                  * of this very registration. */
@@ -124,7 +130,7 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
          * the daemon may leave the fd out (an older one sends it anyway). */
         if (!gpuipc__hint_get(c, name, writable, &have, &have_id, &have_map))
                 have = 0;
-        gpuipc__request(c, &rq, &op_lookup,
+        gpuipc__request(c, &rq, &gpuipc__op_lookup,
                         1 + (wait_ms > 0) + writable + (have > 0) + cache +
                         (c->lookup_owner >= 0));
         proto_pack_kstr(&rq.o.pk, "name", name);

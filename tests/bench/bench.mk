@@ -1,7 +1,8 @@
 # tests/bench/bench.mk: benchmarks (included by the top Makefile).
 #
 #   make bench      build and run the host benchmark: a table on stdout and
-#                   $(BUILDDIR)/bench/results.csv (about 5-8 minutes).  It
+#                   $(BUILDDIR)/bench/results.csv (about 5-8 minutes), the
+#                   batch row (bench_batch) in $(BUILDDIR)/bench/batch.csv.  It
 #                   installs redis-server with apt-get (as root) when missing,
 #                   so that the Redis column is never empty; REDIS_SERVER=none
 #                   skips Redis instead.  BENCH_SECONDS,
@@ -17,7 +18,7 @@
 BENCH_DIR  := $(BUILDDIR)/bench
 GPU_BENCH_ROUNDS ?= 16
 BENCH_UTIL := $(call obj,tests/bench/bench_util.c)
-BENCH_HOST := $(BENCH_DIR)/bench_ipc $(BENCH_DIR)/bench_handoff
+BENCH_HOST := $(BENCH_DIR)/bench_ipc $(BENCH_DIR)/bench_handoff $(BENCH_DIR)/bench_batch
 
 $(BENCH_DIR)/bench_%: $(call obj,tests/bench/bench_%.c) $(BENCH_UTIL) $(PROTO_OBJ) $(LIBA)
 	@mkdir -p $(dir $@)
@@ -49,6 +50,7 @@ bench: bench-build ensure-redis
 	$(Q)$(BENCH_DIR)/bench_ipc $(DAEMON) $(BENCH_DIR)/results.csv
 	$(Q)$(BENCH_DIR)/bench_handoff $(DAEMON) $(BENCH_DIR)/handoff.csv
 	$(Q)tail -n +2 $(BENCH_DIR)/handoff.csv | sed 's/^/handoff,/' >> $(BENCH_DIR)/results.csv
+	$(Q)$(BENCH_DIR)/bench_batch $(DAEMON) $(BENCH_DIR)/batch.csv
 	$(Q)if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then \
 		/usr/bin/python3 tests/bench/plot.py $(BENCH_DIR)/results.csv $(BENCH_DIR); \
 	else echo "bench: no matplotlib in /usr/bin/python3, no plots"; fi

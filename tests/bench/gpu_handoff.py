@@ -17,7 +17,9 @@ mapped); ``fresh``, ``torch.cuda.empty_cache()`` between rounds, so every
 round is a new cudaMalloc.  Kinds: gpuipc with the default allocator
 (``cuda-ipc``) and with ``expandable_segments:True`` (``cuda-vmm``).  The
 first round of each series is a warm-up and is left out.  Then 1000 tensors
-of 64 KiB handed over back to back.
+of 64 KiB handed over back to back: one name each (``gpuipc``), and as four
+column batches of 250 (``gpuipc-batch``: one register and one lookup per
+batch).
 
 usage: gpu_handoff.py [ROUNDS] > gpu_handoff.csv     (needs $GPUIPC_SOCKET,
        the gpuipc package on PYTHONPATH and libgpuipc; see gpu_run.sh)
@@ -316,11 +318,13 @@ def gi_many_producer(prefix, n, res, go):
     res.put(("done", 0))
 
 
-def many_gpuipc(ctx, n):
+def many_gpuipc(ctx, n, batch=False):
     prefix = "many/" + uuid.uuid4().hex[:8]
     res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    cons = ctx.Process(target=gi_many_consumer, args=(prefix, n, res, ready))
-    prod = ctx.Process(target=gi_many_producer, args=(prefix, n, res, go))
+    cons = ctx.Process(target=gi_batch_consumer if batch else gi_many_consumer,
+                       args=(prefix, n, res, ready))
+    prod = ctx.Process(target=gi_batch_producer if batch else gi_many_producer,
+                       args=(prefix, n, res, go))
     cons.start()
     prod.start()
     ready.wait(120)
@@ -340,6 +344,50 @@ def many_gpuipc(ctx, n):
     prod.join(120)
     cons.join(120)
     return (t1 - t0) * 1e6
+
+
+# The same 1000 tensors as column batches: one register and one lookup per
+# batch of BATCH_COLUMNS tensors (a batch carries at most 256 buffers).
+BATCH_COLUMNS = 250
+
+
+def gi_batch_consumer(prefix, n, res, ready):
+    import gpuipc
+    warm_cuda()
+    c = gpuipc.connect()
+    ready.set()
+    keep = []
+    for b in range((n + BATCH_COLUMNS - 1) // BATCH_COLUMNS):
+        bv = c.lookup_batch(f"{prefix}/{b}", timeout=120)
+        cols = [bv[name] for name in bv.columns]
+        keep.append((bv, cols, [torch.as_tensor(col, device="cuda") for col in cols]))
+    t1 = time.monotonic()
+    bad = sum(int((t != P).sum().item()) for _, _, ts in keep for t in ts)
+    for bv, cols, _ in keep:
+        for col in cols:
+            col.release()
+        bv.release()
+    del keep
+    res.put((t1, bad))
+
+
+def gi_batch_producer(prefix, n, res, go):
+    import gpuipc
+    warm_cuda()
+    c = gpuipc.connect()
+    xs = [torch.full((64 << 10,), P, dtype=torch.uint8, device="cuda") for _ in range(n)]
+    torch.cuda.synchronize()
+    go.wait()
+    t0 = time.monotonic()
+    ids = [c.register_batch(f"{prefix}/{b}",
+                            {f"t{i}": xs[i] for i in range(b * BATCH_COLUMNS,
+                                                           min(n, (b + 1) * BATCH_COLUMNS))},
+                            ephemeral=True)
+           for b in range((n + BATCH_COLUMNS - 1) // BATCH_COLUMNS)]
+    res.put(("t0", t0))
+    for rid in ids:
+        c.wait_released(rid, timeout=120)
+    res.put(("done", 0))
 
 
 def mp_many_consumer(q, n, res, ready):
@@ -425,6 +473,9 @@ def main():
         case("gpuipc many", lambda: print(
             f"gpuipc{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,{many_gpuipc(ctx, 1000):.0f}"
             ",,,,,,,,,,", flush=True))
+        case("gpuipc batch many", lambda: print(
+            f"gpuipc-batch{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
+            f"{many_gpuipc(ctx, 1000, batch=True):.0f},,,,,,,,,,", flush=True))
 
 
 if __name__ == "__main__":

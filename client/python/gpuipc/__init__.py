@@ -24,12 +24,13 @@ from ._lib import default_socket, library_path, version
 from .client import Client, Stats, connect, explain, parse_duration
 from .errors import (Error, Exists, LimitReached, NotFound, PermissionDenied, Timeout,
                      Unreachable, Unsupported)
+from .batch import BatchColumn, BatchView
 from .view import DeviceBuffer, Holder, HostBuffer, Info, View
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "DeviceBuffer", "Error", "Exists", "Holder", "HostBuffer", "Info", "LimitReached",
+    "BatchColumn", "BatchView", "Client", "DeviceBuffer", "Error", "Exists", "Holder", "HostBuffer", "Info", "LimitReached",
     "NotFound", "PermissionDenied", "Stats", "Timeout", "Unreachable", "Unsupported", "View",
     "connect", "default_socket", "explain", "library_path", "parse_duration", "version",
 ]

@@ -31,8 +31,9 @@ KIND_HOST = 0
 KIND_CUDA_IPC = 1
 KIND_CUDA_VMM = 2
 KIND_CUDA_POOL = 3
+KIND_BATCH = 4
 KIND_NAMES = {KIND_HOST: "host", KIND_CUDA_IPC: "cuda-ipc", KIND_CUDA_VMM: "cuda-vmm",
-              KIND_CUDA_POOL: "cuda-pool"}
+              KIND_CUDA_POOL: "cuda-pool", KIND_BATCH: "batch"}
 
 # flags of gpuipc_register_*()
 REGISTER_EPHEMERAL = 0x1
@@ -119,6 +120,7 @@ class gpuipc_info(Structure):
         ("copied", c_char_p),
         ("expires_ms", c_uint64),
         ("n_holders", c_uint32),         # gpuipc_info_holder()
+        ("batch", c_void_p),             # gpuipc_info_batch_*()
     ]
 
 
@@ -176,6 +178,34 @@ class gpuipc_stats(Structure):
         ("bytes_cuda_pool", c_uint64),
         ("copies", c_uint64),
         ("copied_bytes", c_uint64),
+        ("bytes_batch", c_uint64),
+    ]
+
+
+class gpuipc_batch_part(Structure):
+    _fields_ = [
+        ("kind", c_int),
+        ("size", c_uint64),
+        ("device", c_char_p),
+    ]
+
+
+class gpuipc_batch_node(Structure):
+    _fields_ = [
+        ("index", c_uint32),
+        ("parent", c_uint32),
+        ("name", c_char_p),
+        ("format", c_char_p),
+        ("flags", c_int64),
+        ("length", c_int64),
+        ("null_count", c_int64),
+        ("offset", c_int64),
+        ("n_children", c_uint32),
+        ("n_buffers", c_uint32),
+        ("buffers", ctypes.c_int32 * 3),
+        ("n_meta", c_uint32),
+        ("meta_keys", POINTER(c_char_p)),
+        ("meta_values", POINTER(c_char_p)),
     ]
 
 
@@ -268,6 +298,43 @@ _PROTOTYPES = {
     "gpuipc_cuda_status_peer": (c_int, [POINTER(gpuipc_cuda_status), ctypes.c_size_t,
                                         ctypes.c_size_t]),
     "gpuipc_info_holder": (POINTER(gpuipc_holder), [POINTER(gpuipc_info), ctypes.c_size_t]),
+    # batches: Arrow structs travel as plain pointers
+    "gpuipc_batch_new": (c_int, [POINTER(c_void_p)]),
+    "gpuipc_batch_free": (None, [c_void_p]),
+    "gpuipc_batch_errmsg": (c_char_p, [c_void_p]),
+    "gpuipc_batch_add_column": (c_int, [c_void_p, c_void_p, c_void_p, c_int]),
+    "gpuipc_batch_add_record_batch": (c_int, [c_void_p, c_void_p, c_void_p]),
+    "gpuipc_batch_add_device_record_batch": (c_int, [c_void_p, c_void_p, c_void_p]),
+    "gpuipc_batch_set_metadata": (c_int, [c_void_p, c_uint32, POINTER(c_char_p),
+                                          POINTER(c_char_p)]),
+    "gpuipc_batch_set_event": (c_int, [c_void_p, c_void_p, c_int]),
+    "gpuipc_batch_register": (c_int, [_client_p, c_char_p, c_void_p, c_uint,
+                                      POINTER(c_uint64)]),
+    "gpuipc_batch_view_lookup": (c_int, [_client_p, c_char_p, c_int, c_uint,
+                                         POINTER(c_void_p)]),
+    "gpuipc_batch_view_rows": (c_uint64, [c_void_p]),
+    "gpuipc_batch_view_columns": (ctypes.c_size_t, [c_void_p]),
+    "gpuipc_batch_view_column_name": (c_char_p, [c_void_p, ctypes.c_size_t]),
+    "gpuipc_batch_view_column_index": (c_int, [c_void_p, c_char_p]),
+    "gpuipc_batch_view_buffer": (c_int, [c_void_p, ctypes.c_size_t, c_uint, POINTER(c_void_p),
+                                         POINTER(c_uint64), POINTER(c_int)]),
+    "gpuipc_batch_view_node_buffer": (c_int, [c_void_p, ctypes.c_size_t, c_uint,
+                                              POINTER(c_void_p), POINTER(c_uint64),
+                                              POINTER(c_int)]),
+    "gpuipc_batch_view_info": (POINTER(gpuipc_info), [c_void_p]),
+    "gpuipc_batch_view_export": (c_int, [c_void_p, c_int, c_void_p, c_void_p]),
+    "gpuipc_batch_view_export_device": (c_int, [c_void_p, c_int, c_void_p, c_void_p]),
+    "gpuipc_batch_view_release": (c_int, [c_void_p]),
+    "gpuipc_info_batch_parts": (ctypes.c_size_t, [POINTER(gpuipc_info)]),
+    "gpuipc_info_batch_part": (POINTER(gpuipc_batch_part), [POINTER(gpuipc_info),
+                                                            ctypes.c_size_t]),
+    "gpuipc_info_batch_rows": (c_uint64, [POINTER(gpuipc_info)]),
+    "gpuipc_info_batch_nodes": (ctypes.c_size_t, [POINTER(gpuipc_info)]),
+    "gpuipc_info_batch_node": (POINTER(gpuipc_batch_node), [POINTER(gpuipc_info),
+                                                            ctypes.c_size_t]),
+    "gpuipc_info_batch_columns": (ctypes.c_size_t, [POINTER(gpuipc_info)]),
+    "gpuipc_info_batch_column": (POINTER(gpuipc_batch_node), [POINTER(gpuipc_info),
+                                                              ctypes.c_size_t]),
 }
 
 

@@ -41,6 +41,7 @@ class Stats:
     bytes_cuda_pool: int = 0
     copies: int = 0                    # registrations copied by GPUIPC_REGISTER_COPY
     copied_bytes: int = 0
+    bytes_batch: int = 0               # bytes of column batches (their parts' sums)
 
 
 class _Conn:
@@ -442,6 +443,59 @@ class Client:
             c, bname, ptr, nbytes, m.ref(), ev, flags, byref(rid)), "register")
         return rid.value
 
+    def register_batch(self, name: str, columns: Any, *,
+                       meta: Optional[Mapping[str, str]] = None, ephemeral: bool = False,
+                       event: Optional[int] = None, copy: bool = False,
+                       ttl: Union[None, int, float, str] = None) -> int:
+        """Registers a table under one name in one request; returns the id.
+
+        ``columns`` is a dict from column name to a column: a NumPy array
+        (1-D; ``bool`` becomes Arrow's bit-packed booleans; a masked array is
+        a nullable column), a list of ``str`` or ``bytes`` (``None`` for
+        nulls: an Arrow utf8 or binary column), a dict of columns (a struct
+        column), a CuPy array or torch tensor on a GPU, a :class:`HostBuffer`
+        or :class:`DeviceBuffer`, or any object with ``__arrow_c_array__`` /
+        ``__arrow_c_device_array__`` (a pyarrow array, another
+        :class:`BatchView`'s column export).  ``columns`` may also be one
+        object with those methods whose struct array's children are the
+        columns (a pyarrow ``RecordBatch``).  Host memory that is not a
+        :class:`HostBuffer` is copied once into shared memory; device memory
+        is shared in place as :meth:`register` shares it.  ``meta`` is the
+        schema's metadata; ``event`` a CUevent (interprocess) recorded after
+        the writes, which consumers wait on; ``ephemeral``, ``copy`` and
+        ``ttl`` as for :meth:`register`.
+        """
+        from . import batch
+        flags = (_lib.REGISTER_EPHEMERAL if ephemeral else 0) | (_lib.REGISTER_COPY if copy else 0)
+        ttl_ms = _ttl_ms(ttl)
+        bname = _name(name)
+        with self._conn.lock:
+            if ttl_ms:
+                self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_ttl(c, ttl_ms),
+                                        "register_batch")
+            try:
+                return batch.register(self._conn, bname, columns, meta, flags, event)
+            finally:
+                if ttl_ms:
+                    self._conn.call(lambda c: _lib.lib.gpuipc_client_set_ttl(c, 0), closed_ok=True)
+
+    def lookup_batch(self, name: str, timeout: Optional[float] = None) -> "Any":
+        """Looks a batch up in one round trip, mapping every buffer under one
+        lease, and returns a :class:`gpuipc.BatchView`.  ``timeout`` as for
+        :meth:`lookup`.  Waits for the producer's event, if any."""
+        from . import batch
+        b = _name(name)
+        ms = _timeout_ms(timeout, 0)
+        out = c_void_p()
+        with self._conn.lock:
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_batch_view_lookup(
+                c, b, ms, 0, byref(out)), "lookup_batch")
+            try:
+                return batch.BatchView(self._conn, out.value or 0)
+            except BaseException:
+                _lib.lib.gpuipc_batch_view_release(out.value)
+                raise
+
     def register_fd(self, name: str, fd: int, size: int, offset: int = 0,
                     meta: Optional[Mapping[str, str]] = None, *, ephemeral: bool = False,
                     dtype: Any = None, shape: Optional[Sequence[int]] = None,
@@ -611,7 +665,7 @@ class Client:
                 cuda_driver_version=int(s.cuda_driver_version),
                 bytes_cuda_ipc=int(s.bytes_cuda_ipc), bytes_cuda_vmm=int(s.bytes_cuda_vmm),
                 bytes_cuda_pool=int(s.bytes_cuda_pool), copies=int(s.copies),
-                copied_bytes=int(s.copied_bytes))
+                copied_bytes=int(s.copied_bytes), bytes_batch=int(s.bytes_batch))
         finally:
             _lib.lib.gpuipc_stats_free(out)
 
@@ -767,19 +821,46 @@ def _host_source(obj: Any) -> Tuple[memoryview, str, Tuple[int, ...]]:
 _libcuda = None
 
 
-def _cuda_stream_sync(stream: int) -> None:
-    """cuStreamSynchronize(stream) through the driver libgpuipc uses."""
+def _cuda() -> Any:
+    """The CUDA driver libgpuipc uses ($GPUIPC_LIBCUDA, else libcuda.so.1)."""
     global _libcuda
     if _libcuda is None:
         path = os.environ.get("GPUIPC_LIBCUDA") or "libcuda.so.1"
         try:
-            _libcuda = ctypes.CDLL(path)
+            lib = ctypes.CDLL(path)
         except OSError as e:
             raise error_for(-95, f"cannot load the CUDA driver ({path}): {e}",
                             "register") from None
-        _libcuda.cuStreamSynchronize.argtypes = [c_void_p]
-        _libcuda.cuStreamSynchronize.restype = ctypes.c_int
-    res = _libcuda.cuStreamSynchronize(c_void_p(stream) if stream else None)
+        for fn in ("cuStreamSynchronize", "cuEventSynchronize"):
+            getattr(lib, fn).argtypes = [c_void_p]
+            getattr(lib, fn).restype = ctypes.c_int
+        lib.cuPointerGetAttribute.argtypes = [c_void_p, ctypes.c_int, ctypes.c_uint64]
+        lib.cuPointerGetAttribute.restype = ctypes.c_int
+        _libcuda = lib
+    return _libcuda
+
+
+def _cuda_stream_sync(stream: int) -> None:
+    """cuStreamSynchronize(stream) through the driver libgpuipc uses."""
+    res = _cuda().cuStreamSynchronize(c_void_p(stream) if stream else None)
     if res != 0:
         raise error_for(-5, f"cuStreamSynchronize(0x{stream:x}) failed with CUresult {res}",
                         "register")
+
+
+def _cuda_event_sync(event: int) -> None:
+    """cuEventSynchronize(event) through the driver libgpuipc uses."""
+    res = _cuda().cuEventSynchronize(c_void_p(event))
+    if res != 0:
+        raise error_for(-5, f"cuEventSynchronize(0x{event:x}) failed with CUresult {res}",
+                        "register")
+
+
+def _cuda_pointer_device(ptr: int) -> int:
+    """The device ordinal that device pointer ptr belongs to."""
+    ordinal = c_int(-1)
+    res = _cuda().cuPointerGetAttribute(ctypes.addressof(ordinal), 9, int(ptr))
+    if res != 0:    # 9: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        raise error_for(-22, f"0x{ptr:x} is not device memory the CUDA driver knows "
+                        f"(CUresult {res})", "register")
+    return ordinal.value

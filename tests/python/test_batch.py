@@ -1,0 +1,184 @@
+"""Column batches from Python (issue 19): register_batch, lookup_batch,
+BatchView, and the Arrow PyCapsule interface both ways."""
+from __future__ import annotations
+
+import ctypes
+import json
+
+import numpy as np
+import pytest
+
+import gpuipc
+from gpuipc import arrow as A
+from conftest import mapped, run_py
+from test_device import FakeCudaArray, driver  # noqa: F401  (a fixture)
+
+
+def table():
+    ints = np.arange(10, dtype=np.int64) * 3
+    floats = np.linspace(0.0, 1.0, 10, dtype=np.float32)
+    flags = np.array([i % 3 == 0 for i in range(10)])
+    nullable = np.ma.masked_array(np.arange(10, dtype=np.int32),
+                                  mask=[i in (2, 7) for i in range(10)])
+    words = ["a", "bb", None, "ccc", "", "dé", "e", None, "ff", "g"]
+    point = {"x": np.arange(10, dtype=np.float64), "y": np.arange(10, dtype=np.int16) - 5}
+    return {"ints": ints, "floats": floats, "flags": flags, "nullable": nullable,
+            "words": words, "point": point}
+
+
+def check_table(bv):
+    assert bv.num_rows == 10
+    assert bv.columns == ("ints", "floats", "flags", "nullable", "words", "point")
+    assert bv["ints"].format == "l" and list(bv["ints"].array) == [3 * i for i in range(10)]
+    assert np.allclose(np.asarray(bv["floats"]), np.linspace(0.0, 1.0, 10, dtype=np.float32))
+    assert bv["flags"].to_pylist() == [i % 3 == 0 for i in range(10)]
+    n = bv["nullable"]
+    assert n.nullable and n.null_count == 2 and n.validity is not None
+    assert n.to_pylist() == [None if i in (2, 7) else i for i in range(10)]
+    w = bv["words"]
+    assert w.format == "u" and w.null_count == 2
+    assert list(w.offsets.array)[-1] == len("abbcccdéeffg".encode())
+    assert w.to_pylist() == ["a", "bb", None, "ccc", "", "dé", "e", None, "ff", "g"]
+    p = bv["point"]
+    assert p.format == "+s" and set(p.children) == {"x", "y"}
+    assert list(p.children["y"].array) == [i - 5 for i in range(10)]
+
+
+def test_host_batch_round_trip(client):
+    rid = client.register_batch("bt/t1", table(), meta={"origin": "spark", "part": "7"})
+    assert rid > 0
+    with client.lookup_batch("bt/t1") as bv:
+        check_table(bv)
+        assert bv.metadata == {"origin": "spark", "part": "7"}
+        assert bv.info.kind == "batch" and bv.id == rid
+        # zero copy: every column's memory is the daemon's shared memory
+        assert mapped(bv["ints"].ptr) and mapped(bv["words"].offsets.ptr)
+    info = client.stat("bt/t1")
+    assert info.kind == "batch" and info.leases == 0
+
+
+CONSUME = """
+import json, sys, gpuipc
+with gpuipc.connect() as c, c.lookup_batch(sys.argv[1], timeout=10) as bv:
+    print(json.dumps({k: bv[k].to_pylist() for k in bv.columns if bv[k].format != "+s"}))
+"""
+
+
+def test_batch_to_another_process(client):
+    client.register_batch("bt/xp", {k: v for k, v in table().items() if k != "point"})
+    got = json.loads(run_py(CONSUME, "bt/xp").stdout)
+    assert got["ints"] == [3 * i for i in range(10)]
+    assert got["words"] == ["a", "bb", None, "ccc", "", "dé", "e", None, "ff", "g"]
+    assert got["nullable"][2] is None and got["nullable"][3] == 3
+    assert got["flags"][:4] == [True, False, False, True]
+
+
+def decode(schema_cap, array_cap):
+    """Reads an exported struct array as a consumer would: (names, columns
+    as (format, length, buffer pointers))."""
+    s = A.ArrowSchema.from_address(A.capsule_pointer(schema_cap, A.SCHEMA))
+    a = A.ArrowArray.from_address(A.capsule_pointer(array_cap, A.ARRAY))
+    assert s.format == b"+s" and a.n_children == s.n_children
+    out = {}
+    for i in range(s.n_children):
+        cs, ca = s.children[i].contents, a.children[i].contents
+        out[cs.name.decode()] = (cs.format.decode(), ca.length,
+                                 [ca.buffers[k] for k in range(ca.n_buffers)])
+    return a.length, out
+
+
+def test_arrow_capsules_zero_copy_and_release(client):
+    client.register_batch("bt/cap", {"v": np.arange(6, dtype=np.uint32),
+                                     "s": ["x", "yy", "zzz", None, "", "w"]})
+    bv = client.lookup_batch("bt/cap")
+    sc, ac = bv.__arrow_c_array__()
+    rows, cols = decode(sc, ac)
+    assert rows == 6 and cols["v"][0] == "I" and cols["s"][0] == "u"
+    assert cols["v"][2][1] == bv["v"].ptr            # the mapped memory itself
+    vals = (ctypes.c_uint32 * 6).from_address(cols["v"][2][1])
+    assert list(vals) == list(range(6))
+    dsc, dac = bv.__arrow_c_device_array__()
+    da = A.ArrowDeviceArray.from_address(A.capsule_pointer(dac, A.DEVICE_ARRAY))
+    assert da.device_type == A.DEVICE_CPU and da.device_id == -1
+    schema_only = bv.__arrow_c_schema__()
+    assert A.ArrowSchema.from_address(A.capsule_pointer(schema_only, A.SCHEMA)).n_children == 2
+    # The lease outlives the view while exports live, and goes with the last.
+    bv.release()
+    assert client.stat("bt/cap").leases == 1
+    del sc, ac, dsc, dac, schema_only
+    import gc
+    gc.collect()
+    client.ping()
+    assert client.stat("bt/cap").leases == 0
+
+
+def test_batch_view_is_an_arrow_producer(client):
+    """A BatchView's export feeds register_batch: the capsule path a pyarrow
+    RecordBatch takes, without pyarrow."""
+    client.register_batch("bt/src", {"a": np.arange(5, dtype=np.int8),
+                                     "b": ["p", None, "q", "r", "s"]})
+    with client.lookup_batch("bt/src") as src:
+        client.register_batch("bt/copy", src)               # a record batch object
+    with client.lookup_batch("bt/copy") as bv:
+        assert bv.columns == ("a", "b")
+        assert bv["b"].to_pylist() == ["p", None, "q", "r", "s"]
+        assert list(bv["a"].array) == [0, 1, 2, 3, 4]
+
+
+def test_column_objects_with_capsules(client):
+    client.register_batch("bt/one", {"a": np.arange(4, dtype=np.float64)})
+
+    class Col:
+        """A column that exports itself, as a pyarrow Array does."""
+
+        def __init__(self, bv):
+            self.bv = bv
+
+        def __arrow_c_array__(self, requested_schema=None):
+            return self.bv.__arrow_c_array__()
+
+    with client.lookup_batch("bt/one") as bv:
+        # the struct array of one column is itself a valid struct column
+        client.register_batch("bt/nested", {"wrapped": Col(bv)})
+    with client.lookup_batch("bt/nested") as bv:
+        w = bv["wrapped"]
+        assert w.format == "+s" and list(w.children["a"].array) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_device_batch_against_double(client, driver):  # noqa: F811
+    n = 256
+    p = driver.alloc(n * 4)
+    src = np.arange(n, dtype=np.float32).tobytes()
+    ctypes.memmove(p, src, len(src))           # the double's device memory is shared memory
+    client.register_batch("bt/dev", {"x": FakeCudaArray(p, (n,), "<f4")}, ephemeral=True)
+    with client.lookup_batch("bt/dev") as bv:
+        x = bv["x"]
+        assert x.is_device and x.kind in ("cuda-ipc", "cuda-vmm")
+        cai = x.__cuda_array_interface__
+        assert cai["shape"] == (n,) and cai["typestr"] == "<f4"
+        sc, dc = bv.__arrow_c_device_array__()
+        da = A.ArrowDeviceArray.from_address(A.capsule_pointer(dc, A.DEVICE_ARRAY))
+        assert da.device_type == A.DEVICE_CUDA and da.device_id == x.device
+        with pytest.raises(gpuipc.Error):
+            bv.__arrow_c_array__()                      # device memory is not host
+        del sc, dc
+    driver.free(p)
+
+
+def test_batch_errors(client):
+    with pytest.raises(ValueError):
+        client.register_batch("bt/e1", {})
+    with pytest.raises(ValueError):
+        client.register_batch("bt/e2", {"m": np.zeros((2, 2), dtype=np.int32)})
+    with pytest.raises(TypeError):
+        client.register_batch("bt/e3", {"o": np.array([object()])})
+    with pytest.raises(gpuipc.Error) as e:
+        client.register_batch("bt/e4", {"a": np.arange(3), "b": np.arange(4)})
+    assert "row" in str(e.value) or "length" in str(e.value)
+    with pytest.raises(TypeError):
+        client.register_batch("bt/e5", 42)
+    client.register("bt/single", np.arange(4, dtype=np.uint8))
+    with pytest.raises(gpuipc.Error):
+        client.lookup_batch("bt/single")
+    with pytest.raises(gpuipc.NotFound):
+        client.lookup_batch("bt/none")

@@ -265,14 +265,9 @@ struct reg *registry_find_name(const struct registry *R, const char *name, size_
 
 static struct reg *find_id_any(const struct registry *R, uint64_t id)
 {
-        uint64_t h = hmap_hash_u64(id);
+        struct hmap_node *n = hmap_find_u64(&R->ids, id);
 
-        for (struct hmap_node *n = hmap_bucket(&R->ids, h); n; n = n->next) {
-                struct reg *r = container_of(n, struct reg, by_id);
-                if (r->id == id)
-                        return r;
-        }
-        return NULL;
+        return n ? container_of(n, struct reg, by_id) : NULL;
 }
 
 struct reg *registry_find_id(const struct registry *R, uint64_t id)
@@ -346,14 +341,9 @@ int registry_lease_id(struct registry *R, struct reg *r, struct reg_party *holde
 
 struct lease *registry_find_lease(const struct registry *R, uint64_t lease_id)
 {
-        uint64_t h = hmap_hash_u64(lease_id);
+        struct hmap_node *n = hmap_find_u64(&R->leases, lease_id);
 
-        for (struct hmap_node *n = hmap_bucket(&R->leases, h); n; n = n->next) {
-                struct lease *l = container_of(n, struct lease, by_id);
-                if (l->id == lease_id)
-                        return l;
-        }
-        return NULL;
+        return n ? container_of(n, struct lease, by_id) : NULL;
 }
 
 int registry_release(struct registry *R, struct reg_party *holder, uint64_t lease_id)

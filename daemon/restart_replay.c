@@ -36,12 +36,7 @@ struct id_node {
 
 static bool id_seen(const struct hmap *h, uint64_t id)
 {
-        uint64_t hash = hmap_hash_u64(id);
-
-        for (struct hmap_node *n = hmap_bucket(h, hash); n; n = n->next)
-                if (n->hash == hash && container_of(n, struct id_node, node)->id == id)
-                        return true;
-        return false;
+        return hmap_find_u64(h, id) != NULL;
 }
 
 static int id_add(struct hmap *h, uint64_t id)

@@ -28,6 +28,28 @@ static int get_handle(struct req *q, const char *key, const uint8_t **ret)
         return get_bin_exact(q, key, PROTO_IPC_HANDLE_LEN, ret);
 }
 
+/* The exported buffer a cuda-ipc or cuda-pool registration names: handle
+ * and buffer_id, both required. */
+static int get_export(struct req *q, unsigned kind, const uint8_t **ret_handle,
+                      uint64_t *ret_buffer_id)
+{
+        int r = get_handle(q, "handle", ret_handle);
+
+        if (r == -ENOENT && kind == PROTO_KIND_CUDA_POOL)
+                return req_fail(q, -EINVAL, "handle is required for cuda-pool (the %u bytes "
+                                "of cuMemPoolExportPointer)", PROTO_IPC_HANDLE_LEN);
+        if (r == -ENOENT)
+                return req_fail(q, -EINVAL, "handle is required for cuda-ipc");
+        if (r < 0)
+                return r;
+        r = proto_get_u64(q->m, "buffer_id", ret_buffer_id);
+        if (r == -ENOENT)
+                return req_fail(q, -EINVAL, "buffer_id is required for %s", proto_kind_name(kind));
+        if (r < 0)
+                return req_fail(q, -EINVAL, "buffer_id must be a uint");
+        return 0;
+}
+
 /* `chunks` of a cuda-vmm registration over several VMM allocations: the
  * entries of n chunks into rc, chunk i's fd being fds[i]. */
 static int register_chunks(struct req *q, const msgpack_object *a, const uint8_t uuid[],
@@ -112,16 +134,9 @@ static int register_fd_kind(struct req *q, struct reg_params *p, const uint8_t u
         if (p->kind == PROTO_KIND_CUDA_VMM)
                 return alloc_get_vmm_as(T, uuid, key, &q->fds[0], alloc_size,
                                         q->c->party.uid, &rc->alloc);
-        r = get_handle(q, "handle", &handle);
-        if (r == -ENOENT)
-                return req_fail(q, -EINVAL, "handle is required for cuda-pool (the %u bytes "
-                                "of cuMemPoolExportPointer)", PROTO_IPC_HANDLE_LEN);
+        r = get_export(q, p->kind, &handle, &buffer_id);
         if (r < 0)
                 return r;
-        r = proto_get_u64(q->m, "buffer_id", &buffer_id);
-        if (r < 0)
-                return req_fail(q, -EINVAL, r == -ENOENT ? "buffer_id is required for "
-                                "cuda-pool" : "buffer_id must be a uint");
         return alloc_get_pool(T, uuid, key, &q->fds[0], handle, buffer_id, alloc_size,
                               q->c->party.uid, &rc->alloc);
 }
@@ -173,15 +188,9 @@ int register_cuda_params(struct req *q, struct reg_params *p, bool ephemeral_giv
                 return req_fail(q, -EINVAL, "%s registrations are ephemeral: the memory is the "
                                 "producer's (adopt makes it durable)", proto_kind_name(p->kind));
         if (ipc) {
-                r = get_handle(q, "handle", &handle);
-                if (r == -ENOENT)
-                        return req_fail(q, -EINVAL, "handle is required for cuda-ipc");
+                r = get_export(q, p->kind, &handle, &buffer_id);
                 if (r < 0)
                         return r;
-                r = proto_get_u64(q->m, "buffer_id", &buffer_id);
-                if (r < 0)
-                        return req_fail(q, -EINVAL, r == -ENOENT ? "buffer_id is required for "
-                                        "cuda-ipc" : "buffer_id must be a uint");
                 if (q->nfds != 0)
                         return req_fail(q, -EINVAL, "a cuda-ipc registration carries no fds "
                                         "(fds: 0)");

@@ -326,38 +326,34 @@ static void rec_end(struct rec *x)
                 give_up(r);
 }
 
+/* Journals the record that pack(packer, ...) packs, unless nothing is
+ * journalled (or journalling gave up). */
+#define JOURNAL(pack, ...)                                      \
+        do {                                                    \
+                struct rec x_;                                  \
+                if (rec_begin(&x_)) {                           \
+                        pack(&x_.pk, __VA_ARGS__);              \
+                        rec_end(&x_);                           \
+                }                                               \
+        } while (0)
+
 void persist_session(struct daemon *d, const struct reg_party *p)
 {
-        struct rec x;
-
         (void)d;
-        if (!rec_begin(&x))
-                return;
-        jrec_pack_session(&x.pk, p);
-        rec_end(&x);
+        JOURNAL(jrec_pack_session, p);
 }
 
 void persist_missed(struct daemon *d, const struct reg_party *p, uint64_t id, const char *name,
                     size_t len)
 {
-        struct rec x;
-
         (void)d;
-        if (!rec_begin(&x))
-                return;
-        jrec_pack_missed(&x.pk, p, id, name, len);
-        rec_end(&x);
+        JOURNAL(jrec_pack_missed, p, id, name, len);
 }
 
 void persist_session_end(struct daemon *d, const struct reg_party *p)
 {
-        struct rec x;
-
         (void)d;
-        if (!rec_begin(&x))
-                return;
-        jrec_pack_session_end(&x.pk, p);
-        rec_end(&x);
+        JOURNAL(jrec_pack_session_end, p);
 }
 
 /* The name of the store entry of host registration r's memfd. */
@@ -432,7 +428,6 @@ static void push_entry(const struct alloc *a)
 void persist_added(struct daemon *d, const struct reg *r)
 {
         char name[ENTRY_NAME_MAX];
-        struct rec x;
 
         (void)d;
         /* Before persist_start() this is restore's replay: the store has
@@ -453,21 +448,13 @@ void persist_added(struct daemon *d, const struct reg *r)
                 close(fd);
         }
         each_fd_entry_of(r, push_entry);
-        if (!rec_begin(&x))
-                return;         /* a push gave up */
-        jrec_pack_reg(&x.pk, r, ledger_reg_exe(r->id));
-        rec_end(&x);
+        JOURNAL(jrec_pack_reg, r, ledger_reg_exe(r->id));       /* not if a push gave up */
 }
 
 void persist_removed(struct daemon *d, const struct reg *r)
 {
-        struct rec x;
-
         (void)d;
-        if (!rec_begin(&x))
-                return;
-        jrec_pack_id(&x.pk, 'U', r->id);
-        rec_end(&x);
+        JOURNAL(jrec_pack_id, 'U', r->id);
 }
 
 void persist_freed(struct daemon *d, const struct reg *r)
@@ -487,36 +474,21 @@ void persist_freed(struct daemon *d, const struct reg *r)
 
 void persist_leased(struct daemon *d, const struct lease *l)
 {
-        struct rec x;
-
         (void)d;
-        if (!rec_begin(&x))
-                return;
-        jrec_pack_lease(&x.pk, l);
-        rec_end(&x);
+        JOURNAL(jrec_pack_lease, l);
 }
 
 void persist_unleased(struct daemon *d, const struct lease *l)
 {
-        struct rec x;
-
         (void)d;
-        if (!rec_begin(&x))
-                return;
-        jrec_pack_id(&x.pk, 'R', l->id);
-        rec_end(&x);
+        JOURNAL(jrec_pack_id, 'R', l->id);
 }
 
 void persist_cuda_changed(struct daemon *d, const struct reg *r)
 {
-        struct rec x;
-
         (void)d;
         if (!persist_enabled() || P.j.fd < 0)
                 return;
         each_fd_entry_of(r, push_entry);
-        if (!rec_begin(&x))
-                return;         /* the push gave up */
-        jrec_pack_cuda_changed(&x.pk, r);
-        rec_end(&x);
+        JOURNAL(jrec_pack_cuda_changed, r);     /* not if the push gave up */
 }

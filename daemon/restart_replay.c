@@ -374,15 +374,60 @@ static int apply_header(struct restore_ctx *x, const msgpack_object *m)
         return 0;
 }
 
-int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
+/* E: a session ended (it may have been ended already). */
+static int apply_session_end(struct restore_ctx *x, const msgpack_object *m)
+{
+        uint8_t token[PROTO_SESSION_LEN];
+        struct reg_party *p;
+        int k = jrec_get_token(m, token);
+
+        if (k == 0 && (p = session_detached_find(x->d, token)))
+                session_detached_end(x->d, p, false);
+        return k;
+}
+
+/* U and R: a registration was unregistered, a lease released; either may
+ * be gone already. */
+static int apply_ended(struct restore_ctx *x, const msgpack_object *m, char t)
 {
         struct registry *R = x->d->reg;
-        uint8_t token[PROTO_SESSION_LEN];
-        struct proto_msg m;
-        struct reg_party *p;
-        uint64_t id;
         struct lease *l;
         struct reg *r;
+        uint64_t id;
+        int k = jrec_get_id(m, &id);
+
+        if (k < 0)
+                return k;
+        if (t == 'U' && (r = registry_find_id(R, id)) && r->live)
+                registry_unregister(R, r);
+        if (t == 'R' && (l = registry_find_lease(R, id)))
+                (void)registry_release(R, l->holder, id);
+        return 0;
+}
+
+static int apply_unregister(struct restore_ctx *x, const msgpack_object *m)
+{
+        return apply_ended(x, m, 'U');
+}
+
+static int apply_release(struct restore_ctx *x, const msgpack_object *m)
+{
+        return apply_ended(x, m, 'R');
+}
+
+/* What each type of record does to the state being restored. */
+static const struct {
+        char t;
+        int (*apply)(struct restore_ctx *x, const msgpack_object *m);
+} appliers[] = {
+        { 'H', apply_header },  { 'S', apply_session }, { 'E', apply_session_end },
+        { 'A', apply_add },     { 'U', apply_unregister }, { 'C', apply_cuda },
+        { 'M', apply_missed },  { 'L', apply_lease },   { 'R', apply_release },
+};
+
+int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
+{
+        struct proto_msg m;
         char t;
         int k = 0;
 
@@ -397,46 +442,10 @@ int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len)
                 k = x->records == 1 ? -EPROTONOSUPPORT : -EINVAL;
                 goto out;
         }
-        switch (t) {
-        case 'H':
-                k = apply_header(x, m.root);
-                break;
-        case 'S':
-                k = apply_session(x, m.root);
-                break;
-        case 'E':
-                k = jrec_get_token(m.root, token);
-                p = k == 0 ? session_detached_find(x->d, token) : NULL;
-                if (p)
-                        session_detached_end(x->d, p, false);
-                break;
-        case 'A':
-                k = apply_add(x, m.root);
-                break;
-        case 'U':
-                k = jrec_get_id(m.root, &id);
-                r = k == 0 ? registry_find_id(R, id) : NULL;
-                if (r && r->live)
-                        registry_unregister(R, r);
-                break;
-        case 'C':
-                k = apply_cuda(x, m.root);
-                break;
-        case 'M':
-                k = apply_missed(x, m.root);
-                break;
-        case 'L':
-                k = apply_lease(x, m.root);
-                break;
-        case 'R':
-                k = jrec_get_id(m.root, &id);
-                l = k == 0 ? registry_find_lease(R, id) : NULL;
-                if (l)
-                        (void)registry_release(R, l->holder, id);
-                break;
-        default:
-                break;          /* a later version's record: skipped */
-        }
+        /* A type not listed is a later version's record: skipped. */
+        for (size_t i = 0; i < sizeof(appliers) / sizeof(appliers[0]); i++)
+                if (appliers[i].t == t)
+                        k = appliers[i].apply(x, m.root);
 out:
         proto_msg_free(&m);
         return k;

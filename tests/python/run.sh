@@ -14,7 +14,8 @@ echo "== tests/python ($PYTHON -m pytest)"
         { echo "check-python: $PYTHON lacks pytest or numpy (make deps)" >&2; exit 1; }
 export GPUIPC_BUILDDIR="$B" GPUIPC_LIBRARY="$B/libgpuipc.so.1"
 if [ "${2:-}" = --sanitized ]; then
-        export LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)"
+        LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)"
+        export LD_PRELOAD
         export GPUIPC_DAEMON_ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
         export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
 fi

@@ -40,7 +40,7 @@ static void setup(void)
         signal(SIGPIPE, SIG_IGN);
 }
 
-TestSuite(uid_limits, .init = setup, .timeout = 60);
+TestSuite(uid_limits, .init = setup, .timeout = 120);
 
 static gpuipc_client *client(void)
 {

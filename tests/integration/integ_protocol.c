@@ -23,7 +23,7 @@
 #include "gpuipc.h"
 #include "harness.h"
 
-TestSuite(protocol, .init = h_setup, .fini = h_teardown, .timeout = 20);
+TestSuite(protocol, .init = h_setup, .fini = h_teardown, .timeout = 30);
 
 /* Request pairs after op and seq: fmt has one letter per pair, 's' (str),
  * 'u' (uint64_t), 'b' (bool as int), each followed by the key then value. */
@@ -558,7 +558,7 @@ static void limits_fini(void)
         h_teardown();
 }
 
-TestSuite(limits, .fini = limits_fini, .timeout = 20);
+TestSuite(limits, .fini = limits_fini, .timeout = 30);
 
 static void start_with(const char *const *args)
 {

@@ -94,7 +94,7 @@ static void fini(void)
         nostore_dir[0] = '\0';
 }
 
-TestSuite(restart, .init = init, .fini = fini, .timeout = 60);
+TestSuite(restart, .init = init, .fini = fini, .timeout = 240);
 
 /* The end of a test under sdhost: the daemon spoke the notify protocol
  * without mistakes. */
@@ -907,7 +907,7 @@ static void cuda_init_suite(void)
         unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
-TestSuite(restart_cuda, .init = cuda_init_suite, .fini = fini, .timeout = 60);
+TestSuite(restart_cuda, .init = cuda_init_suite, .fini = fini, .timeout = 240);
 
 static const char *vmm_name(uint64_t alloc_id)
 {
@@ -1421,7 +1421,7 @@ Test(restart_cuda, adopted_of_exited_producer_survives)
 
 /* ==== calls in flight during a restart ==================================== */
 
-TestSuite(restart_inflight, .init = cuda_init_suite, .fini = fini, .timeout = 60);
+TestSuite(restart_inflight, .init = cuda_init_suite, .fini = fini, .timeout = 240);
 
 /* How the call is caught in flight. */
 enum inflight {

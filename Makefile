@@ -1,8 +1,8 @@
-# gpuipcd: GPU buffer handoff broker.  README.md ("Building") explains the
-# targets: all (into build/), check (tests/README.md), run, install (PREFIX,
-# DESTDIR: packaging/install.sh), deps, check-gpu, fuzz, fuzz-ops, fuzz-journal
-# and clean.  V=1 shows the commands; SANITIZE=1 builds with ASan+UBSan into
-# build/sanitize; CFLAGS adds to the warnings, which are always on.
+# gpuipcd: GPU buffer handoff broker.  README.md ("Building and installing")
+# explains the targets: all (into build/), check (tests/README.md), run,
+# install (PREFIX, DESTDIR: packaging/install.sh), deps, check-gpu, fuzz,
+# fuzz-ops, fuzz-journal and clean.  V=1 shows the commands; SANITIZE=1
+# builds with ASan+UBSan into build/sanitize; CFLAGS adds to the warnings.
 
 VERSION := 0.1.0
 ifneq ($(shell sed -n 's/^\#define GPUIPC_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' client/gpuipc.h | paste -sd.),$(VERSION))

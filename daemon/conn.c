@@ -16,6 +16,7 @@
 #include "conn.h"
 #include "holds.h"
 #include "ledger.h"
+#include "list.h"
 #include "restart_persist.h"
 #include "session.h"
 #include "log.h"
@@ -129,13 +130,7 @@ static void hello_wait_add(struct conn *c)
         bool first = !d->prehello;
 
         c->hello_deadline = uv_now(d->loop) + d->cfg.hello_timeout_ms;
-        c->hprev = d->prehello_tail;
-        c->hnext = NULL;
-        if (d->prehello_tail)
-                d->prehello_tail->hnext = c;
-        else
-                d->prehello = c;
-        d->prehello_tail = c;
+        LIST_APPEND(d->prehello, d->prehello_tail, c, hprev, hnext);
         if (first)
                 hello_timer_arm(d);
 }
@@ -147,14 +142,7 @@ void conn_hello_done(struct conn *c)
         if (!c->hello_deadline)
                 return;
         c->hello_deadline = 0;
-        if (c->hprev)
-                c->hprev->hnext = c->hnext;
-        else
-                d->prehello = c->hnext;
-        if (c->hnext)
-                c->hnext->hprev = c->hprev;
-        else
-                d->prehello_tail = c->hprev;
+        LIST_REMOVE_TAIL(d->prehello, d->prehello_tail, c, hprev, hnext);
         c->hprev = c->hnext = NULL;
         if (!d->prehello)
                 hello_timer_arm(d);     /* closes it */
@@ -208,10 +196,7 @@ int conn_new(struct daemon *d, int fd, struct conn **ret)
         c->n_groups = access_read_groups(fd, c->groups);
         if (persist_enabled())
                 c->party.start_time = session_start_time(c->party.pid);
-        c->next = d->conns;
-        if (d->conns)
-                d->conns->prev = c;
-        d->conns = c;
+        LIST_PREPEND(d->conns, c, prev, next);
         d->n_conns++;
         quota_conn(d, c->party.uid, 1);
         ledger_conn_accepted(c);
@@ -242,12 +227,7 @@ void conn_close(struct conn *c)
         c->closed = true;
         log_debug("connection %" PRIu64 " closed: pid %u uid %u", c->id, c->party.pid,
                   c->party.uid);
-        if (c->prev)
-                c->prev->next = c->next;
-        else
-                d->conns = c->next;
-        if (c->next)
-                c->next->prev = c->prev;
+        LIST_REMOVE(d->conns, c, prev, next);
         d->n_conns--;
         quota_conn(d, c->party.uid, -1);
         conn_hello_done(c);

@@ -104,6 +104,10 @@ void conn_pack_reg_event(struct proto_out *o, struct proto_map *m, const char *e
                          uint64_t id, const char *name, size_t name_len);
 /* Queues an error event; with fatal, dooms the connection after it. */
 void conn_send_error_event(struct conn *c, int err, const char *message, bool fatal);
+/* Tells the holder of lease l of r, while it is connected, that the lease
+ * is gone: a `revoked` event with reason (and with_lease, the lease's id). */
+void conn_send_revoked(const struct reg *r, const struct lease *l, const char *reason,
+                       bool with_lease);
 /* Writes what the socket takes now. */
 void conn_flush(struct conn *c);
 /* Daemon shutdown: answers waiting lookups and sends every connection a

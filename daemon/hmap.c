@@ -87,6 +87,16 @@ struct hmap_node *hmap_bucket(const struct hmap *h, uint64_t hash)
         return h->buckets ? h->buckets[hash & h->mask] : NULL;
 }
 
+struct hmap_node *hmap_find_u64(const struct hmap *h, uint64_t key)
+{
+        uint64_t hash = hmap_hash_u64(key);
+
+        for (struct hmap_node *n = hmap_bucket(h, hash); n; n = n->next)
+                if (n->hash == hash)
+                        return n;
+        return NULL;
+}
+
 /* ---- SipHash-1-3 ---------------------------------------------------------- */
 
 static uint64_t sip_key[2];

@@ -48,6 +48,9 @@ void hmap_remove(struct hmap *h, struct hmap_node *node);
 
 /* First node of the bucket that hash falls into, or NULL. */
 struct hmap_node *hmap_bucket(const struct hmap *h, uint64_t hash);
+/* For a table of uint keys inserted under hmap_hash_u64(key): the node of
+ * key, or NULL.  That hash is a bijection, so a node's hash is its key. */
+struct hmap_node *hmap_find_u64(const struct hmap *h, uint64_t key);
 
 uint64_t hmap_hash_str(const void *s, size_t len);
 uint64_t hmap_hash_u64(uint64_t v);

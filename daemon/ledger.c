@@ -47,16 +47,9 @@ static unsigned n_bytes;
 
 static struct entry *entry_find(uint64_t key)
 {
-        uint64_t h = hmap_hash_u64(key);
+        struct hmap_node *n = entries_ready ? hmap_find_u64(&entries, key) : NULL;
 
-        if (!entries_ready)
-                return NULL;
-        for (struct hmap_node *n = hmap_bucket(&entries, h); n; n = n->next) {
-                struct entry *e = container_of(n, struct entry, node);
-                if (e->key == key)
-                        return e;
-        }
-        return NULL;
+        return n ? container_of(n, struct entry, node) : NULL;
 }
 
 /* A new exe with one reference, or NULL for "" and when out of memory

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "list.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
@@ -55,12 +56,7 @@ static void hclose(struct hconn *k)
 {
         if (k->closing)
                 return;
-        if (k->prev)
-                k->prev->next = k->next;
-        else
-                conns = k->next;
-        if (k->next)
-                k->next->prev = k->prev;
+        LIST_REMOVE(conns, k, prev, next);
         n_conns--;
         k->closing = 2;
         uv_close((uv_handle_t *)&k->h, on_hclosed);
@@ -171,10 +167,7 @@ static void on_connection(uv_stream_t *srv, int status)
         k->h.stream.data = k;
         uv_timer_init(srv->loop, &k->timer);
         k->timer.data = k;
-        k->next = conns;
-        if (conns)
-                conns->prev = k;
-        conns = k;
+        LIST_PREPEND(conns, k, prev, next);
         n_conns++;
         if (uv_accept(srv, &k->h.stream) < 0 || n_conns > MHTTP_CONNS) {
                 hclose(k);      /* over the cap: accepted only to be closed */

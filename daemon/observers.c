@@ -84,20 +84,7 @@ static void send_released(struct conn *c, struct reg *r)
  * memory: tell the holder of lease l to stop using its view. */
 static void on_revoked(struct reg *r, struct lease *l, void *userdata)
 {
-        struct conn *c;
-        struct proto_out o;
-        struct proto_map m;
-
-        if (l->holder->detached)
-                return;
-        c = conn_from_party(l->holder);
-        if (c->closed)
-                return;
-        conn_pack_reg_event(&o, &m, "revoked", r->id, r->name, r->name_len);
-        proto_map_kstr(&m, "reason", "the owner's connection ended; the memory may be gone");
-        proto_map_end(&m);
-        (void)conn_send(c, &o, NULL);
-        proto_out_free(&o);
+        conn_send_revoked(r, l, "the owner's connection ended; the memory may be gone", false);
 }
 
 static void on_freed(struct reg *r, void *userdata)

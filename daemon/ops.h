@@ -40,6 +40,8 @@ void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields);
 /* reply_start() for a reply whose fields the caller counts into m (with
  * the proto_map_k* helpers), then ends with proto_map_end(m). */
 void reply_begin(struct proto_out *o, struct proto_map *m, uint64_t seq);
+/* Replies to q with the uints k1: v1 and k2: v2; returns 0. */
+int reply_counts(struct req *q, const char *k1, uint64_t v1, const char *k2, uint64_t v2);
 /* Sends a finished reply, counting it; a reply over max_frame is turned
  * into a too_large error. */
 int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin);
@@ -59,6 +61,13 @@ struct target {
         bool by_id;
 };
 int req_target(struct req *q, struct target *ret);
+/* The registration t names, if q's connection may see it (with live, only
+ * a live one), else -ENOENT with "no WHAT with id N" or "no registration
+ * named NAME": what it may not see is not revealed. */
+int req_find(struct req *q, const struct target *t, bool live, const char *what,
+             struct reg **ret);
+/* req_target() then req_find(). */
+int req_target_find(struct req *q, bool live, const char *what, struct reg **ret);
 
 /* ops_hello.c */
 int op_hello(struct req *q);

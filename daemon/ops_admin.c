@@ -50,36 +50,12 @@ int op_watch(struct req *q)
         return 0;
 }
 
-/* Tells the holder of l that an operator took its lease away. */
-static void send_revoked(struct reg *r, struct lease *l, const struct conn *by)
-{
-        struct conn *h;
-        char reason[160];
-        struct proto_out o;
-        struct proto_map m;
-
-        if (l->holder->detached)
-                return;
-        h = conn_from_party(l->holder);
-        if (h->closed)
-                return;
-        snprintf(reason, sizeof(reason), "revoked by an administrator (pid %" PRIu32 ", uid %"
-                 PRIu32 "); the lease is gone, stop using the view", by->party.pid,
-                 by->party.uid);
-        conn_pack_reg_event(&o, &m, "revoked", r->id, r->name, r->name_len);
-        proto_map_ku64(&m, "lease", l->id);
-        proto_map_kstr(&m, "reason", reason);
-        proto_map_end(&m);
-        (void)conn_send(h, &o, NULL);
-        proto_out_free(&o);
-}
-
 int op_revoke(struct req *q)
 {
         struct registry *R = q->c->d->reg;
-        struct proto_out o;
         struct target t;
         struct reg *r;
+        char reason[160];
         uint64_t id;
         uint32_t n;
         bool live;
@@ -91,11 +67,10 @@ int op_revoke(struct req *q)
         if (!access_is_admin(q->c))
                 return req_fail(q, -EPERM, "revoke needs root or membership in the "
                                 "admin-group");
-        r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
-        if (!r)
-                return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
-                               : req_fail(q, -ENOENT, "no registration named %.*s",
-                                          (int)t.name_len, t.name);
+        /* An administrator may see every registration. */
+        k = req_find(q, &t, false, "registration", &r);
+        if (k < 0)
+                return k;
         id = r->id;
         n = r->leases;
         live = r->live;
@@ -105,22 +80,20 @@ int op_revoke(struct req *q)
         watch_emit_revoked(r, &q->c->party);
         /* Leases first: while r is live they cannot free it.  An unregistered
          * r goes with its last lease, so r is not touched after that. */
+        snprintf(reason, sizeof(reason), "revoked by an administrator (pid %" PRIu32 ", uid %"
+                 PRIu32 "); the lease is gone, stop using the view", q->c->party.pid,
+                 q->c->party.uid);
         for (uint32_t i = 0; i < n; i++) {
                 struct lease *l = r->held;
                 bool last = i + 1 == n;
-                send_revoked(r, l, q->c);
+                conn_send_revoked(r, l, reason, true);
                 (void)registry_release(R, l->holder, l->id);
                 if (last && !live)
                         r = NULL;
         }
         if (live)
                 (void)registry_unregister(R, r);        /* may free r */
-        reply_start(&o, q->seq, 2);
-        proto_pack_ku64(&o.pk, "id", id);
-        proto_pack_ku64(&o.pk, "leases", n);
-        (void)reply_send(q->c, q->seq, &o, NULL);
-        proto_out_free(&o);
-        return 0;
+        return reply_counts(q, "id", id, "leases", n);
 }
 
 int op_metrics(struct req *q)

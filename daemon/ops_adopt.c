@@ -25,22 +25,13 @@ int op_adopt(struct req *q)
         uint64_t alloc_size = 0;
         uint8_t key[PROTO_ALLOC_KEY_LEN];
         uint32_t leases;
-        struct target t;
         struct reg *r;
         char why[REQ_MSG_MAX - 64];
         int fd = -1, k;
 
-        k = req_target(q, &t);
+        k = req_target_find(q, true, "live registration", &r);
         if (k < 0)
                 return k;
-        r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
-        if (r && !access_may_see(c, r))
-                r = NULL;       /* not revealed, as by stat and unregister */
-        if (!r || !r->live)
-                return t.by_id ? req_fail(q, -ENOENT, "no live registration with id %" PRIu64,
-                                          t.id)
-                               : req_fail(q, -ENOENT, "no registration named %.*s",
-                                          (int)t.name_len, t.name);
         if (r->owner != &c->party)
                 return req_fail(q, -EPERM, "%s is not registered by this connection", r->name);
         if (r->batch)

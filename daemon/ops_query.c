@@ -101,22 +101,13 @@ int op_list(struct req *q)
 
 int op_stat(struct req *q)
 {
-        struct registry *R = q->c->d->reg;
         struct proto_out o;
-        struct target t;
         struct reg *r;
         int k;
 
-        k = req_target(q, &t);
+        k = req_target_find(q, false, "registration", &r);
         if (k < 0)
                 return k;
-        r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
-        if (r && !access_may_see(q->c, r))
-                r = NULL;       /* not revealed */
-        if (!r)
-                return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
-                               : req_fail(q, -ENOENT, "no registration named %.*s",
-                                          (int)t.name_len, t.name);
         reply_start(&o, q->seq, 1);
         proto_pack_str(&o.pk, "reg");
         pack_record_as(&o.pk, r, RECORD_STAT, HOLDERS_MAX, NULL);

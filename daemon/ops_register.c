@@ -201,7 +201,6 @@ static int unregister_prefix(struct req *q, const char *prefix, size_t plen)
         struct conn *c = q->c;
         struct registry *R = c->d->reg;
         uint64_t removed = 0, skipped = 0;
-        struct proto_out o;
         const char *why;
         struct reg *r, *next;
 
@@ -223,20 +222,13 @@ static int unregister_prefix(struct req *q, const char *prefix, size_t plen)
                 registry_unregister(R, r);
                 removed++;
         }
-        reply_start(&o, q->seq, 2);
-        proto_pack_ku64(&o.pk, "removed", removed);
-        proto_pack_ku64(&o.pk, "skipped", skipped);
-        (void)reply_send(c, q->seq, &o, NULL);
-        proto_out_free(&o);
-        return 0;
+        return reply_counts(q, "removed", removed, "skipped", skipped);
 }
 
 int op_unregister(struct req *q)
 {
         struct conn *c = q->c;
         struct registry *R = c->d->reg;
-        struct proto_out o;
-        struct target t;
         struct reg *r;
         uint64_t id, leases;
         const char *prefix;
@@ -251,27 +243,14 @@ int op_unregister(struct req *q)
                         return req_fail(q, -EINVAL, "prefix excludes name and id");
                 return unregister_prefix(q, prefix, plen);
         }
-        k = req_target(q, &t);
+        k = req_target_find(q, true, "registration", &r);
         if (k < 0)
                 return k;
-        r = t.by_id ? registry_find_id(R, t.id) : registry_find_name(R, t.name, t.name_len);
-        if (r && !access_may_see(c, r))
-                r = NULL;       /* not revealed */
-        if (!r || !r->live)
-                return t.by_id ? req_fail(q, -ENOENT, "no registration with id %" PRIu64, t.id)
-                               : req_fail(q, -ENOENT, "no registration named %.*s",
-                                          (int)t.name_len, t.name);
         if (!may_unregister(c, r))
                 return req_fail(q, -EPERM, "%s belongs to uid %u; only its connection, that "
                                 "uid or root may unregister it", r->name, r->uid);
         id = r->id;
         leases = r->leases;
         registry_unregister(R, r);      /* may free r */
-
-        reply_start(&o, q->seq, 2);
-        proto_pack_ku64(&o.pk, "id", id);
-        proto_pack_ku64(&o.pk, "leases", leases);
-        (void)reply_send(c, q->seq, &o, NULL);
-        proto_out_free(&o);
-        return 0;
+        return reply_counts(q, "id", id, "leases", leases);
 }

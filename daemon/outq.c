@@ -223,6 +223,27 @@ void conn_send_error_event(struct conn *c, int err, const char *message, bool fa
                 conn_doom(c);
 }
 
+void conn_send_revoked(const struct reg *r, const struct lease *l, const char *reason,
+                       bool with_lease)
+{
+        struct conn *h;
+        struct proto_out o;
+        struct proto_map m;
+
+        if (l->holder->detached)
+                return;
+        h = conn_from_party(l->holder);
+        if (h->closed)
+                return;
+        conn_pack_reg_event(&o, &m, "revoked", r->id, r->name, r->name_len);
+        if (with_lease)
+                proto_map_ku64(&m, "lease", l->id);
+        proto_map_kstr(&m, "reason", reason);
+        proto_map_end(&m);
+        (void)conn_send(h, &o, NULL);
+        proto_out_free(&o);
+}
+
 /* Writes as much of the queue as the socket takes.  Returns 0 when it is
  * empty, -EAGAIN when bytes are left, or another negative errno. */
 int outq_write(struct conn *c)

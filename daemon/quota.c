@@ -16,14 +16,9 @@ struct uid_entry {
 
 static struct uid_entry *find(const struct daemon *d, uint32_t uid)
 {
-        uint64_t h = hmap_hash_u64(uid);
+        struct hmap_node *n = hmap_find_u64(&d->uids, uid);
 
-        for (struct hmap_node *n = hmap_bucket(&d->uids, h); n; n = n->next) {
-                struct uid_entry *e = container_of(n, struct uid_entry, node);
-                if (n->hash == h && e->uid == uid)
-                        return e;
-        }
-        return NULL;
+        return n ? container_of(n, struct uid_entry, node) : NULL;
 }
 
 static struct uid_entry *get(struct daemon *d, uint32_t uid)
@@ -64,34 +59,35 @@ struct uid_use quota_of(const struct daemon *d, uint32_t uid)
 #define ADD(field, delta) ((field) = (delta) < 0 && (field) < (uint64_t)-(delta) ? 0 \
                                                         : (field) + (delta))
 
+/* Adds delta to *field, one of e's counts, and drops e if it holds nothing now. */
+static void add(struct daemon *d, struct uid_entry *e, uint64_t *field, int delta)
+{
+        ADD(*field, delta);
+        put(d, e);
+}
+
 void quota_conn(struct daemon *d, uint32_t uid, int delta)
 {
         struct uid_entry *e = delta > 0 ? get(d, uid) : find(d, uid);
 
-        if (!e)
-                return;
-        ADD(e->use.conns, delta);
-        put(d, e);
+        if (e)
+                add(d, e, &e->use.conns, delta);
 }
 
 void quota_lease(struct daemon *d, uint32_t uid, int delta)
 {
         struct uid_entry *e = delta > 0 ? get(d, uid) : find(d, uid);
 
-        if (!e)
-                return;
-        ADD(e->use.leases, delta);
-        put(d, e);
+        if (e)
+                add(d, e, &e->use.leases, delta);
 }
 
 void quota_reg(struct daemon *d, uint32_t uid, int delta)
 {
         struct uid_entry *e = delta > 0 ? get(d, uid) : find(d, uid);
 
-        if (!e)
-                return;
-        ADD(e->use.regs, delta);
-        put(d, e);
+        if (e)
+                add(d, e, &e->use.regs, delta);
 }
 
 uint64_t quota_bytes_of(const struct reg *r)

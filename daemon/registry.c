@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "list.h"
 #include "proto.h"
 #include "registry.h"
 
@@ -82,22 +83,9 @@ static void reg_destroy(struct registry *R, struct reg *r)
         if (R->cb.freed)
                 R->cb.freed(r, R->userdata);
         hmap_remove(&R->ids, &r->by_id);
-        if (r->prev)
-                r->prev->next = r->next;
-        else
-                R->head = r->next;
-        if (r->next)
-                r->next->prev = r->prev;
-        else
-                R->tail = r->prev;
-        if (r->owner) {
-                if (r->own_prev)
-                        r->own_prev->own_next = r->own_next;
-                else
-                        r->owner->owned = r->own_next;
-                if (r->own_next)
-                        r->own_next->own_prev = r->own_prev;
-        }
+        LIST_REMOVE_TAIL(R->head, R->tail, r, prev, next);
+        if (r->owner)
+                LIST_REMOVE(r->owner->owned, r, own_prev, own_next);
         R->cnt.registrations--;
         count_bytes(R, r, false);
         free(r->access);
@@ -120,18 +108,8 @@ static void lease_destroy_ex(struct registry *R, struct lease *l, bool quiet)
         if (R->cb.unleased)
                 R->cb.unleased(r, l, R->userdata);
         hmap_remove(&R->leases, &l->by_id);
-        if (l->prev)
-                l->prev->next = l->next;
-        else
-                h->leases = l->next;
-        if (l->next)
-                l->next->prev = l->prev;
-        if (l->rprev)
-                l->rprev->rnext = l->rnext;
-        else
-                r->held = l->rnext;
-        if (l->rnext)
-                l->rnext->rprev = l->rprev;
+        LIST_REMOVE(h->leases, l, prev, next);
+        LIST_REMOVE(r->held, l, rprev, rnext);
         if (r->marked > 0 && l->id < r->lease_mark)
                 marks_done = --r->marked == 0;
         h->n_leases--;
@@ -249,21 +227,13 @@ int registry_add(struct registry *R, struct reg_party *owner, const struct reg_p
         if (r->id >= R->next_id)
                 R->next_id = r->id + 1;
         r->live = true;
-        r->prev = R->tail;
-        if (R->tail)
-                R->tail->next = r;
-        else
-                R->head = r;
-        R->tail = r;
+        LIST_APPEND(R->head, R->tail, r, prev, next);
         if (owner) {
                 r->owner = owner;
                 r->pid = owner->pid;
                 r->uid = owner->uid;
                 r->gid = owner->gid;
-                r->own_next = owner->owned;
-                if (owner->owned)
-                        owner->owned->own_prev = r;
-                owner->owned = r;
+                LIST_PREPEND(owner->owned, r, own_prev, own_next);
                 owner->n_live++;
         } else {
                 r->pid = p->pid;
@@ -296,14 +266,9 @@ struct reg *registry_find_name(const struct registry *R, const char *name, size_
 
 static struct reg *find_id_any(const struct registry *R, uint64_t id)
 {
-        uint64_t h = hmap_hash_u64(id);
+        struct hmap_node *n = hmap_find_u64(&R->ids, id);
 
-        for (struct hmap_node *n = hmap_bucket(&R->ids, h); n; n = n->next) {
-                struct reg *r = container_of(n, struct reg, by_id);
-                if (r->id == id)
-                        return r;
-        }
-        return NULL;
+        return n ? container_of(n, struct reg, by_id) : NULL;
 }
 
 struct reg *registry_find_id(const struct registry *R, uint64_t id)
@@ -364,14 +329,8 @@ int registry_lease_id(struct registry *R, struct reg *r, struct reg_party *holde
         }
         if (l->id >= R->next_lease)
                 R->next_lease = l->id + 1;
-        l->next = holder->leases;
-        if (holder->leases)
-                holder->leases->prev = l;
-        holder->leases = l;
-        l->rnext = r->held;
-        if (r->held)
-                r->held->rprev = l;
-        r->held = l;
+        LIST_PREPEND(holder->leases, l, prev, next);
+        LIST_PREPEND(r->held, l, rprev, rnext);
         holder->n_leases++;
         r->leases++;
         R->cnt.leases++;
@@ -383,14 +342,9 @@ int registry_lease_id(struct registry *R, struct reg *r, struct reg_party *holde
 
 struct lease *registry_find_lease(const struct registry *R, uint64_t lease_id)
 {
-        uint64_t h = hmap_hash_u64(lease_id);
+        struct hmap_node *n = hmap_find_u64(&R->leases, lease_id);
 
-        for (struct hmap_node *n = hmap_bucket(&R->leases, h); n; n = n->next) {
-                struct lease *l = container_of(n, struct lease, by_id);
-                if (l->id == lease_id)
-                        return l;
-        }
-        return NULL;
+        return n ? container_of(n, struct lease, by_id) : NULL;
 }
 
 int registry_release(struct registry *R, struct reg_party *holder, uint64_t lease_id)
@@ -521,21 +475,13 @@ void registry_party_move(struct registry *R, struct reg_party *from, struct reg_
                 struct reg *r = from->owned;
                 from->owned = r->own_next;
                 r->owner = to;
-                r->own_prev = NULL;
-                r->own_next = to->owned;
-                if (to->owned)
-                        to->owned->own_prev = r;
-                to->owned = r;
+                LIST_PREPEND(to->owned, r, own_prev, own_next);
         }
         while (from->leases) {
                 struct lease *l = from->leases;
                 from->leases = l->next;
                 l->holder = to;
-                l->prev = NULL;
-                l->next = to->leases;
-                if (to->leases)
-                        to->leases->prev = l;
-                to->leases = l;
+                LIST_PREPEND(to->leases, l, prev, next);
         }
         to->n_live += from->n_live;
         to->n_leases += from->n_leases;

@@ -1,9 +1,11 @@
 /* reply.c: the handlers' side of a request: error messages, replies and
  * their sending, and the name-or-id target most requests carry. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "access.h"
 #include "ops.h"
 
 int req_fail(struct req *q, int err, const char *fmt, ...)
@@ -48,6 +50,18 @@ void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message)
         proto_pack_error(&o.pk, err, message);
         (void)conn_send(c, &o, NULL);
         proto_out_free(&o);
+}
+
+int reply_counts(struct req *q, const char *k1, uint64_t v1, const char *k2, uint64_t v2)
+{
+        struct proto_out o;
+
+        reply_start(&o, q->seq, 2);
+        proto_pack_ku64(&o.pk, k1, v1);
+        proto_pack_ku64(&o.pk, k2, v2);
+        (void)reply_send(q->c, q->seq, &o, NULL);
+        proto_out_free(&o);
+        return 0;
 }
 
 int reply_send(struct conn *c, uint64_t seq, struct proto_out *o, struct reg *pin)
@@ -95,4 +109,27 @@ int req_target(struct req *q, struct target *ret)
         t.by_id = ri == 0;
         *ret = t;
         return 0;
+}
+
+int req_find(struct req *q, const struct target *t, bool live, const char *what,
+             struct reg **ret)
+{
+        struct registry *R = q->c->d->reg;
+        struct reg *r = t->by_id ? registry_find_id(R, t->id)
+                                 : registry_find_name(R, t->name, t->name_len);
+
+        if (!r || !access_may_see(q->c, r) || (live && !r->live))
+                return t->by_id ? req_fail(q, -ENOENT, "no %s with id %" PRIu64, what, t->id)
+                                : req_fail(q, -ENOENT, "no registration named %.*s",
+                                           (int)t->name_len, t->name);
+        *ret = r;
+        return 0;
+}
+
+int req_target_find(struct req *q, bool live, const char *what, struct reg **ret)
+{
+        struct target t;
+        int k = req_target(q, &t);
+
+        return k < 0 ? k : req_find(q, &t, live, what, ret);
 }

@@ -9,13 +9,27 @@
 
 /* ---- writing ------------------------------------------------------------ */
 
+/* Starts a record of type t in m: {t, ...}. */
+static void begin(struct proto_map *m, msgpack_packer *pk, const char *t)
+{
+        proto_map_begin(m, pk);
+        proto_map_kstr(m, "t", t);
+}
+
+/* Starts a record of type t about session p: {t, session, ...}. */
+static void begin_session(struct proto_map *m, msgpack_packer *pk, const char *t,
+                          const struct reg_party *p)
+{
+        begin(m, pk, t);
+        proto_map_kbin(m, "session", p->session, PROTO_SESSION_LEN);
+}
+
 void jrec_pack_header(msgpack_packer *pk, uint64_t serial, uint64_t next_id,
                       uint64_t next_lease, uint64_t next_alloc)
 {
         struct proto_map m;
 
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", "H");
+        begin(&m, pk, "H");
         proto_map_ku64(&m, "version", JREC_VERSION);
         proto_map_ku64(&m, "serial", serial);
         proto_map_ku64(&m, "next_id", next_id);
@@ -28,9 +42,7 @@ void jrec_pack_session(msgpack_packer *pk, const struct reg_party *p)
 {
         struct proto_map m;
 
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", "S");
-        proto_map_kbin(&m, "session", p->session, PROTO_SESSION_LEN);
+        begin_session(&m, pk, "S", p);
         proto_map_ku64(&m, "pid", p->pid);
         proto_map_ku64(&m, "uid", p->uid);
         proto_map_ku64(&m, "gid", p->gid);
@@ -42,9 +54,7 @@ void jrec_pack_session_end(msgpack_packer *pk, const struct reg_party *p)
 {
         struct proto_map m;
 
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", "E");
-        proto_map_kbin(&m, "session", p->session, PROTO_SESSION_LEN);
+        begin_session(&m, pk, "E", p);
         proto_map_end(&m);
 }
 
@@ -53,9 +63,7 @@ void jrec_pack_missed(msgpack_packer *pk, const struct reg_party *p, uint64_t id
 {
         struct proto_map m;
 
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", "M");
-        proto_map_kbin(&m, "session", p->session, PROTO_SESSION_LEN);
+        begin_session(&m, pk, "M", p);
         proto_map_ku64(&m, "id", id);
         proto_map_kstrn(&m, "name", name, len);
         proto_map_end(&m);
@@ -146,8 +154,7 @@ void jrec_pack_reg(msgpack_packer *pk, const struct reg *r, const char *exe)
 {
         struct proto_map m;
 
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", "A");
+        begin(&m, pk, "A");
         proto_map_ku64(&m, "id", r->id);
         proto_map_kstrn(&m, "name", r->name, r->name_len);
         proto_map_ku64(&m, "kind", r->kind);
@@ -185,8 +192,7 @@ void jrec_pack_cuda_changed(msgpack_packer *pk, const struct reg *r)
 {
         struct proto_map m;
 
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", "C");
+        begin(&m, pk, "C");
         proto_map_ku64(&m, "id", r->id);
         proto_map_ku64(&m, "kind", r->kind);
         proto_map_ku64(&m, "offset", r->offset);
@@ -201,8 +207,7 @@ void jrec_pack_lease(msgpack_packer *pk, const struct lease *l)
 {
         struct proto_map m;
 
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", "L");
+        begin(&m, pk, "L");
         proto_map_ku64(&m, "id", l->id);
         proto_map_ku64(&m, "reg", l->reg->id);
         proto_map_kbin(&m, "session", l->holder->session, PROTO_SESSION_LEN);
@@ -214,8 +219,7 @@ void jrec_pack_id(msgpack_packer *pk, char type, uint64_t id)
         const char t[2] = { type, '\0' };
         struct proto_map m;
 
-        proto_map_begin(&m, pk);
-        proto_map_kstr(&m, "t", t);
+        begin(&m, pk, t);
         proto_map_ku64(&m, "id", id);
         proto_map_end(&m);
 }

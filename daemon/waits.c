@@ -5,6 +5,7 @@
 
 #include "access.h"
 #include "conn.h"
+#include "list.h"
 #include "ops.h"
 #include "waits.h"
 
@@ -64,16 +65,8 @@ static void wgroup_link(struct conn *c, struct waitq *q, struct wgroup *g)
 {
         g->q = q;
         g->c = c;
-        g->qprev = q->tail;
-        if (q->tail)
-                q->tail->qnext = g;
-        else
-                q->head = g;
-        q->tail = g;
-        g->cnext = c->wgroups;
-        if (c->wgroups)
-                c->wgroups->cprev = g;
-        c->wgroups = g;
+        LIST_APPEND(q->head, q->tail, g, qprev, qnext);
+        LIST_PREPEND(c->wgroups, g, cprev, cnext);
 }
 
 /* Unlinks an empty group, and its name's queue with its last group. */
@@ -82,24 +75,12 @@ static void wgroup_end(struct daemon *d, struct wgroup *g)
         struct waitq *q = g->q;
         struct conn *c = g->c;
 
-        if (g->qprev)
-                g->qprev->qnext = g->qnext;
-        else
-                q->head = g->qnext;
-        if (g->qnext)
-                g->qnext->qprev = g->qprev;
-        else
-                q->tail = g->qprev;
+        LIST_REMOVE_TAIL(q->head, q->tail, g, qprev, qnext);
         if (!q->head) {
                 hmap_remove(&d->waits, &q->node);
                 free(q);
         }
-        if (g->cprev)
-                g->cprev->cnext = g->cnext;
-        else
-                c->wgroups = g->cnext;
-        if (g->cnext)
-                g->cnext->cprev = g->cprev;
+        LIST_REMOVE(c->wgroups, g, cprev, cnext);
         free(g);
 }
 
@@ -115,22 +96,10 @@ static void waiter_end(struct daemon *d, struct waiter *w)
         struct wgroup *g = w->g;
         struct conn *c = w->c;
 
-        if (w->gprev)
-                w->gprev->gnext = w->gnext;
-        else
-                g->head = w->gnext;
-        if (w->gnext)
-                w->gnext->gprev = w->gprev;
-        else
-                g->tail = w->gprev;
+        LIST_REMOVE_TAIL(g->head, g->tail, w, gprev, gnext);
         if (!g->head)
                 wgroup_end(d, g);
-        if (w->cprev)
-                w->cprev->cnext = w->cnext;
-        else
-                c->waits = w->cnext;
-        if (w->cnext)
-                w->cnext->cprev = w->cprev;
+        LIST_REMOVE(c->waits, w, cprev, cnext);
         c->n_waits--;
         w->g = NULL;
         w->c = NULL;
@@ -205,16 +174,8 @@ int waits_add(struct conn *c, uint64_t seq, const char *name, size_t len, uint64
         w->answer = answer;
         w->c = c;
         w->g = g;
-        w->gprev = g->tail;
-        if (g->tail)
-                g->tail->gnext = w;
-        else
-                g->head = w;
-        g->tail = w;
-        w->cnext = c->waits;
-        if (c->waits)
-                c->waits->cprev = w;
-        c->waits = w;
+        LIST_APPEND(g->head, g->tail, w, gprev, gnext);
+        LIST_PREPEND(c->waits, w, cprev, cnext);
         c->n_waits++;
         return 0;
 fail_q:

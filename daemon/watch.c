@@ -10,6 +10,7 @@
 #include "access.h"
 #include "conn.h"
 #include "daemon.h"
+#include "list.h"
 #include "proto.h"
 #include "watch.h"
 
@@ -53,10 +54,7 @@ int watch_add(struct conn *c, const char *prefix, size_t plen)
                 if (!w)
                         return -ENOMEM;
                 w->c = c;
-                w->next = watchers;
-                if (watchers)
-                        watchers->prev = w;
-                watchers = w;
+                LIST_PREPEND(watchers, w, prev, next);
                 n_watchers++;
         }
         memcpy(w->prefix, prefix, plen);
@@ -71,12 +69,7 @@ bool watch_remove(struct conn *c)
 
         if (!w)
                 return false;
-        if (w->prev)
-                w->prev->next = w->next;
-        else
-                watchers = w->next;
-        if (w->next)
-                w->next->prev = w->prev;
+        LIST_REMOVE(watchers, w, prev, next);
         n_watchers--;
         free(w);
         return true;

@@ -9,18 +9,14 @@
 # symbolic links to systemd/, copied as files), and build binary packages
 # only, unsigned.
 #
-#   packaging/build-deb.sh [--deps]   --deps: apt-get the build dependencies
-#                                     first (root)
+#   packaging/build-deb.sh [--deps]   --deps: make deps first (root)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$ROOT/build/deb
 
 if [ "${1:-}" = --deps ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                dpkg-dev debhelper fakeroot build-essential pkg-config libuv1-dev libmsgpack-dev \
-                dh-python pybuild-plugin-pyproject python3 python3-setuptools python3-wheel \
-                default-jdk-headless
+        make -C "$ROOT" deps    # the Makefile's DEB_DEPS hold the packaging tools too
 fi
 for tool in dpkg-buildpackage dh; do
         command -v $tool >/dev/null 2>&1 || {

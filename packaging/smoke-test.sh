@@ -15,12 +15,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEBDIR=$ROOT/build/deb
 PKGS="gpuipcd libgpuipc1 libgpuipc-dev python3-gpuipc libgpuipc-jni libgpuipc-java"
 KEEP=${1:-}
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "PASS $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL $*"; }
-check() { name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
-finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+. "$ROOT/tests/checks.sh"
 
 if [ "$(id -u)" != 0 ]; then
         echo "smoke-test.sh: installs packages: run as root" >&2

@@ -57,6 +57,16 @@ static int opt_uint(const msgpack_object *map, const char *key, uint64_t max, ui
         return 0;
 }
 
+/* An optional value of type t (nil counts as absent): *ret, or NULL. */
+static int opt_typed(const msgpack_object *map, const char *key, msgpack_object_type t,
+                     const msgpack_object **ret)
+{
+        const msgpack_object *o = proto_get(map, key);
+
+        *ret = o && o->type != MSGPACK_OBJECT_NIL ? o : NULL;
+        return *ret && o->type != t ? -EBADMSG : 0;
+}
+
 /* The chunks of a cuda-vmm record over several: 2 to PROTO_CHUNKS_MAX
  * maps, each with a size, that add up without overflow. */
 static int decode_chunks(const msgpack_object *chunks, struct proto_cuda_view *v)
@@ -95,19 +105,10 @@ int proto_cuda_decode(const msgpack_object *reg, bool vmm, struct proto_cuda_vie
                 if (proto_get_array(reg, "chunks", &chunks) == 0 && decode_chunks(chunks, v) < 0)
                         return -EBADMSG;
         }
-        o = proto_get(reg, "copied");
-        if (o && o->type != MSGPACK_OBJECT_NIL) {
-                if (o->type != MSGPACK_OBJECT_STR)
-                        return -EBADMSG;
-                v->copied = o;
-        }
-        if (opt_uint(reg, "buffer_id", UINT64_MAX, &v->buffer_id) < 0)
+        if (opt_typed(reg, "copied", MSGPACK_OBJECT_STR, &v->copied) < 0 ||
+            opt_uint(reg, "buffer_id", UINT64_MAX, &v->buffer_id) < 0 ||
+            opt_typed(reg, "event", MSGPACK_OBJECT_BIN, &o) < 0)
                 return -EBADMSG;
-        o = proto_get(reg, "event");
-        if (o && o->type != MSGPACK_OBJECT_NIL) {
-                if (o->type != MSGPACK_OBJECT_BIN)
-                        return -EBADMSG;
-                v->has_event = true;
-        }
+        v->has_event = o != NULL;
         return 0;
 }

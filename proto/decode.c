@@ -184,41 +184,7 @@ int proto_get_i64(const msgpack_object *map, const char *key, int64_t *ret)
         return o ? proto_obj_i64(o, ret) : -ENOENT;
 }
 
-int proto_get_bool(const msgpack_object *map, const char *key, bool *ret)
-{
-        const msgpack_object *o = present(map, key);
-        if (!o)
-                return -ENOENT;
-        if (o->type != MSGPACK_OBJECT_BOOLEAN)
-                return -EINVAL;
-        *ret = o->via.boolean;
-        return 0;
-}
-
-int proto_get_str(const msgpack_object *map, const char *key, const char **ret, size_t *ret_len)
-{
-        const msgpack_object *o = present(map, key);
-        if (!o)
-                return -ENOENT;
-        if (o->type != MSGPACK_OBJECT_STR)
-                return -EINVAL;
-        *ret = o->via.str.ptr;
-        *ret_len = o->via.str.size;
-        return 0;
-}
-
-int proto_get_bin(const msgpack_object *map, const char *key, const uint8_t **ret, size_t *ret_len)
-{
-        const msgpack_object *o = present(map, key);
-        if (!o)
-                return -ENOENT;
-        if (o->type != MSGPACK_OBJECT_BIN)
-                return -EINVAL;
-        *ret = (const uint8_t *)o->via.bin.ptr;
-        *ret_len = o->via.bin.size;
-        return 0;
-}
-
+/* The value of key when it has type t; -ENOENT when absent, -EINVAL else. */
 static int get_typed(const msgpack_object *map, const char *key, msgpack_object_type t,
                      const msgpack_object **ret)
 {
@@ -229,6 +195,40 @@ static int get_typed(const msgpack_object *map, const char *key, msgpack_object_
                 return -EINVAL;
         *ret = o;
         return 0;
+}
+
+int proto_get_bool(const msgpack_object *map, const char *key, bool *ret)
+{
+        const msgpack_object *o;
+        int r = get_typed(map, key, MSGPACK_OBJECT_BOOLEAN, &o);
+
+        if (r == 0)
+                *ret = o->via.boolean;
+        return r;
+}
+
+int proto_get_str(const msgpack_object *map, const char *key, const char **ret, size_t *ret_len)
+{
+        const msgpack_object *o;
+        int r = get_typed(map, key, MSGPACK_OBJECT_STR, &o);
+
+        if (r == 0) {
+                *ret = o->via.str.ptr;
+                *ret_len = o->via.str.size;
+        }
+        return r;
+}
+
+int proto_get_bin(const msgpack_object *map, const char *key, const uint8_t **ret, size_t *ret_len)
+{
+        const msgpack_object *o;
+        int r = get_typed(map, key, MSGPACK_OBJECT_BIN, &o);
+
+        if (r == 0) {
+                *ret = (const uint8_t *)o->via.bin.ptr;
+                *ret_len = o->via.bin.size;
+        }
+        return r;
 }
 
 int proto_get_map(const msgpack_object *map, const char *key, const msgpack_object **ret)

@@ -33,12 +33,7 @@ SOCK=$RUNDIR/gpuipcd.sock
 BIN=/usr/local/libexec/$U/gpuipcd
 UNITS=/run/systemd/system
 PORT=${GPUIPC_HARDTEST_PORT:-19464}
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "PASS $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL $*"; }
-check() { name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
-finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+. "$ROOT/tests/checks.sh"
 
 [ "$(id -u)" = 0 ] || { echo "hardened-unit.sh: run as root" >&2; exit 2; }
 [ -d /run/systemd/system ] || { echo "hardened-unit.sh: systemd is not PID 1" >&2; exit 2; }

@@ -3,7 +3,7 @@
  *   helper-rawreg FD NAME
  *
  * FD is a connection to the daemon that another program opened before it
- * exec'd this one (integ_harden's exe_read_at_accept).  Sends hello and a
+ * exec'd this one (integ_limits's exe_read_at_accept).  Sends hello and a
  * durable register of a sealed 4 KiB memfd, prints "ok" once both are
  * answered without error (else "fail: ..."), then waits for stdin to close. */
 #include <errno.h>

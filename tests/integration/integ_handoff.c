@@ -1,5 +1,6 @@
 /* integ_handoff.c: buffers handed from one process to another through a
- * real gpuipcd. */
+ * real gpuipcd, and what a consumer's fd lets it do: read-only fds, the
+ * producer's seals, writable lookups. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -7,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -711,4 +714,263 @@ Test(handoff, connect_errors)
         snprintf(path, sizeof(path), "%s/nobody-here.sock", h_d.dir);
         cr_expect_eq(gpuipc_client_connect(path, &c), -ENOENT);
         cr_expect_null(c);
+}
+
+/* ---- what a consumer's fd lets it do ------------------------------------- */
+
+#define RO_SIZE 4096u
+#define RO_SEED 7u
+
+/* A producer connection with a public "ro/buf" registered with flags and
+ * filled with the pattern (public: writable_lookup_other_uid looks it up
+ * as another uid). */
+static gpuipc_client *ro_producer(unsigned flags)
+{
+        static const gpuipc_access pub = { .size = sizeof(gpuipc_access), .public_ = 1 };
+        gpuipc_client *c = connect_client();
+        gpuipc_hostbuf *b = filled(RO_SIZE, RO_SEED);
+
+        cr_assert_eq(gpuipc_client_set_access(c, &pub), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(c, "ro/buf", b, NULL, flags, NULL), 0);
+        gpuipc_hostbuf_free(b);
+        return c;
+}
+
+static int hello_conn(void)
+{
+        int fd = h_raw_connect(h_d.sock);
+        h_raw_hello(fd, 1);
+        return fd;
+}
+
+static void pack_lookup(msgpack_packer *pk, void *data)
+{
+        proto_pack_kstr(pk, "name", "ro/buf");
+        if (*(bool *)data)
+                proto_pack_kbool(pk, "writable", true);
+}
+
+/* A raw lookup of ro/buf answered with code; the fd of a success. */
+static int raw_lookup(int fd, uint64_t seq, bool writable, const char *code)
+{
+        struct h_frame f;
+        int mfd = -1;
+
+        cr_assert_eq(h_raw_request(fd, "lookup", seq, 1 + writable, pack_lookup, &writable, NULL, 0), 0);
+        cr_assert_eq(h_raw_recv(fd, 5000, &f), 1);
+        h_expect_reply(&f, seq, code);
+        if (!*code) {
+                cr_assert_eq(f.nfds, 1);
+                mfd = f.fds[0];
+                f.nfds = 0;
+        }
+        h_frame_free(&f);
+        return mfd;
+}
+
+static void expect_ro_pattern(const char *what)
+{
+        gpuipc_client *c = connect_client();
+        gpuipc_view *v = NULL;
+        const uint8_t *p;
+
+        cr_assert_eq(gpuipc_view_lookup(c, "ro/buf", 0, 0, &v), 0);
+        p = gpuipc_view_data(v);
+        for (size_t i = 0; i < RO_SIZE; i++)
+                cr_assert_eq(p[i], h_pattern(i, RO_SEED), "byte %zu changed after %s", i, what);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        gpuipc_client_free(c);
+}
+
+/* A consumer's fd cannot punch holes in, truncate or seal the producer's memfd. */
+Test(handoff, lookup_fd_is_read_only)
+{
+        gpuipc_client *prod = ro_producer(0);
+        int fd = hello_conn(), mfd;
+        void *p;
+
+        mfd = raw_lookup(fd, 2, false, "");
+        cr_assert_eq(fcntl(mfd, F_GETFL) & O_ACCMODE, O_RDONLY);
+        cr_expect_eq(fallocate(mfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, RO_SIZE), -1);
+        cr_expect_eq(errno, EBADF);
+        cr_expect_eq(ftruncate(mfd, RO_SIZE * 4), -1);
+        cr_expect_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+        cr_expect_eq(errno, EPERM);
+        cr_expect_eq(pwrite(mfd, "x", 1, 0), -1);
+        p = mmap(NULL, RO_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+        cr_expect_eq(p, MAP_FAILED);
+        p = mmap(NULL, RO_SIZE, PROT_READ, MAP_SHARED, mfd, 0);
+        cr_assert_neq(p, MAP_FAILED);
+        cr_expect_eq(((uint8_t *)p)[0], h_pattern(0, RO_SEED));
+        munmap(p, RO_SIZE);
+        close(mfd);
+        close(fd);
+        expect_ro_pattern("a read-only consumer's attacks");
+        gpuipc_client_free(prod);
+}
+
+/* Whether this kernel has F_SEAL_FUTURE_WRITE (Linux 5.1). */
+static bool have_future_write_seal(void)
+{
+        int fd = memfd_create("probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        bool ok;
+
+        cr_assert_geq(fd, 0);
+        ok = fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0;
+        close(fd);
+        return ok;
+}
+
+/* A read-only fd is no write barrier by itself: a memfd's inode is mode
+ * 0777, so /proc/self/fd/N reopens it read-write.  The library's
+ * F_SEAL_FUTURE_WRITE makes writes through that reopen fail. */
+Test(handoff, read_only_fd_reopened_read_write_cannot_write)
+{
+        gpuipc_client *prod, *c;
+        gpuipc_view *v = NULL;
+        char path[64];
+        int fd, mfd, rw;
+        void *p;
+
+        if (!have_future_write_seal())
+                cr_skip_test("the kernel has no F_SEAL_FUTURE_WRITE");
+        prod = ro_producer(0);
+        fd = hello_conn();
+        mfd = raw_lookup(fd, 2, false, "");
+        cr_assert_eq(fcntl(mfd, F_GETFL) & O_ACCMODE, O_RDONLY);
+        cr_expect(fcntl(mfd, F_GET_SEALS) & F_SEAL_FUTURE_WRITE);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", mfd);
+        rw = open(path, O_RDWR | O_CLOEXEC);
+        cr_assert_geq(rw, 0, "reopen %s: %s", path, strerror(errno));
+        errno = 0;
+        cr_expect_eq(pwrite(rw, "x", 1, 0), -1);
+        cr_expect_eq(errno, EPERM);
+        errno = 0;
+        p = mmap(NULL, RO_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+        cr_expect_eq(p, MAP_FAILED);
+        cr_expect_eq(errno, EPERM);
+        p = mmap(NULL, RO_SIZE, PROT_READ, MAP_SHARED, rw, 0);
+        cr_assert_neq(p, MAP_FAILED);
+        cr_expect_eq(mprotect(p, RO_SIZE, PROT_READ | PROT_WRITE), -1);
+        munmap(p, RO_SIZE);
+        cr_expect_eq(fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, RO_SIZE), -1);
+        close(rw);
+        close(mfd);
+        /* the owner's writable lookup gets the read-write fd, which cannot
+         * map writable either; the library says why */
+        mfd = raw_lookup(fd, 3, true, "");
+        cr_assert_eq(fcntl(mfd, F_GETFL) & O_ACCMODE, O_RDWR);
+        cr_expect_eq(mmap(NULL, RO_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0), MAP_FAILED);
+        close(mfd);
+        close(fd);
+        c = connect_client();
+        cr_expect_eq(gpuipc_view_lookup(c, "ro/buf", 0, GPUIPC_LOOKUP_WRITABLE, &v), -EPERM);
+        cr_expect_null(v);
+        cr_expect(strstr(gpuipc_errmsg(c), "without GPUIPC_REGISTER_SHARED_WRITE"),
+                  "errmsg: %s", gpuipc_errmsg(c));
+        gpuipc_client_free(c);
+        expect_ro_pattern("writes through a reopened read-only fd");
+        gpuipc_client_free(prod);
+}
+
+/* The seal leaves the producer's own mapping writable; register_fd seals
+ * a caller's memfd unless GPUIPC_REGISTER_SHARED_WRITE. */
+Test(handoff, producer_mapping_stays_writable_after_sealing)
+{
+        gpuipc_client *prod, *c;
+        gpuipc_hostbuf *b = NULL;
+        gpuipc_view *v = NULL;
+        uint8_t *p, got[2];
+        int m1, m2;
+
+        if (!have_future_write_seal())
+                cr_skip_test("the kernel has no F_SEAL_FUTURE_WRITE");
+        prod = connect_client();
+        cr_assert_eq(gpuipc_hostbuf_new(RO_SIZE, &b), 0);
+        p = gpuipc_hostbuf_data(b);
+        p[0] = 1;
+        cr_assert_eq(gpuipc_hostbuf_register(prod, "ro/own", b, NULL, 0, NULL), 0);
+        cr_expect(fcntl(gpuipc_hostbuf_fd(b), F_GET_SEALS) & F_SEAL_FUTURE_WRITE);
+        p[0] = 2;       /* after sealing: the existing mapping still writes */
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "ro/own", 0, 0, &v), 0);
+        cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[0], 2);
+        p[0] = 3;
+        cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[0], 3);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+
+        m1 = memfd_create("ro1", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        m2 = memfd_create("ro2", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        cr_assert(m1 >= 0 && m2 >= 0);
+        cr_assert_eq(ftruncate(m1, RO_SIZE), 0);
+        cr_assert_eq(ftruncate(m2, RO_SIZE), 0);
+        cr_assert_eq(gpuipc_fd_register(prod, "ro/fd1", m1, 0, RO_SIZE, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_fd_register(prod, "ro/fd2", m2, 0, RO_SIZE, NULL,
+                                        GPUIPC_REGISTER_SHARED_WRITE, NULL), 0);
+        cr_expect(fcntl(m1, F_GET_SEALS) & F_SEAL_FUTURE_WRITE);
+        cr_expect_eq(fcntl(m2, F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
+        cr_expect_eq(pwrite(m1, "x", 1, 0), -1);
+        cr_expect_eq(pwrite(m2, "x", 1, 0), 1);
+        cr_assert_eq(gpuipc_view_lookup(c, "ro/fd2", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0);
+        ((uint8_t *)gpuipc_view_data(v))[1] = 'y';
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_expect_eq(pread(m2, got, 2, 0), 2);
+        cr_expect_eq(got[1], 'y');
+        close(m1);
+        close(m2);
+        gpuipc_hostbuf_free(b);
+        gpuipc_client_free(c);
+        gpuipc_client_free(prod);
+}
+
+/* The owner's uid gets a read-write fd with writable: true, also through
+ * the library's GPUIPC_LOOKUP_WRITABLE. */
+Test(handoff, writable_lookup_same_uid)
+{
+        gpuipc_client *prod = ro_producer(GPUIPC_REGISTER_SHARED_WRITE), *c;
+        gpuipc_view *v = NULL;
+        int fd = hello_conn(), mfd;
+
+        mfd = raw_lookup(fd, 2, true, "");
+        cr_assert_eq(fcntl(mfd, F_GETFL) & O_ACCMODE, O_RDWR);
+        close(mfd);
+        close(fd);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "ro/buf", 0, GPUIPC_LOOKUP_WRITABLE, &v), 0);
+        ((uint8_t *)gpuipc_view_data(v))[1] = (uint8_t)~h_pattern(1, RO_SEED);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "ro/buf", 0, 0, &v), 0);
+        cr_expect_eq(((const uint8_t *)gpuipc_view_data(v))[1], (uint8_t)~h_pattern(1, RO_SEED));
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        gpuipc_client_free(c);
+        gpuipc_client_free(prod);
+}
+
+/* Another uid gets permission for writable (needs root to switch). */
+Test(handoff, writable_lookup_other_uid)
+{
+        gpuipc_client *prod;
+        pid_t pid;
+        int st = 0;
+
+        if (geteuid() != 0)
+                cr_skip_test("needs root to connect as another uid");
+        prod = ro_producer(GPUIPC_REGISTER_SHARED_WRITE);
+        cr_assert_eq(chmod(h_d.dir, 0755), 0);
+        cr_assert_eq(chmod(h_d.sock, 0666), 0);
+        pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+                int fd, mfd;
+                alarm(5);       /* a failed assert here must not hang the parent */
+                if (setgid(65534) < 0 || setuid(65534) < 0)
+                        _exit(3);
+                fd = hello_conn();
+                mfd = raw_lookup(fd, 2, false, "");
+                raw_lookup(fd, 3, true, "permission");
+                _exit((fcntl(mfd, F_GETFL) & O_ACCMODE) == O_RDONLY ? 0 : 4);
+        }
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+        gpuipc_client_free(prod);
 }

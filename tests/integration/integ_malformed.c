@@ -1,6 +1,7 @@
 /* integ_malformed.c: hostile peers.  Whatever a raw connection sends, the
  * daemon answers as docs/protocol.md says, keeps serving a well-behaved
- * client connected through the library, and leaks no fds. */
+ * client connected through the library, and leaks no fds, nor passes the
+ * fds of a refused frame on to the next. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -579,4 +580,43 @@ Test(malformed, unhold_bounds)
         raw_ping_ok(fd, 4);
         close(fd);
         good_check("unhold past its bound");
+}
+
+/* ---- the fds of a frame refused before dispatch --------------------------- */
+
+static void pack_stolen(msgpack_packer *pk, void *data)
+{
+        proto_pack_kstr(pk, "name", "mal/stolen");
+        proto_pack_kstr(pk, "kind", "host");
+        proto_pack_ku64(pk, "size", 4096);
+        proto_pack_ku64(pk, "fds", 1);
+}
+
+/* A frame the daemon refuses (with event) carries an fd; a register that
+ * follows at once, without one, must not get it (docs/protocol.md, "File
+ * descriptors": an fd goes with the bytes of its own frame alone). */
+static void refused_then_register(const void *first, size_t first_len, const char *event)
+{
+        int fd = hello_conn(), mfd = sealed_memfd(4096, true), base = h_daemon_fd_count(&h_d);
+
+        cr_assert_eq(h_raw_send_frame(fd, first, first_len, &mfd, 1), 0);
+        cr_assert_eq(h_raw_request(fd, "register", 9, 4, pack_stolen, NULL, NULL, 0), 0);
+        h_raw_expect_event(fd, event, false);
+        h_raw_expect_reply(fd, 9, "bad_fd");
+        close(mfd);
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base, 2000), base, "the refused frame's fd leaked");
+        close(fd);
+}
+
+Test(malformed, no_seq_frame_fds_are_not_taken_by_the_next)
+{
+        /* {"op": "ping", "fds": 1} */
+        static const char body[] = "\x82\xa2op\xa4ping\xa3" "fds\x01";
+        refused_then_register(body, sizeof(body) - 1, "bad_request");
+}
+
+Test(malformed, undecodable_frame_fds_are_not_taken_by_the_next)
+{
+        static const char body[] = "\xc1\xc1\xc1";
+        refused_then_register(body, sizeof(body) - 1, "bad_frame");
 }

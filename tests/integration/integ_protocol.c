@@ -1,6 +1,7 @@
 /* integ_protocol.c: docs/protocol.md checked over raw connections: the
- * example exchange, replies and events, lifetimes, pipelining and the
- * configurable limits. */
+ * example exchange, replies and events, lifetimes (hello first, half-close,
+ * shutdown), pipelining, and the configurable limits (records too large for
+ * a reply, backpressure). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +23,7 @@
 #include "gpuipc.h"
 #include "harness.h"
 
-TestSuite(protocol, .init = h_setup, .fini = h_teardown, .timeout = 20);
+TestSuite(protocol, .init = h_setup, .fini = h_teardown, .timeout = 30);
 
 /* Request pairs after op and seq: fmt has one letter per pair, 's' (str),
  * 'u' (uint64_t), 'b' (bool as int), each followed by the key then value. */
@@ -557,7 +558,7 @@ static void limits_fini(void)
         h_teardown();
 }
 
-TestSuite(limits, .fini = limits_fini, .timeout = 20);
+TestSuite(limits, .fini = limits_fini, .timeout = 30);
 
 static void start_with(const char *const *args)
 {
@@ -1268,5 +1269,177 @@ Test(protocol, register_wants_a_write_seal_or_shared_write)
         }
         close(mfd);
         close(con);
+        close(fd);
+}
+
+/* ---- hello first, half-close, shutdown ------------------------------------ */
+
+static int hello_conn(void)
+{
+        int fd = h_raw_connect(h_d.sock);
+        h_raw_hello(fd, 1);
+        return fd;
+}
+
+Test(protocol, unknown_op_before_hello_is_hello_required)
+{
+        int fd = h_raw_connect(h_d.sock);
+
+        cr_assert_eq(h_raw_request(fd, "frobnicate", 1, 0, NULL, NULL, NULL, 0), 0);
+        h_raw_expect_reply(fd, 1, "hello_required");
+        h_raw_hello(fd, 2);
+        cr_assert_eq(h_raw_request(fd, "frobnicate", 3, 0, NULL, NULL, NULL, 0), 0);
+        h_raw_expect_reply(fd, 3, "unknown_op");
+        close(fd);
+}
+
+Test(protocol, half_close_gets_its_replies)
+{
+        int fd = hello_conn(), n = 0;
+        struct h_frame f;
+        int r;
+
+        for (int i = 0; i < 50; i++)
+                cr_assert_eq(h_raw_request(fd, "ping", 10 + (uint64_t)i, 0, NULL, NULL, NULL, 0), 0);
+        cr_assert_eq(shutdown(fd, SHUT_WR), 0);
+        while ((r = h_raw_recv(fd, 5000, &f)) == 1) {
+                h_expect_reply(&f, 10 + (uint64_t)n, "");
+                h_frame_free(&f);
+                n++;
+        }
+        cr_expect_eq(r, 0, "no EOF after the replies");
+        cr_expect_eq(n, 50, "%d of 50 replies arrived before EOF", n);
+        close(fd);
+}
+
+Test(protocol, shutdown_answers_and_announces)
+{
+        int fd = hello_conn(), idle = hello_conn();
+        struct h_frame f;
+
+        req(fd, 5, "lookup", "su", "name", "sd/never", "wait_ms", (uint64_t)60000);
+        /* a round trip, so that the lookup is parked before the signal */
+        cr_assert_eq(h_raw_request(fd, "ping", 6, 0, NULL, NULL, NULL, 0), 0);
+        h_raw_expect_reply(fd, 6, "");
+        cr_assert_eq(kill(h_d.pid, SIGTERM), 0);
+        h_raw_expect_reply(fd, 5, "shutting_down");
+        h_raw_expect_event(fd, "shutting_down", true);
+        cr_expect_eq(h_raw_recv(fd, 5000, &f), 0, "no EOF after the shutdown event");
+        h_raw_expect_event(idle, "shutting_down", true);
+        close(fd);
+        close(idle);
+}
+
+/* A peer that reads nothing does not hold shutdown up beyond the grace. */
+Test(protocol, shutdown_does_not_wait_for_a_stuck_peer)
+{
+        int fd = hello_conn();
+        int64_t t0;
+
+        /* fill its socket with replies it never reads, until the daemon
+         * stops reading too */
+        cr_assert_eq(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+        for (int i = 0; i < 200000; i++)
+                if (h_raw_request(fd, "ping", 10 + (uint64_t)i, 0, NULL, NULL, NULL, 0) < 0)
+                        break;
+        h_sleep_ms(200);
+        t0 = h_now_ms();
+        h_daemon_stop(&h_d);
+        cr_expect_lt(h_now_ms() - t0, 5000, "shutdown took %lld ms", (long long)(h_now_ms() - t0));
+        close(fd);
+}
+
+/* ---- records that would not fit a reply; backpressure --------------------- */
+
+/* register big/x with a user meta value of *vlen bytes */
+static void pack_big_register(msgpack_packer *pk, void *data)
+{
+        size_t *vlen = data;
+        char *v = malloc(*vlen);
+
+        cr_assert_not_null(v);
+        memset(v, 'v', *vlen);
+        proto_pack_kstr(pk, "name", "big/x");
+        proto_pack_kstr(pk, "kind", "host");
+        proto_pack_ku64(pk, "size", 4096);
+        proto_pack_ku64(pk, "fds", 1);
+        proto_pack_str(pk, "meta");
+        msgpack_pack_map(pk, 1);
+        proto_pack_str(pk, "user");
+        msgpack_pack_map(pk, 1);
+        proto_pack_str(pk, "k");
+        proto_pack_strn(pk, v, *vlen);
+        free(v);
+}
+
+Test(limits, register_refuses_records_too_large_for_a_reply)
+{
+        static const char *const args[] = { "--max-frame", "1024", NULL };
+        size_t vlen = 880;
+        struct h_frame f;
+        int fd, mfd = memfd_with(4096, 0), base;
+
+        start_with(args);
+        fd = h_raw_connect(h_d.sock);
+        cr_assert_eq(h_raw_hello(fd, 1), 1024);
+        base = h_daemon_fd_count(&h_d);
+        cr_assert_eq(h_raw_request(fd, "register", 2, 5, pack_big_register, &vlen, &mfd, 1), 0);
+        h_raw_expect_reply(fd, 2, "too_large");
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base, 2000), base, "the refused memfd stayed open");
+        /* the namespace is usable: list answers, and a smaller one registers */
+        cr_assert_eq(h_raw_request(fd, "list", 3, 0, NULL, NULL, NULL, 0), 0);
+        recv_reply(fd, 3, "", &f);
+        h_frame_free(&f);
+        vlen = 500;
+        cr_assert_eq(h_raw_request(fd, "register", 4, 5, pack_big_register, &vlen, &mfd, 1), 0);
+        h_raw_expect_reply(fd, 4, "");
+        req(fd, 5, "lookup", "s", "name", "big/x");
+        recv_reply(fd, 5, "", &f);
+        cr_expect_eq(f.nfds, 1);
+        h_frame_free(&f);
+        close(mfd);
+        close(fd);
+}
+
+/* Requests for large replies, sent without reading: the daemon stops
+ * reading instead of queueing past --max-output and closing the peer. */
+Test(limits, backpressure_instead_of_disconnect)
+{
+        static const char *const args[] = { "--max-output", "1000000", NULL };
+        size_t vlen = 1000, at = 0;
+        int fd, mfd = memfd_with(4096, 0);
+        const int n = 2000;     /* ~2 MB of replies */
+        uint8_t *buf = malloc((size_t)n * 64);
+        struct h_frame f;
+
+        cr_assert_not_null(buf);
+        start_with(args);
+        fd = hello_conn();
+        cr_assert_eq(h_raw_request(fd, "register", 2, 5, pack_big_register, &vlen, &mfd, 1), 0);
+        h_raw_expect_reply(fd, 2, "");
+        close(mfd);
+        /* all requests in one write, small enough for the socket buffer */
+        for (int i = 0; i < n; i++) {
+                struct proto_out o;
+                proto_out_init(&o);
+                msgpack_pack_map(&o.pk, 3);
+                proto_pack_kstr(&o.pk, "op", "stat");
+                proto_pack_ku64(&o.pk, "seq", 10 + (uint64_t)i);
+                proto_pack_kstr(&o.pk, "name", "big/x");
+                cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME), 0);
+                cr_assert_leq(o.sb.size, 64);
+                memcpy(buf + at, o.sb.data, o.sb.size);
+                at += o.sb.size;
+                proto_out_free(&o);
+        }
+        cr_assert_eq(h_raw_send(fd, buf, at, NULL, 0), 0);
+        free(buf);
+        h_sleep_ms(300);
+        cr_assert(h_daemon_alive(&h_d));
+        for (int i = 0; i < n; i++) {
+                cr_assert_eq(h_raw_recv(fd, 5000, &f), 1, "reply %d of %d missing", i, n);
+                h_expect_reply(&f, 10 + (uint64_t)i, "");
+                h_frame_free(&f);
+        }
         close(fd);
 }

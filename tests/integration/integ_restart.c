@@ -11,7 +11,15 @@
  * are host addresses): cuda-vmm allocations in the store, cuda-ipc records,
  * adopted buffers.  Suite restart_inflight checks calls that were waiting
  * for their reply when the daemon died (helper-cuda-resume interposes the
- * library's sendmsg/recvmsg to pin down the moment). */
+ * library's sendmsg/recvmsg to pin down the moment).
+ *
+ * Suites restart_events, restart_journal and restart_nostore: a shutdown
+ * must not tell a producer of releases the next daemon undoes, and releases
+ * while it is detached must reach it; a compaction must not miss the change
+ * that triggered it nor drop ownerless ephemeral buffers; a failed start
+ * keeps the store; without a store, stale lease ids and reused ids must not
+ * hit new leases and registrations. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -22,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -85,7 +94,7 @@ static void fini(void)
         nostore_dir[0] = '\0';
 }
 
-TestSuite(restart, .init = init, .fini = fini, .timeout = 60);
+TestSuite(restart, .init = init, .fini = fini, .timeout = 240);
 
 /* The end of a test under sdhost: the daemon spoke the notify protocol
  * without mistakes. */
@@ -898,7 +907,7 @@ static void cuda_init_suite(void)
         unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
-TestSuite(restart_cuda, .init = cuda_init_suite, .fini = fini, .timeout = 60);
+TestSuite(restart_cuda, .init = cuda_init_suite, .fini = fini, .timeout = 240);
 
 static const char *vmm_name(uint64_t alloc_id)
 {
@@ -1412,7 +1421,7 @@ Test(restart_cuda, adopted_of_exited_producer_survives)
 
 /* ==== calls in flight during a restart ==================================== */
 
-TestSuite(restart_inflight, .init = cuda_init_suite, .fini = fini, .timeout = 60);
+TestSuite(restart_inflight, .init = cuda_init_suite, .fini = fini, .timeout = 240);
 
 /* How the call is caught in flight. */
 enum inflight {
@@ -1620,5 +1629,527 @@ Test(restart_cuda, vmm_chunks_survive)
         cr_assert_eq(gpuipc_name_unregister(c, "rs/es-b"), 0);
         cr_assert_eq(h_sd_stored_settle(&sd, "vmm-", 0, 3000), 0, "[%s]", h_sd_store_str(&sd));
         gpuipc_client_free(c);
+        finish();
+}
+
+/* ==== what the owner of a buffer is told across restarts, compaction, ids
+ * without the store ======================================================== */
+
+TestSuite(restart_events, .init = init, .fini = fini, .timeout = 240);
+TestSuite(restart_journal, .init = init, .fini = fini, .timeout = 240);
+TestSuite(restart_nostore, .init = init, .fini = fini, .timeout = 240);
+
+/* A 4 KiB host buffer registered with flags; its id. */
+static uint64_t register_flags(gpuipc_client *c, const char *name, unsigned flags)
+{
+        gpuipc_hostbuf *b = NULL;
+        uint64_t id = 0;
+        int r;
+
+        cr_assert_eq(gpuipc_hostbuf_new(4096, &b), 0);
+        memset(gpuipc_hostbuf_data(b), 0x5a, 4096);
+        r = gpuipc_hostbuf_register(c, name, b, NULL, flags, &id);
+        cr_assert_eq(r, 0, "register %s: %s (%s)", name, gpuipc_strerror(r), gpuipc_errmsg(c));
+        gpuipc_hostbuf_free(b);
+        return id;
+}
+
+static void counts(gpuipc_client *c, uint64_t *regs, uint64_t *leases)
+{
+        gpuipc_stats *s = NULL;
+        int r = gpuipc_stats_fetch(c, &s);
+
+        cr_assert_eq(r, 0, "stats: %s (%s)", gpuipc_strerror(r), gpuipc_errmsg(c));
+        *regs = s->registrations;
+        *leases = s->leases;
+        gpuipc_stats_free(s);
+}
+
+/* SIGTERM closes the consumer's connection before the producer's; the
+ * journal is frozen by then, so its lease comes back after the restart and
+ * the producer must not be told "released". */
+Test(restart_events, sigterm_false_release)
+{
+        gpuipc_client *p, *c;
+        gpuipc_view *v = NULL;
+        uint64_t id, regs, leases;
+        int r;
+
+        h_sd_start(&sd, NULL);
+        p = connect_client();
+        id = register_flags(p, "t/a", 0);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/a", 0, 0, &v), 0);
+        h_sd_restart(&sd, SIGTERM);
+        r = gpuipc_reg_wait_released(p, id, 1000);
+        counts(p, &regs, &leases);
+        cr_expect_neq(r, 0, "producer told 'released' while the consumer's lease "
+                      "survived the restart (leases now %" PRIu64 ")", leases);
+        gpuipc_view_release(v);
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
+        finish();
+}
+
+/* A release while the owner is detached, then a second restart: the
+ * released event still reaches the owner (the mark is journalled). */
+Test(restart_events, release_missed_two_restarts)
+{
+        gpuipc_client *p, *c;
+        gpuipc_view *v = NULL;
+        uint64_t id;
+        int r;
+
+        h_sd_start(&sd, NULL);
+        p = connect_client();
+        id = register_flags(p, "t/b", 0);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/b", 0, 0, &v), 0);
+        h_sd_restart(&sd, SIGKILL);
+        r = gpuipc_view_release(v);     /* c resumes, releases; p detached */
+        cr_assert_eq(r, 0, "release: %s (%s)", gpuipc_strerror(r), gpuipc_errmsg(c));
+        h_sd_restart(&sd, SIGKILL);
+        r = gpuipc_reg_wait_released(p, id, 1500);
+        cr_expect_eq(r, 0, "released event lost over a second restart");
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
+        finish();
+}
+
+/* The owner unregistered its buffer, still leased; after a restart the
+ * consumer releases it while the owner is detached: the registration is
+ * freed, and the owner still hears "released". */
+Test(restart_events, release_missed_freed)
+{
+        gpuipc_client *p, *c;
+        gpuipc_view *v = NULL;
+        uint64_t id;
+        int r;
+
+        h_sd_start(&sd, NULL);
+        p = connect_client();
+        id = register_flags(p, "t/c", 0);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/c", 0, 0, &v), 0);
+        cr_assert_eq(gpuipc_name_unregister(p, "t/c"), 0);
+        h_sd_restart(&sd, SIGKILL);
+        r = gpuipc_view_release(v);
+        cr_assert_eq(r, 0, "release: %s (%s)", gpuipc_strerror(r), gpuipc_errmsg(c));
+        r = gpuipc_reg_wait_released(p, id, 1500);
+        cr_expect_eq(r, 0, "released event of an unregistered buffer lost");
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
+        finish();
+}
+
+/* The journal's length: the daemon's memfd:gpuipcd-state. */
+static long long journal_len(void)
+{
+        char dir[64], path[600], link[256];
+        long long best = -1;
+        struct dirent *e;
+        DIR *d;
+
+        snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)sd.pid);
+        d = opendir(dir);
+        cr_assert(d);
+        while ((e = readdir(d))) {
+                ssize_t n;
+                struct stat st;
+                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+                n = readlink(path, link, sizeof(link) - 1);
+                if (n <= 0)
+                        continue;
+                link[n] = 0;
+                if (!strstr(link, "gpuipcd-state"))
+                        continue;
+                if (stat(path, &st) == 0)
+                        best = st.st_size;
+        }
+        closedir(d);
+        return best;
+}
+
+/* The journal is compacted when it would grow past this. */
+#define COMPACT_AT (4LL << 20)
+
+/* A compaction triggered by a release's record does not snapshot the
+ * lease being released: it stays released after the restart. */
+Test(restart_journal, compact_at_release_resurrects_lease)
+{
+        gpuipc_client *p, *c;
+        gpuipc_view *v = NULL, *victim = NULL;
+        gpuipc_view *extra[200];
+        int nextra = 0;
+        uint64_t regs, leases, regs2, leases2;
+        long long l0, dl = 0, dr = 0;
+
+        h_sd_start(&sd, NULL);
+        p = connect_client();
+        register_flags(p, "t/d", 0);
+        c = connect_client();
+        /* pad */
+        while (COMPACT_AT - journal_len() > 4000) {
+                cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
+                gpuipc_view_release(v);
+        }
+        l0 = journal_len();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
+        dl = journal_len() - l0;
+        l0 = journal_len();
+        gpuipc_view_release(v);
+        dr = journal_len() - l0;
+        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &victim), 0);
+        for (;;) {
+                long long g = COMPACT_AT - journal_len();
+                cr_assert(g >= 0, "overshot");
+                if (g < dr)
+                        break;
+                /* x lookup+release pairs and y held lookups that land the
+                 * journal just below the threshold, so that the victim's
+                 * release record crosses it */
+                int found = 0, bx = 0;
+                for (int x = 0; x < 100 && !found; x++)
+                        for (int y = 0; y < 150 && !found; y++) {
+                                long long s = x * (dl + dr) + y * dl;
+                                if (s <= g && s > g - dr) {
+                                        found = 1;
+                                        bx = x;
+                                }
+                        }
+                cr_assert(found, "no pad plan for gap %lld (dl %lld dr %lld)", g, dl, dr);
+                if (bx > 0) {
+                        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
+                        gpuipc_view_release(v);
+                } else {
+                        cr_assert(nextra < 200);
+                        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &extra[nextra++]), 0);
+                }
+        }
+        gpuipc_view_release(victim);
+        counts(p, &regs, &leases);
+        h_sd_restart(&sd, SIGKILL);
+        counts(p, &regs2, &leases2);
+        cr_expect_eq(leases2, leases, "a released lease came back after the restart");
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
+        finish();
+}
+
+/* A compaction triggered by a hello's session record keeps that session:
+ * its ephemeral registration is there after the restart. */
+Test(restart_journal, compact_at_hello_loses_session)
+{
+        gpuipc_client *p, *c, *n;
+        gpuipc_view *v = NULL;
+        gpuipc_list *l = NULL;
+        long long g;
+        int r;
+
+        h_sd_start(&sd, NULL);
+        p = connect_client();
+        register_flags(p, "t/e", 0);
+        c = connect_client();
+        while (COMPACT_AT - journal_len() > 60) {
+                cr_assert_eq(gpuipc_view_lookup(c, "t/e", 0, 0, &v), 0);
+                gpuipc_view_release(v);
+        }
+        g = COMPACT_AT - journal_len();
+        cr_assert_geq(g, 0, "the journal passed the threshold before the hello");
+        n = connect_client();        /* S record crosses the threshold */
+        register_flags(n, "t/eph", GPUIPC_REGISTER_EPHEMERAL);
+        h_sd_restart(&sd, SIGKILL);
+        r = gpuipc_name_stat(n, "t/eph", &l);    /* n reconnects and tries to resume */
+        cr_expect_eq(r, 0, "live client's ephemeral registration lost");
+        gpuipc_list_free(l);
+        gpuipc_client_free(n);
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
+        finish();
+}
+
+/* An ephemeral registration whose owner closed while a consumer holds it:
+ * a snapshot writes it without a session, and replay keeps it and the lease. */
+Test(restart_journal, snapshot_drops_leased_ephemeral)
+{
+        gpuipc_client *p, *c, *q;
+        gpuipc_view *v = NULL, *w = NULL;
+        uint64_t regs, leases, regs2, leases2;
+        long long start;
+
+        h_sd_start(&sd, NULL);
+        q = connect_client();
+        register_flags(q, "t/pad", 0);
+        p = connect_client();
+        register_flags(p, "t/f", GPUIPC_REGISTER_EPHEMERAL);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/f", 0, 0, &v), 0);
+        gpuipc_client_free(p);
+        h_sleep_ms(200);
+        counts(c, &regs, &leases);
+        /* force a compaction */
+        start = journal_len();
+        while (journal_len() >= start) {
+                cr_assert_eq(gpuipc_view_lookup(c, "t/pad", 0, 0, &w), 0);
+                gpuipc_view_release(w);
+        }
+        h_sd_restart(&sd, SIGKILL);
+        counts(c, &regs2, &leases2);
+        cr_expect_eq(leases2, leases, "consumer's lease on an orphaned ephemeral buffer "
+                     "lost across a compaction + restart");
+        gpuipc_view_release(v);
+        gpuipc_client_free(c);
+        gpuipc_client_free(q);
+        finish();
+}
+
+/* The same without a compaction in between. */
+Test(restart_journal, leased_ephemeral_of_a_gone_owner)
+{
+        gpuipc_client *p, *c;
+        gpuipc_view *v = NULL;
+        uint64_t regs, leases, regs2, leases2;
+
+        h_sd_start(&sd, NULL);
+        p = connect_client();
+        register_flags(p, "t/f", GPUIPC_REGISTER_EPHEMERAL);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/f", 0, 0, &v), 0);
+        gpuipc_client_free(p);
+        h_sleep_ms(200);
+        counts(c, &regs, &leases);
+        h_sd_restart(&sd, SIGKILL);
+        counts(c, &regs2, &leases2);
+        cr_expect_eq(leases2, leases);
+        gpuipc_view_release(v);
+        gpuipc_client_free(c);
+        finish();
+}
+
+/* A release while the owner is detached reaches it when it resumes. */
+Test(restart_events, release_missed_one_restart)
+{
+        gpuipc_client *p, *c;
+        gpuipc_view *v = NULL;
+        uint64_t id;
+        int r;
+
+        h_sd_start(&sd, NULL);
+        p = connect_client();
+        id = register_flags(p, "t/b", 0);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/b", 0, 0, &v), 0);
+        h_sd_restart(&sd, SIGKILL);
+        r = gpuipc_view_release(v);
+        cr_assert_eq(r, 0);
+        r = gpuipc_reg_wait_released(p, id, 1500);
+        cr_expect_eq(r, 0);
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
+        finish();
+}
+
+static const char *const no_fdstore[] = { "--fdstore", "no", NULL };
+
+/* No store: a view from before the restart must not release a new lease
+ * that got its lease id. */
+Test(restart_nostore, nostore_stale_release_hits_new_lease)
+{
+        gpuipc_client *p, *c;
+        gpuipc_view *va = NULL, *vb = NULL;
+        uint64_t ida, idb, regs, leases;
+        int r;
+
+        h_sd_start(&sd, no_fdstore);
+        p = connect_client();
+        ida = register_flags(p, "t/a", 0);
+        idb = register_flags(p, "t/b", 0);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/a", 0, 0, &va), 0);
+        h_sd_restart(&sd, SIGKILL);
+        cr_assert_eq(gpuipc_client_ping(p), 0);          /* p re-registers a and b */
+        cr_assert_eq(gpuipc_view_lookup(c, "t/b", 0, 0, &vb), 0);  /* new lease id 1 */
+        r = gpuipc_view_release(va);              /* stale lease id 1 */
+        counts(p, &regs, &leases);
+        r = gpuipc_reg_wait_released(p, idb, 500);
+        cr_expect_eq(leases, 1, "the stale view's release dropped the live view's lease");
+        cr_expect_neq(r, 0, "the producer heard t/b released while its view is live");
+        (void)ida;
+        gpuipc_view_release(vb);
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
+        finish();
+}
+
+/* No store: ids of registrations given back under new ids must not be
+ * handed out again for new registrations. */
+Test(restart_nostore, nostore_remap_collision)
+{
+        gpuipc_client *q, *p, *c;
+        gpuipc_view *va = NULL;
+        uint64_t ida, idd[8];
+        char name[32];
+        int r;
+
+        h_sd_start(&sd, no_fdstore);
+        q = connect_client();
+        for (int i = 0; i < 5; i++) {
+                snprintf(name, sizeof(name), "t/q%d", i);
+                register_flags(q, name, GPUIPC_REGISTER_EPHEMERAL);
+        }
+        p = connect_client();
+        ida = register_flags(p, "t/a", 0);
+        c = connect_client();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/a", 0, 0, &va), 0);
+        h_sd_restart(&sd, SIGKILL);
+        gpuipc_client_set_reconnect(q, 0);
+        cr_assert_eq(gpuipc_client_ping(p), 0);
+        /* The fresh daemon hands out ids that p's caller already holds for
+         * t/a (given back under a new id): p must not pass them on. */
+        for (int i = 0; i < 8; i++) {
+                snprintf(name, sizeof(name), "t/d%d", i);
+                idd[i] = register_flags(p, name, 0);
+                cr_expect_neq(idd[i], ida, "t/d%d got id %" PRIu64 ", the id of t/a", i, ida);
+                for (int j = 0; j < i; j++)
+                        cr_expect_neq(idd[i], idd[j], "t/d%d and t/d%d share an id", i, j);
+        }
+        /* c's lease on a was forgotten; take a new one and release it */
+        gpuipc_view *v2 = NULL;
+        cr_assert_eq(gpuipc_view_lookup(c, "t/a", 0, 0, &v2), 0);
+        gpuipc_view_release(v2);
+        for (int i = 0; i < 8; i++) {
+                r = gpuipc_reg_wait_released(p, idd[i], 50);
+                cr_expect_neq(r, 0, "the release of t/a satisfied wait_released of t/d%d", i);
+        }
+        r = gpuipc_reg_wait_released(p, ida, 2000);
+        cr_expect_eq(r, 0, "wait_released of t/a under its first id: %s", gpuipc_strerror(r));
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
+        gpuipc_client_free(q);
+        finish();
+}
+
+static int grab_port(int port)
+{
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
+                                 .sin_addr.s_addr = htonl(0x7f000001) };
+        int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (void *)&a, sizeof(a)) < 0 || listen(fd, 1) < 0) {
+                close(fd);
+                return -errno;
+        }
+        return fd;
+}
+
+static const char *const mx[] = { "--metrics-listen", "127.0.0.1:38471", NULL };
+
+/* A start that fails after the restore (the metrics port is taken) keeps
+ * the store as it was, and does not hang on the restored sessions' pids;
+ * the next start has everything back. */
+Test(restart_journal, failed_start_keeps_the_store)
+{
+        gpuipc_client *p, *q;
+        gpuipc_list *l = NULL;
+        int64_t t0;
+        int port;
+
+        h_sd_start(&sd, mx);
+        p = connect_client();
+        register_flags(p, "t/durable", 0);
+        q = connect_client();
+        register_flags(q, "t/eph", GPUIPC_REGISTER_EPHEMERAL);   /* q stays: a session */
+        gpuipc_client_free(p);
+        h_sleep_ms(100);
+        h_sd_kill(&sd, SIGKILL);
+        port = grab_port(38471);
+        cr_assert_geq(port, 0, "cannot take the metrics port: %s", strerror(-port));
+        t0 = h_now_ms();
+        cr_assert_eq(h_sd_try_start_again(&sd), -1, "gpuipcd started with its metrics port taken");
+        cr_expect_lt(h_now_ms() - t0, 5000, "the failed start took %" PRId64 " ms",
+                     h_now_ms() - t0);
+        cr_expect_eq(h_sd_stored(&sd, "host-"), 2, "a failed start changed the store: [%s]",
+                     h_sd_store_str(&sd));
+        close(port);
+        h_sd_start_again(&sd);
+        p = connect_client();
+        cr_expect_eq(gpuipc_name_stat(p, "t/durable", &l), 0, "t/durable is gone after the failed "
+                     "start");
+        gpuipc_list_free(l);
+        cr_expect_eq(gpuipc_client_ping(q), 0);
+        cr_expect_eq(gpuipc_name_stat(p, "t/eph", &l), 0, "t/eph is gone after the failed start");
+        gpuipc_list_free(l);
+        gpuipc_client_free(q);
+        gpuipc_client_free(p);
+        finish();
+}
+
+/* A compaction triggered by an unregister's record: the unregistered
+ * (leased) buffer is not live again after the restart. */
+Test(restart_journal, compact_at_unregister_resurrects)
+{
+        gpuipc_client *p, *c;
+        gpuipc_view *v = NULL, *vx = NULL;
+        gpuipc_view *extra[200];
+        int nextra = 0;
+        long long l0, dl, dr, du = 19;
+        gpuipc_list *l = NULL;
+        int r;
+
+        h_sd_start(&sd, NULL);
+        p = connect_client();
+        register_flags(p, "t/d", 0);
+        c = connect_client();
+        while (COMPACT_AT - journal_len() > 4000) {
+                cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
+                gpuipc_view_release(v);
+        }
+        l0 = journal_len();
+        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
+        dl = journal_len() - l0;
+        l0 = journal_len();
+        gpuipc_view_release(v);
+        dr = journal_len() - l0;
+        register_flags(p, "t/x", 0);
+        cr_assert_eq(gpuipc_view_lookup(c, "t/x", 0, 0, &vx), 0);
+        /* measure U size with a throwaway */
+        register_flags(p, "t/y", 0);
+        l0 = journal_len();
+        cr_assert_eq(gpuipc_name_unregister(p, "t/y"), 0);
+        du = journal_len() - l0;
+        for (;;) {
+                long long g = COMPACT_AT - journal_len();
+                cr_assert(g >= 0, "overshot");
+                if (g < du)
+                        break;
+                int found = 0, bx = 0;
+                for (int x = 0; x < 100 && !found; x++)
+                        for (int y = 0; y < 150 && !found; y++) {
+                                long long s = x * (dl + dr) + y * dl;
+                                if (s <= g && s > g - du) { found = 1; bx = x; }
+                        }
+                cr_assert(found, "no pad plan for gap %lld", g);
+                if (bx > 0) {
+                        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &v), 0);
+                        gpuipc_view_release(v);
+                } else {
+                        cr_assert(nextra < 200);
+                        cr_assert_eq(gpuipc_view_lookup(c, "t/d", 0, 0, &extra[nextra++]), 0);
+                }
+        }
+        l0 = journal_len();
+        cr_assert_eq(gpuipc_name_unregister(p, "t/x"), 0);
+        r = gpuipc_name_stat(p, "t/x", &l);
+        gpuipc_list_free(l);
+        l = NULL;
+        h_sd_restart(&sd, SIGKILL);
+        gpuipc_client *o = connect_client();
+        r = gpuipc_name_stat(o, "t/x", &l);
+        cr_expect_neq(r, 0, "an unregistered buffer is live again after the restart");
+        gpuipc_list_free(l);
+        gpuipc_client_free(o);
+        gpuipc_client_free(c);
+        gpuipc_client_free(p);
         finish();
 }

@@ -14,12 +14,7 @@ DAEMON=$2
 JAVA=${JAVA:-java}
 JAVAC=${JAVAC:-javac}
 HERE=$(cd "$(dirname "$0")" && pwd)
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "PASS $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL $*"; }
-check() { name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
-finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+. "$HERE/../checks.sh"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpuipc-jar.XXXXXX")
 DPID=

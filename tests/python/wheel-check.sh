@@ -13,12 +13,7 @@ DIST=$1
 DAEMON=$2
 VERSION=$3
 PYTHON=${PYTHON:-/usr/bin/python3}
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "PASS $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL $*"; }
-check() { name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
-finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+. "$(dirname "$0")/../checks.sh"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpuipc-wheel.XXXXXX")
 DPID=

@@ -39,20 +39,7 @@ EXPOSURE_MAX=${EXPOSURE_MAX:-1.5}
 EXPOSURE_TCP_MAX=${EXPOSURE_TCP_MAX:-2.0}
 PYTHON=${PYTHON:-$(command -v /usr/bin/python3 || command -v python3 || echo python3)}
 SD=$ROOT/systemd
-passed=0
-failed=0
-
-pass() { passed=$((passed + 1)); echo "PASS $*"; }
-fail() { failed=$((failed + 1)); echo "FAIL $*"; }
-check() {       # check NAME COMMAND...: passes when COMMAND succeeds
-        name=$1; shift
-        if "$@"; then pass "$name"; else fail "$name"; fi
-}
-finish() {
-        echo "$passed passed, $failed failed"
-        [ "$failed" -eq 0 ]
-        exit
-}
+. "$ROOT/tests/checks.sh"
 
 for tool in systemd-analyze systemd-socket-activate; do
         if ! command -v $tool >/dev/null 2>&1; then

@@ -48,6 +48,26 @@ Test(hmap, grows_and_finds_100k)
         free(items);
 }
 
+Test(hmap, find_u64_by_key_alone)
+{
+        struct item items[64];
+        struct hmap h;
+
+        hmap_init(&h);
+        cr_expect_null(hmap_find_u64(&h, 1), "an empty table");
+        for (uint64_t i = 0; i < 64; i++) {
+                items[i].key = i << 32 | i;
+                cr_assert_eq(hmap_insert(&h, &items[i].node, hmap_hash_u64(items[i].key)), 0);
+        }
+        for (uint64_t i = 0; i < 64; i++)
+                cr_expect_eq(hmap_find_u64(&h, i << 32 | i), &items[i].node);
+        cr_expect_null(hmap_find_u64(&h, 64ull << 32 | 64));
+        cr_expect_null(hmap_find_u64(&h, 1), "keys that differ by one bit");
+        hmap_remove(&h, &items[5].node);
+        cr_expect_null(hmap_find_u64(&h, 5ull << 32 | 5));
+        hmap_free(&h);
+}
+
 Test(hmap, string_hash_depends_on_every_byte)
 {
         cr_assert_eq(hmap_hash_str("spark/a", 7), hmap_hash_str("spark/a", 7));

@@ -1,6 +1,11 @@
-/* integ_harden_b.c: issue 15, second round (items 6-12, 14-16): seals, charges, fd kinds, what
- * errors reveal, restarts without an fd store, who listens, socket
- * directories, event sizes, fds tied to their frames, UTF-8.
+/* integ_isolation.c: what one uid can do to another's buffers, and whom
+ * the daemon and the library trust (issue 15): the seals a producer's memfd
+ * must carry and a reader cannot add, bytes charged for the whole memfd and
+ * counters that saturate, the fd kinds a cuda-vmm registration takes,
+ * another uid's registration not found by adopt, what error messages and
+ * --json reveal (UTF-8), a safe socket directory, a client that refuses a
+ * listener of an untrusted uid, fds tied to their frame, released events
+ * that fit max-frame, and a squatter after a restart without an fd store.
  *
  * Attacks by another uid run in children that drop to that uid (setgroups,
  * setgid, setuid) as in integ_access.c; CI runs as root. */
@@ -32,7 +37,7 @@ static void setup(void)
         signal(SIGPIPE, SIG_IGN);
 }
 
-TestSuite(harden_b, .init = setup, .timeout = 60);
+TestSuite(isolation, .init = setup, .timeout = 60);
 
 static void need_root(void)
 {
@@ -199,7 +204,7 @@ static int memfd_sealed(off_t size, int seals)
 
 /* ---- 6. seals against growing and further seals -------------------------- */
 
-Test(harden_b, register_wants_grow_and_seal_seals)
+Test(isolation, register_wants_grow_and_seal_seals)
 {
         static const struct { int seals; const char *code; } cases[] = {
                 { F_SEAL_SHRINK | F_SEAL_WRITE, "bad_fd" },
@@ -306,7 +311,7 @@ static int do_register_shared(void *p)
         return r == 0 ? 0 : 12;
 }
 
-Test(harden_b, reader_cannot_grow_or_seal_the_memfd)
+Test(isolation, reader_cannot_grow_or_seal_the_memfd)
 {
         struct attack_args ro = { "att/ro" }, sw = { "att/shared" };
 
@@ -325,7 +330,7 @@ Test(harden_b, reader_cannot_grow_or_seal_the_memfd)
 
 /* ---- 7. bytes per uid charge the memfd's size ---------------------------- */
 
-Test(harden_b, bytes_quota_charges_the_memfd)
+Test(isolation, bytes_quota_charges_the_memfd)
 {
         const char *args[] = { "--max-bytes-per-uid", "1048576", NULL };
         gpuipc_client *c;
@@ -372,7 +377,7 @@ static const char *vmm_register(int fd, uint64_t seq, const char *name, int efd,
         return reply_code(fd, seq, msg, mlen);
 }
 
-Test(harden_b, vmm_fd_kinds)
+Test(isolation, vmm_fd_kinds)
 {
         char msg[512];
         int fd, p[2], sv[2], mfd, dfd;
@@ -406,7 +411,7 @@ Test(harden_b, vmm_fd_kinds)
         h_daemon_stop(&h_d);
 }
 
-Test(harden_b, byte_counters_saturate)
+Test(isolation, byte_counters_saturate)
 {
         const msgpack_object *bytes;
         struct h_frame f;
@@ -482,7 +487,7 @@ static int do_register_plain(void *p)
         return r == 0 ? 0 : 11;
 }
 
-Test(harden_b, adopt_of_another_uids_registration_is_not_found)
+Test(isolation, adopt_of_another_uids_registration_is_not_found)
 {
         need_root();
         start(NULL);
@@ -524,7 +529,7 @@ static void pack_meta_register(int fd, uint64_t seq, const char *name, const cha
         close(mfd);
 }
 
-Test(harden_b, meta_must_be_utf8)
+Test(isolation, meta_must_be_utf8)
 {
         static const struct { const char *dtype, *key, *val, *code; } cases[] = {
                 { "float32", "k", "caf\xc3\xa9 \xe6\x97\xa5\xf0\x9f\x98\x80", "" },
@@ -583,7 +588,7 @@ static char *run_capture(const char *path, char *const *argv, int *ret_status)
         return out;
 }
 
-Test(harden_b, ctl_json_escapes_invalid_utf8)
+Test(isolation, ctl_json_escapes_invalid_utf8)
 {
         char exe[400], cmd[900];
         char *out;
@@ -647,7 +652,7 @@ static int daemon_exit_status(const char *const *args)
         return -1;
 }
 
-Test(harden_b, socket_directory_must_be_safe)
+Test(isolation, socket_directory_must_be_safe)
 {
         char dir[128], sock[200];
         struct stat st;
@@ -728,7 +733,7 @@ static int do_connect(void *p)
         return r == 0 ? 0 : r == -EPERM ? 1 : 2;
 }
 
-Test(harden_b, client_refuses_an_untrusted_listener)
+Test(isolation, client_refuses_an_untrusted_listener)
 {
         char dir[128], sock[200];
         gpuipc_client *c = NULL;
@@ -766,7 +771,7 @@ Test(harden_b, client_refuses_an_untrusted_listener)
 
 /* ---- 15. fds belong to the frame they came with -------------------------- */
 
-Test(harden_b, fds_tied_to_their_frame)
+Test(isolation, fds_tied_to_their_frame)
 {
         char msg[256];
         int fd, mfd, base;
@@ -803,7 +808,7 @@ Test(harden_b, fds_tied_to_their_frame)
 
 /* ---- 14. a released event always arrives --------------------------------- */
 
-Test(harden_b, released_event_fits_max_frame)
+Test(isolation, released_event_fits_max_frame)
 {
         const char *args[] = { "--max-frame", "4096", NULL };
         const msgpack_object *evs = NULL;
@@ -919,7 +924,7 @@ static int do_impostor(void *p)
         return 0;
 }
 
-Test(harden_b, restart_squatter_is_visible)
+Test(isolation, restart_squatter_is_visible)
 {
         struct producer_args a;
         struct h_daemon d1 = { 0 }, d2 = { 0 };

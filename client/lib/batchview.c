@@ -308,8 +308,6 @@ int gpuipc_batch_view_lookup(gpuipc_client *c, const char *name, int timeout_ms,
         struct gpuipc__reply rp;
         struct gpuipc__req rq;
         gpuipc_batch_view *v;
-        uint64_t wait_ms;
-        bool cache = gpuipc__cucache_enabled();
         int r;
 
         if (!c || !ret_view)
@@ -319,24 +317,12 @@ int gpuipc_batch_view_lookup(gpuipc_client *c, const char *name, int timeout_ms,
                 return r;
         if (flags & ~GPUIPC_LOOKUP_NO_SYNC)
                 return gpuipc__fail(c, -EINVAL, "batches take GPUIPC_LOOKUP_NO_SYNC only");
-        if (timeout_ms < 0 || (uint64_t)timeout_ms > PROTO_WAIT_MAX_MS)
-                wait_ms = PROTO_WAIT_MAX_MS;
-        else
-                wait_ms = (uint64_t)timeout_ms;
         v = calloc(1, sizeof(*v));
         if (!v)
                 return gpuipc__end(c, -ENOMEM);
         v->refs = 1;
         v->event_device = -1;
-        gpuipc__request(c, &rq, &gpuipc__op_lookup, 1 + (wait_ms > 0) + cache +
-                        (c->lookup_owner >= 0));
-        proto_pack_kstr(&rq.o.pk, "name", name);
-        if (c->lookup_owner >= 0)
-                proto_pack_ku64(&rq.o.pk, "owner_uid", (uint64_t)c->lookup_owner);
-        if (wait_ms > 0)
-                proto_pack_ku64(&rq.o.pk, "wait_ms", wait_ms);
-        if (cache)
-                proto_pack_kbool(&rq.o.pk, "cache", true);
+        gpuipc__lookup_start(c, &rq, name, timeout_ms, 0);
         r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0) {
                 free(v);

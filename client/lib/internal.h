@@ -255,6 +255,10 @@ void gpuipc__send_unholds(gpuipc_client *c);
  * when it comes; rq's frame is freed.  The daemon answers in order, so
  * later calls see its effect. */
 int gpuipc__send_nowait(gpuipc_client *c, struct gpuipc__req *rq);
+/* Starts a lookup of name with what every lookup carries (owner_uid,
+ * wait_ms from timeout_ms, cache); the caller packs nextra more fields. */
+void gpuipc__lookup_start(gpuipc_client *c, struct gpuipc__req *rq, const char *name,
+                          int timeout_ms, uint32_t nextra);
 /* The kinds of request that batches share with single registrations. */
 extern const struct gpuipc__op gpuipc__op_register, gpuipc__op_lookup, gpuipc__op_release;
 

@@ -14,6 +14,26 @@ const struct gpuipc__op gpuipc__op_lookup = {
         .name = "lookup", .redo = GPUIPC__REDO_SEND, .keep = GPUIPC__KEEP_LEASE
 };
 
+void gpuipc__lookup_start(gpuipc_client *c, struct gpuipc__req *rq, const char *name,
+                          int timeout_ms, uint32_t nextra)
+{
+        uint64_t wait_ms = timeout_ms < 0 || (uint64_t)timeout_ms > PROTO_WAIT_MAX_MS
+                                   ? PROTO_WAIT_MAX_MS : (uint64_t)timeout_ms;
+        bool cache = gpuipc__cucache_enabled();
+
+        gpuipc__request(c, rq, &gpuipc__op_lookup,
+                        1 + (wait_ms > 0) + cache + (c->lookup_owner >= 0) + nextra);
+        proto_pack_kstr(&rq->o.pk, "name", name);
+        /* Only that uid's registration will do (gpuipc_client_set_lookup_owner). */
+        if (c->lookup_owner >= 0)
+                proto_pack_ku64(&rq->o.pk, "owner_uid", (uint64_t)c->lookup_owner);
+        if (wait_ms > 0)
+                proto_pack_ku64(&rq->o.pk, "wait_ms", wait_ms);
+        /* Device mappings may stay open after the view (the cache). */
+        if (cache)
+                proto_pack_kbool(&rq->o.pk, "cache", true);
+}
+
 static int send_release(gpuipc_client *c, uint64_t lease, const uint8_t *event)
 {
         struct gpuipc__reply rp;
@@ -102,9 +122,8 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
         struct gpuipc__map *have_map = NULL;
         struct gpuipc__req rq;
         gpuipc_view *v;
-        uint64_t wait_ms, have = 0, have_id = 0;
+        uint64_t have = 0, have_id = 0;
         bool writable = flags & GPUIPC_LOOKUP_WRITABLE;
-        bool cache = gpuipc__cucache_enabled();
         int r;
 
         if (!c || !ret_view)
@@ -117,11 +136,6 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
                 return gpuipc__fail(c, -EINVAL, "unknown lookup flags");
         if (device < -1)
                 return gpuipc__fail(c, -EINVAL, "invalid consumer device %d", device);
-        if (timeout_ms < 0 || (uint64_t)timeout_ms > PROTO_WAIT_MAX_MS)
-                wait_ms = PROTO_WAIT_MAX_MS;
-        else
-                wait_ms = (uint64_t)timeout_ms;
-
         v = calloc(1, sizeof(*v));
         if (!v)
                 return gpuipc__end(c, -ENOMEM);
@@ -130,23 +144,12 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
          * the daemon may leave the fd out (an older one sends it anyway). */
         if (!gpuipc__hint_get(c, name, writable, &have, &have_id, &have_map))
                 have = 0;
-        gpuipc__request(c, &rq, &gpuipc__op_lookup,
-                        1 + (wait_ms > 0) + writable + (have > 0) + cache +
-                        (c->lookup_owner >= 0));
-        proto_pack_kstr(&rq.o.pk, "name", name);
-        /* Only that uid's registration will do (gpuipc_client_set_lookup_owner). */
-        if (c->lookup_owner >= 0)
-                proto_pack_ku64(&rq.o.pk, "owner_uid", (uint64_t)c->lookup_owner);
-        if (wait_ms > 0)
-                proto_pack_ku64(&rq.o.pk, "wait_ms", wait_ms);
+        gpuipc__lookup_start(c, &rq, name, timeout_ms, writable + (have > 0));
         /* The daemon hands out a read-only fd unless asked (and allowed). */
         if (writable)
                 proto_pack_kbool(&rq.o.pk, "writable", true);
         if (have > 0)
                 proto_pack_ku64(&rq.o.pk, "have", have);
-        /* Device mappings may stay open after the view (the cache). */
-        if (cache)
-                proto_pack_kbool(&rq.o.pk, "cache", true);
         r = gpuipc__call(c, &rq, NULL, 0, &rp);
         if (r < 0) {
                 gpuipc__map_put(have_map);

@@ -17,8 +17,8 @@ mapped); ``fresh``, ``torch.cuda.empty_cache()`` between rounds, so every
 round is a new cudaMalloc.  Kinds: gpuipc with the default allocator
 (``cuda-ipc``) and with ``expandable_segments:True`` (``cuda-vmm``).  The
 first round of each series is a warm-up and is left out.  Then 1000 tensors
-of 64 KiB handed over back to back: one name each (``gpuipc``), and as four
-column batches of 250 (``gpuipc-batch``: one register and one lookup per
+of 64 KiB handed over back to back: one name each (``gpuipc``), and as eight
+column batches of 125 (``gpuipc-batch``: one register and one lookup per
 batch).
 
 usage: gpu_handoff.py [ROUNDS] > gpu_handoff.csv     (needs $GPUIPC_SOCKET,
@@ -347,8 +347,9 @@ def many_gpuipc(ctx, n, batch=False):
 
 
 # The same 1000 tensors as column batches: one register and one lookup per
-# batch of BATCH_COLUMNS tensors (a batch carries at most 256 buffers).
-BATCH_COLUMNS = 250
+# batch of BATCH_COLUMNS tensors: 125 cuda-ipc parts, their handles and
+# records, fit one 64 KiB reply frame (250 do not).
+BATCH_COLUMNS = 125
 
 
 def gi_batch_consumer(prefix, n, res, ready):

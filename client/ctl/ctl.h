@@ -69,6 +69,10 @@ int ctl_parse(int argc, char **argv, const char *usage, const char *shortopts,
  * on, or the exit code to end with. */
 int ctl_start(int argc, char **argv, const char *usage, bool *json, int nargs, int *ret_index,
               gpuipc_client **ret_client);
+/* ctl_start() without arguments, then the daemon's counters: -1 with
+ * *ret_client and *ret_stats (the caller frees both), or an exit status. */
+int ctl_start_stats(int argc, char **argv, const char *usage, bool *json,
+                    gpuipc_client **ret_client, gpuipc_stats **ret_stats);
 
 /* Durations: 500ms, 30s, 5m, 2h, 1d (a bare number is seconds). */
 int ctl_parse_duration(const char *arg, uint64_t *ret_ms);

@@ -225,6 +225,19 @@ int ctl_start(int argc, char **argv, const char *usage_text, bool *json, int nar
         return -1;
 }
 
+int ctl_start_stats(int argc, char **argv, const char *usage_text, bool *json,
+                    gpuipc_client **ret_client, gpuipc_stats **ret_stats)
+{
+        int idx, r = ctl_start(argc, argv, usage_text, json, 0, &idx, ret_client);
+
+        if (r >= 0)
+                return r;
+        r = gpuipc_stats_fetch(*ret_client, ret_stats);
+        if (r < 0)
+                return ctl_fail_free(argv[0], *ret_client, r);
+        return -1;
+}
+
 int ctl_parse_duration(const char *arg, uint64_t *ret_ms)
 {
         static const struct { const char *suffix; uint64_t ms; } units[] = {

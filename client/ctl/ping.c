@@ -17,15 +17,12 @@ int ping_main(int argc, char **argv)
         gpuipc_stats *s = NULL;
         bool json = false;
         long long us;
-        int idx, r;
+        int r;
 
-        r = ctl_start(argc, argv, usage, &json, 0, &idx, &c);
+        /* The daemon's name and pid come with its counters. */
+        r = ctl_start_stats(argc, argv, usage, &json, &c, &s);
         if (r >= 0)
                 return r;
-        /* The daemon's name and pid come with its counters. */
-        r = gpuipc_stats_fetch(c, &s);
-        if (r < 0)
-                goto fail;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         r = gpuipc_client_ping(c);
         clock_gettime(CLOCK_MONOTONIC, &t1);

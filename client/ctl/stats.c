@@ -66,14 +66,11 @@ int stats_main(int argc, char **argv)
         gpuipc_client *c;
         gpuipc_stats *s;
         bool json = false;
-        int idx, r;
+        int r;
 
-        r = ctl_start(argc, argv, usage, &json, 0, &idx, &c);
+        r = ctl_start_stats(argc, argv, usage, &json, &c, &s);
         if (r >= 0)
                 return r;
-        r = gpuipc_stats_fetch(c, &s);
-        if (r < 0)
-                return ctl_fail_free(argv[0], c, r);
         if (json)
                 print_json(s);
         else

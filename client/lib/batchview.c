@@ -310,13 +310,10 @@ int gpuipc_batch_view_lookup(gpuipc_client *c, const char *name, int timeout_ms,
         gpuipc_batch_view *v;
         int r;
 
-        if (!c || !ret_view)
-                return -EINVAL;
-        r = gpuipc__begin_named(c, name);
+        r = gpuipc__lookup_begin(c, name, flags, GPUIPC_LOOKUP_NO_SYNC,
+                                 "batches take GPUIPC_LOOKUP_NO_SYNC only", ret_view);
         if (r < 0)
                 return r;
-        if (flags & ~GPUIPC_LOOKUP_NO_SYNC)
-                return gpuipc__fail(c, -EINVAL, "batches take GPUIPC_LOOKUP_NO_SYNC only");
         v = calloc(1, sizeof(*v));
         if (!v)
                 return gpuipc__end(c, -ENOMEM);

@@ -255,6 +255,10 @@ void gpuipc__send_unholds(gpuipc_client *c);
  * when it comes; rq's frame is freed.  The daemon answers in order, so
  * later calls see its effect. */
 int gpuipc__send_nowait(gpuipc_client *c, struct gpuipc__req *rq);
+/* The checks every lookup begins with: -EINVAL without c or ret_view,
+ * the name, then flags outside allowed (bad_flags says so). */
+int gpuipc__lookup_begin(gpuipc_client *c, const char *name, unsigned flags, unsigned allowed,
+                         const char *bad_flags, const void *ret_view);
 /* Starts a lookup of name with what every lookup carries (owner_uid,
  * wait_ms from timeout_ms, cache); the caller packs nextra more fields. */
 void gpuipc__lookup_start(gpuipc_client *c, struct gpuipc__req *rq, const char *name,

@@ -14,6 +14,21 @@ const struct gpuipc__op gpuipc__op_lookup = {
         .name = "lookup", .redo = GPUIPC__REDO_SEND, .keep = GPUIPC__KEEP_LEASE
 };
 
+int gpuipc__lookup_begin(gpuipc_client *c, const char *name, unsigned flags, unsigned allowed,
+                         const char *bad_flags, const void *ret_view)
+{
+        int r;
+
+        if (!c || !ret_view)
+                return -EINVAL;
+        r = gpuipc__begin_named(c, name);
+        if (r < 0)
+                return r;
+        if (flags & ~allowed)
+                return gpuipc__fail(c, -EINVAL, "%s", bad_flags);
+        return 0;
+}
+
 void gpuipc__lookup_start(gpuipc_client *c, struct gpuipc__req *rq, const char *name,
                           int timeout_ms, uint32_t nextra)
 {
@@ -126,14 +141,10 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
         bool writable = flags & GPUIPC_LOOKUP_WRITABLE;
         int r;
 
-        if (!c || !ret_view)
-                return -EINVAL;
-        r = gpuipc__begin_named(c, name);
+        r = gpuipc__lookup_begin(c, name, flags, GPUIPC_LOOKUP_WRITABLE | GPUIPC_LOOKUP_NO_SYNC |
+                                 GPUIPC_LOOKUP_COPY_TO_DEVICE, "unknown lookup flags", ret_view);
         if (r < 0)
                 return r;
-        if (flags & ~(GPUIPC_LOOKUP_WRITABLE | GPUIPC_LOOKUP_NO_SYNC |
-                      GPUIPC_LOOKUP_COPY_TO_DEVICE))
-                return gpuipc__fail(c, -EINVAL, "unknown lookup flags");
         if (device < -1)
                 return gpuipc__fail(c, -EINVAL, "invalid consumer device %d", device);
         v = calloc(1, sizeof(*v));

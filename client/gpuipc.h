@@ -617,23 +617,11 @@ struct ArrowDeviceArray {
 
 /* ---- batches: one registration for a table of Arrow columns -------------
  *
- * A batch is one name for a table: an ordered list of columns (Arrow
- * arrays, nested ones too), a row count and the schema's metadata.  It is
- * one registration (one lease, one access rule, one `released` event)
- * whose memory is a list of parts, one per distinct buffer.  A producer
- * builds a gpuipc_batch from Arrow C Data Interface structs and registers
- * it; a consumer looks it up in one round trip and exports the columns as
- * Arrow structs whose buffers are the mapped memory.  libgpuipc(3) says
- * more; docs/protocol.md ("Batches") is the wire format.
- *
- * Types: null, boolean, every fixed-width type (integers, floats, decimals,
- * dates, times, timestamps, durations, intervals, fixed-size binary),
- * utf8 and binary and their large variants, list, large list, fixed-size
- * list, map and struct, with or without validity bitmaps and offsets.
- * Dictionary-encoded, union, run-end encoded and view types are refused
- * with -ENOTSUP.  Limits: GPUIPC_BATCH_PARTS_MAX distinct buffers,
- * GPUIPC_BATCH_NODES_MAX arrays (columns and their children), and at
- * most 64 file descriptors (distinct memfds and exported allocations). */
+ * One name for a table: columns of Arrow arrays (nested ones too), a row
+ * count, the schema's metadata; one lease, one access rule, one `released`
+ * event, its memory a list of parts.  Built from Arrow C Data Interface
+ * structs, looked up in one round trip, exported as Arrow structs over the
+ * mapped memory.  Types, limits and lifetimes: libgpuipc(3), "Batches". */
 
 #define GPUIPC_BATCH_PARTS_MAX 256
 #define GPUIPC_BATCH_NODES_MAX 1024
@@ -648,20 +636,11 @@ GPUIPC_EXPORT void gpuipc_batch_free(gpuipc_batch *b);
  * on b failed; "" when none did.  Valid until the next call on b. */
 GPUIPC_EXPORT const char *gpuipc_batch_errmsg(const gpuipc_batch *b);
 
-/* Appends one column: the array and its schema (the column's name is
- * schema->name).  device is -1 when the buffers are host memory, else
- * the CUDA device ordinal whose device pointers they are.  The library
- * reads the structs, computing each buffer's extent from the format,
- * length and offset (for utf8, binary and lists it reads the last offset,
- * from the device for device columns); it never calls their release
- * callbacks, and the caller keeps them.  The buffers must stay valid and
- * unchanged until gpuipc_batch_register() returns (host memory outside a
- * gpuipc_hostbuf is copied then), and device memory as long as
- * gpuipc_cuda_register() would require.  Every column has the batch's row
- * count (the first one's length): -EINVAL otherwise, or for a released
- * struct (release NULL), inconsistent children or buffer counts;
- * -ENOTSUP for an unsupported type; -E2BIG past the limits.  On failure b
- * is unchanged. */
+/* Appends one column (its name is schema->name); device -1 for host
+ * buffers, else their CUDA ordinal.  The structs are read, never released;
+ * the buffers must stay valid until gpuipc_batch_register() returns.
+ * -EINVAL (row counts differ, released or inconsistent structs), -ENOTSUP
+ * (dictionary, union, run-end, view types), -E2BIG (limits); b unchanged. */
 GPUIPC_EXPORT int gpuipc_batch_add_column(gpuipc_batch *b, const struct ArrowSchema *schema,
                                           const struct ArrowArray *array, int device);
 /* Appends the children of a struct array ("+s", e.g. an exported record
@@ -670,14 +649,9 @@ GPUIPC_EXPORT int gpuipc_batch_add_column(gpuipc_batch *b, const struct ArrowSch
  * struct itself must have no nulls. */
 GPUIPC_EXPORT int gpuipc_batch_add_record_batch(gpuipc_batch *b, const struct ArrowSchema *schema,
                                                 const struct ArrowArray *array);
-/* The same for an ArrowDeviceArray: ARROW_DEVICE_CPU (host memory) or
- * ARROW_DEVICE_CUDA (device_id is the ordinal; sync_event, when not NULL,
- * points to a CUevent recorded after the writes, which becomes the
- * registration's event: consumers wait on it).  An event created with
- * CU_EVENT_INTERPROCESS is shared as it is; for any other event
- * gpuipc_batch_register() waits (cuEventSynchronize) and registers the
- * batch without an event, since the data is then complete.  One event
- * per batch: -EINVAL for a second, different one. */
+/* The same for an ArrowDeviceArray (CPU or CUDA): its sync_event becomes
+ * the registration's event (an interprocess one is shared; another is
+ * waited for at register).  -EINVAL for a second, different event. */
 GPUIPC_EXPORT int gpuipc_batch_add_device_record_batch(gpuipc_batch *b,
                                                        const struct ArrowSchema *schema,
                                                        const struct ArrowDeviceArray *array);
@@ -693,18 +667,11 @@ GPUIPC_EXPORT int gpuipc_batch_set_metadata(gpuipc_batch *b, uint32_t n,
                                             const char *const *keys,
                                             const char *const *values);
 
-/* Registers b under name in one request; b stays the caller's and may be
- * registered again.  Host buffers that lie inside a gpuipc_hostbuf of this
- * process are shared in place (that memfd is sealed as by
- * gpuipc_hostbuf_register()); other host memory is copied into one new
- * sealed memfd, 64-byte aligned, and the record's `copied` says so.
- * Device buffers are shared as gpuipc_cuda_register() shares them, one
- * export per allocation; a batch with a cuda-ipc or cuda-pool part is
- * ephemeral, and that memory stays the caller's (see there).  flags:
- * GPUIPC_REGISTER_EPHEMERAL, and for device parts GPUIPC_REGISTER_CUDA_IPC
- * and GPUIPC_REGISTER_COPY (each part that cannot be shared without a
- * copy is copied into cuda-vmm memory).  -EINVAL for an empty batch;
- * -E2BIG when it needs more than 64 fds. */
+/* Registers b under name in one request (b stays the caller's).  Host
+ * buffers inside a gpuipc_hostbuf are shared in place, others copied into
+ * one sealed memfd (`copied` says so); device buffers are shared as
+ * gpuipc_cuda_register() shares them.  flags: GPUIPC_REGISTER_EPHEMERAL,
+ * _CUDA_IPC, _COPY.  -EINVAL: empty; -E2BIG: more than 64 fds. */
 GPUIPC_EXPORT int gpuipc_batch_register(gpuipc_client *c, const char *name, gpuipc_batch *b,
                                         unsigned flags, uint64_t *ret_id);
 
@@ -739,26 +706,12 @@ GPUIPC_EXPORT int gpuipc_batch_view_node_buffer(const gpuipc_batch_view *v, size
 /* The registration, as at lookup time (kind GPUIPC_KIND_BATCH).  Owned by v. */
 GPUIPC_EXPORT const gpuipc_info *gpuipc_batch_view_info(const gpuipc_batch_view *v);
 
-/* Exports the batch (column -1: a "+s" struct array of batch_view_rows
- * rows whose children are the columns, the schema with the batch's
- * metadata) or one top-level column, as Arrow C Data Interface structs
- * whose buffers are the mapped memory (zero copy).  Either ret_ may be
- * NULL, not both.  The caller owns what it gets and must call each
- * struct's release callback; the callbacks follow the specification (a
- * parent releases its children; children may be moved out and released
- * later) and may run in any order, on any thread, even after
- * gpuipc_batch_view_release() or gpuipc_client_free().  An exported array
- * keeps v's memory mapped: the lease goes back once
- * gpuipc_batch_view_release(v) was called and every exported array was
- * released.  When that last step is a release callback, the library
- * unmaps there (device mappings closed first, as CUDA wants) and queues
- * the lease on the client, which sends it at its next call (on the
- * client's own thread), or drops it with gpuipc_client_free().  A schema
- * holds no reference.  -EINVAL when a part is device memory (use
- * gpuipc_batch_view_export_device()) or column is out of range; -EBADMSG
- * when the record's buffers are smaller than their arrays need.  Errors
- * set gpuipc_errmsg() of the view's client: export where that client is
- * used (the release callbacks are free of this rule). */
+/* Exports the batch (column -1: a "+s" struct array of the columns) or one
+ * column as Arrow structs over the mapped memory (zero copy); either ret_
+ * may be NULL, not both.  The caller calls each release callback (any
+ * order, any thread); the lease goes back after gpuipc_batch_view_release()
+ * and the last exported array's release.  -EINVAL for device parts (use
+ * gpuipc_batch_view_export_device()) or a bad column. */
 GPUIPC_EXPORT int gpuipc_batch_view_export(gpuipc_batch_view *v, int column,
                                            struct ArrowSchema *ret_schema,
                                            struct ArrowArray *ret_array);

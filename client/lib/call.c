@@ -116,26 +116,21 @@ int gpuipc__send_nowait(gpuipc_client *c, struct gpuipc__req *rq)
 
 void gpuipc__send_unholds(gpuipc_client *c)
 {
-        struct proto_out o;
+        static const struct gpuipc__op op_unhold = { .name = "unhold" };
+        struct gpuipc__req rq;
         uint64_t *ids;
         unsigned n = gpuipc__cucache_take_unholds(c, &ids);
 
-        /* Not waited for: the reply, when it comes, is dropped as one to a
-         * request nobody waits for.  PROTO_UNHOLD_MAX ids a frame (9 bytes
-         * each) stay far below any max_frame. */
+        /* Not waited for.  PROTO_UNHOLD_MAX ids a frame (9 bytes each)
+         * stay far below any max_frame. */
         for (unsigned at = 0; at < n && gpuipc__client_usable(c); at += PROTO_UNHOLD_MAX) {
                 unsigned k = n - at < PROTO_UNHOLD_MAX ? n - at : PROTO_UNHOLD_MAX;
-                proto_out_init(&o);
-                msgpack_pack_map(&o.pk, 3);
-                proto_pack_kstr(&o.pk, "op", "unhold");
-                proto_pack_ku64(&o.pk, "seq", ++c->seq);
-                proto_pack_str(&o.pk, "allocs");
-                msgpack_pack_array(&o.pk, k);
+                gpuipc__request(c, &rq, &op_unhold, 1);
+                proto_pack_str(&rq.o.pk, "allocs");
+                msgpack_pack_array(&rq.o.pk, k);
                 for (unsigned i = 0; i < k; i++)
-                        msgpack_pack_uint64(&o.pk, ids[at + i]);
-                if (proto_out_finish(&o, c->max_frame) == 0)
-                        (void)gpuipc__send(c, (const uint8_t *)o.sb.data, o.sb.size, NULL, 0);
-                proto_out_free(&o);
+                        msgpack_pack_uint64(&rq.o.pk, ids[at + i]);
+                (void)gpuipc__send_nowait(c, &rq);
         }
         free(ids);
 }

@@ -48,43 +48,34 @@ class _Batch:
     def add(self, name: str, obj: Column) -> None:
         if not isinstance(name, str):
             raise TypeError(f"column names are str, not {type(name).__name__}")
-        cap = _capsules(obj)
-        if cap is not None:
-            schema, array, device, event, caps = cap
+        exp = _exported(obj)
+        if exp is not None:
+            schema, array, da, caps = exp
+            device, event = _device_and_event(da)
             s, keep = A.renamed(schema, name)
             self.keep += caps + keep + [s]
             if event:
                 self.events.append(event)
-            if device >= 0:
-                self.device = device
-            self.check(_lib.lib.gpuipc_batch_add_column(self.ptr, byref(s), array, device),
-                       f"column {name!r}")
-            return
-        built, device = _build(name, obj, self.keep)
-        self.keep.append(built)
+            schema = ctypes.addressof(s)
+        else:
+            built, device = _build(name, obj, self.keep)
+            self.keep.append(built)
+            schema, array = ctypes.addressof(built.schema), ctypes.addressof(built.array)
         if device >= 0:
             self.device = device
-        self.check(_lib.lib.gpuipc_batch_add_column(self.ptr, byref(built.schema),
-                                                    ctypes.addressof(built.array), device),
+        self.check(_lib.lib.gpuipc_batch_add_column(self.ptr, schema, array, device),
                    f"column {name!r}")
 
     def add_record_batch(self, obj: Any) -> None:
-        if hasattr(obj, "__arrow_c_device_array__"):
-            sc, dc = obj.__arrow_c_device_array__()
-            self.keep += [sc, dc]
-            dp = A.capsule_pointer(dc, A.DEVICE_ARRAY)
-            self.check(_lib.lib.gpuipc_batch_add_device_record_batch(
-                self.ptr, A.capsule_pointer(sc, A.SCHEMA), dp), "record batch")
-            return
-        if hasattr(obj, "__arrow_c_array__"):
-            sc, ac = obj.__arrow_c_array__()
-            self.keep += [sc, ac]
-            self.check(_lib.lib.gpuipc_batch_add_record_batch(
-                self.ptr, A.capsule_pointer(sc, A.SCHEMA), A.capsule_pointer(ac, A.ARRAY)),
-                "record batch")
-            return
-        raise TypeError("columns must be a dict of column name -> array, or an object with "
-                        "__arrow_c_array__ / __arrow_c_device_array__ (a record batch)")
+        exp = _exported(obj)
+        if exp is None:
+            raise TypeError("columns must be a dict of column name -> array, or an object with "
+                            "__arrow_c_array__ / __arrow_c_device_array__ (a record batch)")
+        schema, array, da, caps = exp
+        self.keep += caps
+        add = (_lib.lib.gpuipc_batch_add_device_record_batch if da is not None
+               else _lib.lib.gpuipc_batch_add_record_batch)
+        self.check(add(self.ptr, schema, array), "record batch")
 
     def set_metadata(self, meta: Mapping[str, str]) -> None:
         keys = [str(k).encode("utf-8") for k in meta]
@@ -97,29 +88,32 @@ class _Batch:
                    "event")
 
 
-def _capsules(obj: Any) -> Optional[Tuple[int, int, int, int, List[Any]]]:
-    """(schema pointer, array pointer, device, CUevent or 0, the capsules,
-    which must outlive the structs' use) of an object that exports itself
-    through Arrow's PyCapsule interface; None for others."""
+def _exported(obj: Any) -> Optional[Tuple[int, int, Optional[A.ArrowDeviceArray], List[Any]]]:
+    """(schema pointer, array pointer, the ArrowDeviceArray or None for a host
+    export, the capsules, which must outlive the structs' use) of an object
+    that exports itself through Arrow's PyCapsule interface; None for others."""
     if isinstance(obj, _Memory):
         return None
     if hasattr(obj, "__arrow_c_device_array__"):
         sc, dc = obj.__arrow_c_device_array__()
         dp = A.capsule_pointer(dc, A.DEVICE_ARRAY)
-        da = A.ArrowDeviceArray.from_address(dp)
-        if da.device_type == A.DEVICE_CPU:
-            device = -1
-        elif da.device_type == A.DEVICE_CUDA:
-            device = int(da.device_id)
-        else:
-            raise error_for(-95, f"Arrow device type {da.device_type} is neither CPU nor CUDA",
-                            "register_batch")
-        event = ctypes.c_void_p.from_address(da.sync_event).value if da.sync_event else 0
-        return A.capsule_pointer(sc, A.SCHEMA), dp, device, event or 0, [sc, dc]
+        return (A.capsule_pointer(sc, A.SCHEMA), dp, A.ArrowDeviceArray.from_address(dp),
+                [sc, dc])
     if hasattr(obj, "__arrow_c_array__"):
         sc, ac = obj.__arrow_c_array__()
-        return A.capsule_pointer(sc, A.SCHEMA), A.capsule_pointer(ac, A.ARRAY), -1, 0, [sc, ac]
+        return A.capsule_pointer(sc, A.SCHEMA), A.capsule_pointer(ac, A.ARRAY), None, [sc, ac]
     return None
+
+
+def _device_and_event(da: Optional[A.ArrowDeviceArray]) -> Tuple[int, int]:
+    """A column's device (-1: host) and CUevent (or 0) from its device array."""
+    if da is None or da.device_type == A.DEVICE_CPU:
+        return -1, 0
+    if da.device_type != A.DEVICE_CUDA:
+        raise error_for(-95, f"Arrow device type {da.device_type} is neither CPU nor CUDA",
+                        "register_batch")
+    event = ctypes.c_void_p.from_address(da.sync_event).value if da.sync_event else 0
+    return int(da.device_id), event or 0
 
 
 def _build(name: str, obj: Column, keep: List[Any]) -> Tuple[A.Built, int]:

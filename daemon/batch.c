@@ -266,7 +266,7 @@ struct rel_events *reg_events(struct reg *r)
 
 /* One map of reg.parts. */
 static void pack_part(msgpack_packer *pk, const struct reg_batch *b, uint32_t i,
-                      enum batch_detail d, const int *fds, unsigned nfds, const uint8_t *held)
+                      bool lookup, const int *fds, unsigned nfds, const uint8_t *held)
 {
         const struct batch_part *p = &b->parts[i];
         int mine[PROTO_MAX_FDS];
@@ -280,8 +280,8 @@ static void pack_part(msgpack_packer *pk, const struct reg_batch *b, uint32_t i,
         if (p->shared_write)
                 proto_map_kbool(&m, "shared_write", true);
         if (p->cuda)
-                reg_cuda_pack(&m, p->kind, p->cuda, d == BATCH_LOOKUP);
-        if (d == BATCH_LOOKUP) {
+                reg_cuda_pack(&m, p->kind, p->cuda, lookup);
+        if (lookup) {
                 k = part_fds(b, p, mine);
                 proto_map_key(&m, "fds");
                 msgpack_pack_array(pk, k);
@@ -295,23 +295,28 @@ static void pack_part(msgpack_packer *pk, const struct reg_batch *b, uint32_t i,
         proto_map_end(&m);
 }
 
-void batch_pack_record(struct proto_map *m, const struct reg_batch *b, enum batch_detail d,
-                       const uint8_t *held)
+void batch_pack_record(struct proto_map *m, const struct reg_batch *b, enum record_use use,
+                       const struct record_lookup *lk)
 {
-        int fds[PROTO_MAX_FDS];
-        int nfds = 0;
+        bool lookup = use == RECORD_LOOKUP;
+        const int *fds = lk ? lk->fds : NULL;
+        int mine[PROTO_MAX_FDS];
+        int nfds = lk ? (int)lk->nfds : 0;
 
         proto_map_ku64(m, "n_parts", b->n_parts);
-        if (d == BATCH_LIST)
+        if (use == RECORD_LIST)
                 return;
         proto_map_key(m, "arrow");
         m->pk->callback(m->pk->data, (const char *)b->arrow, b->arrow_len);
         if (b->has_event)
                 proto_map_kbin(m, "event", b->event, PROTO_IPC_HANDLE_LEN);
-        if (d == BATCH_LOOKUP)
-                nfds = batch_fds(b, fds);
+        if (lookup && !fds) {
+                nfds = batch_fds(b, mine);
+                fds = mine;
+        }
         proto_map_key(m, "parts");
         msgpack_pack_array(m->pk, b->n_parts);
         for (uint32_t i = 0; i < b->n_parts; i++)
-                pack_part(m->pk, b, i, d, fds, nfds < 0 ? 0 : (unsigned)nfds, held);
+                pack_part(m->pk, b, i, lookup, fds, nfds < 0 ? 0 : (unsigned)nfds,
+                          lk ? lk->held : NULL);
 }

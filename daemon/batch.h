@@ -17,6 +17,7 @@
 #include "proto.h"
 
 #include "cuda_reg.h"
+#include "record.h"
 #include "registry.h"
 
 /* A distinct host memfd of the batch: the one the producer attached and a
@@ -88,16 +89,11 @@ bool batch_last_user(const struct reg_batch *b, uint32_t i, const struct alloc *
  * a batch's with a CUDA part; NULL when r keeps none (host). */
 struct rel_events *reg_events(struct reg *r);
 
-/* What a record of a batch shows (docs/protocol.md, "Records"). */
-enum batch_detail {
-        BATCH_LIST,                     /* n_parts */
-        BATCH_STAT,                     /* and arrow, event, parts without handles */
-        BATCH_LOOKUP,                   /* and handles, keys and fd indexes */
-};
-/* Packs the batch fields of a record into record map m; with
- * BATCH_LOOKUP, held (a bitmap of n_parts bits, or NULL) marks the parts
- * whose allocation the connection now holds. */
-void batch_pack_record(struct proto_map *m, const struct reg_batch *b, enum batch_detail d,
-                       const uint8_t *held);
+/* Packs the batch fields of a record into record map m (docs/protocol.md,
+ * "Records"): n_parts in a list; arrow, event and parts without handles in
+ * a stat; handles, keys and fd indexes too in a lookup, where lk (or NULL)
+ * gives the held parts and the reply's fds. */
+void batch_pack_record(struct proto_map *m, const struct reg_batch *b, enum record_use use,
+                       const struct record_lookup *lk);
 
 #endif

@@ -135,7 +135,8 @@ static int lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writa
         reply_begin(&o, &m, seq);
         proto_map_ku64(&m, "lease", l->id);
         proto_map_key(&m, "reg");
-        pack_record_as(&o.pk, r, RECORD_LOOKUP, 0, held_parts);
+        pack_record_as(&o.pk, r, RECORD_LOOKUP, 0,
+                       &(struct record_lookup){ .held = held_parts, .fds = fds, .nfds = nfds });
         if (has_fd)
                 proto_map_ku64(&m, "fds", nfds);
         if (held)

@@ -24,13 +24,8 @@ static void pack_holders(msgpack_packer *pk, const struct reg *r, uint32_t max)
 }
 
 void pack_record_as(msgpack_packer *pk, const struct reg *r, enum record_use use,
-                    uint32_t holders_max, const uint8_t *held)
+                    uint32_t holders_max, const struct record_lookup *lk)
 {
-        static const enum batch_detail detail[] = {
-                [RECORD_LIST] = BATCH_LIST,
-                [RECORD_STAT] = BATCH_STAT,
-                [RECORD_LOOKUP] = BATCH_LOOKUP,
-        };
         struct proto_map m;
 
         proto_map_begin(&m, pk);
@@ -65,6 +60,6 @@ void pack_record_as(msgpack_packer *pk, const struct reg *r, enum record_use use
         proto_access_pack(pk, r->access);
         reg_cuda_pack_record(&m, r, use == RECORD_LOOKUP);
         if (r->batch)
-                batch_pack_record(&m, r->batch, detail[use], held);
+                batch_pack_record(&m, r->batch, use, lk);
         proto_map_end(&m);
 }

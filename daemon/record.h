@@ -20,11 +20,20 @@ enum record_use {
         RECORD_LOOKUP,
 };
 
+/* What a batch's lookup record says of its parts: held, a bitmap of the
+ * parts whose allocation the connection now holds (or NULL); fds, the
+ * reply's fds (batch_fds()), which the parts name by index, or NULL to
+ * have them worked out. */
+struct record_lookup {
+        const uint8_t *held;
+        const int *fds;
+        unsigned nfds;
+};
+
 /* Packs the registration record of r for use, with the lease holders, at
- * most holders_max of them (0: no holders field).  held: for a batch's
- * lookup record, a bitmap of the parts whose allocation the connection now
- * holds, or NULL. */
+ * most holders_max of them (0: no holders field).  lk: for a batch's
+ * lookup record, or NULL. */
 void pack_record_as(msgpack_packer *pk, const struct reg *r, enum record_use use,
-                    uint32_t holders_max, const uint8_t *held);
+                    uint32_t holders_max, const struct record_lookup *lk);
 
 #endif

@@ -224,7 +224,7 @@ int register_reply_fits(const struct reg *r, uint32_t max_frame)
         reply_start(&o, UINT64_MAX, 3);
         proto_pack_ku64(&o.pk, "lease", UINT64_MAX);
         proto_pack_str(&o.pk, "reg");
-        pack_record_as(&o.pk, r, RECORD_LOOKUP, 0, r->batch ? held : NULL);
+        pack_record_as(&o.pk, r, RECORD_LOOKUP, 0, &(struct record_lookup){ .held = held });
         proto_pack_ku64(&o.pk, "fds", PROTO_MAX_FDS);
         if (!o.sb.data) {
                 proto_out_free(&o);

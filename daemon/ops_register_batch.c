@@ -35,14 +35,6 @@ struct build {
         struct reg_batch *b;
 };
 
-/* Whether m has key, other than nil (which is as absent). */
-static bool present(const msgpack_object *m, const char *key)
-{
-        const msgpack_object *v = proto_get(m, key);
-
-        return v && v->type != MSGPACK_OBJECT_NIL;
-}
-
 /* Rewrites q's message, a part's error, as "parts[i]: message". */
 static int part_fail(struct req *q, uint32_t i, int err)
 {
@@ -73,7 +65,7 @@ static int part_fds(struct build *x, uint32_t i, unsigned *ret_kind, uint8_t *id
                 return req_fail(q, -EINVAL, "parts[%u]: unknown part kind '%.*s' (host, "
                                 "cuda-ipc, cuda-vmm or cuda-pool)", i,
                                 (int)(len > 32 ? 32 : len), s);
-        if (present(m, "event"))
+        if (proto_get_present(m, "event"))
                 return req_fail(q, -EINVAL, "parts[%u]: a part has no event; a batch has one, "
                                 "at its top level", i);
         k = proto_get_array(m, "fds", &a);
@@ -284,7 +276,7 @@ static int batch_fields(struct req *q, struct reg_params *p, bool *ret_ephemeral
                 k = register_ttl(q, p);
         if (k < 0)
                 return k;
-        if (present(q->m, "meta"))
+        if (proto_get_present(q->m, "meta"))
                 return req_fail(q, -EINVAL, "a batch has no meta: the schema's metadata goes "
                                 "in arrow.metadata");
         k = proto_get_array(q->m, "parts", ret_parts);

@@ -61,10 +61,8 @@ static int opt_uint(const msgpack_object *map, const char *key, uint64_t max, ui
 static int opt_typed(const msgpack_object *map, const char *key, msgpack_object_type t,
                      const msgpack_object **ret)
 {
-        const msgpack_object *o = proto_get(map, key);
-
-        *ret = o && o->type != MSGPACK_OBJECT_NIL ? o : NULL;
-        return *ret && o->type != t ? -EBADMSG : 0;
+        *ret = proto_get_present(map, key);
+        return *ret && (*ret)->type != t ? -EBADMSG : 0;
 }
 
 /* The chunks of a cuda-vmm record over several: 2 to PROTO_CHUNKS_MAX

@@ -142,8 +142,7 @@ void proto_get_n(const msgpack_object *map, const struct proto_key *keys, unsign
         }
 }
 
-/* The value for key, or NULL when it is absent or nil. */
-static const msgpack_object *present(const msgpack_object *map, const char *key)
+const msgpack_object *proto_get_present(const msgpack_object *map, const char *key)
 {
         const msgpack_object *o = proto_get(map, key);
         return o && o->type != MSGPACK_OBJECT_NIL ? o : NULL;
@@ -174,13 +173,13 @@ int proto_obj_i64(const msgpack_object *o, int64_t *ret)
 
 int proto_get_u64(const msgpack_object *map, const char *key, uint64_t *ret)
 {
-        const msgpack_object *o = present(map, key);
+        const msgpack_object *o = proto_get_present(map, key);
         return o ? proto_obj_u64(o, ret) : -ENOENT;
 }
 
 int proto_get_i64(const msgpack_object *map, const char *key, int64_t *ret)
 {
-        const msgpack_object *o = present(map, key);
+        const msgpack_object *o = proto_get_present(map, key);
         return o ? proto_obj_i64(o, ret) : -ENOENT;
 }
 
@@ -188,7 +187,7 @@ int proto_get_i64(const msgpack_object *map, const char *key, int64_t *ret)
 static int get_typed(const msgpack_object *map, const char *key, msgpack_object_type t,
                      const msgpack_object **ret)
 {
-        const msgpack_object *o = present(map, key);
+        const msgpack_object *o = proto_get_present(map, key);
         if (!o)
                 return -ENOENT;
         if (o->type != t)

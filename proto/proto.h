@@ -78,6 +78,8 @@ void proto_msg_free(struct proto_msg *m);
 
 /* Value of key in map, or NULL when absent (or map is not a map). */
 const msgpack_object *proto_get(const msgpack_object *map, const char *key);
+/* proto_get(), with a nil value as absent (NULL). */
+const msgpack_object *proto_get_present(const msgpack_object *map, const char *key);
 /* Typed getters: -ENOENT when the key is absent, -EINVAL when the value has
  * the wrong type or range.  A nil value counts as absent. */
 int proto_get_u64(const msgpack_object *map, const char *key, uint64_t *ret);

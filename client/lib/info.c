@@ -128,9 +128,9 @@ static size_t str_bytes(const msgpack_object *o)
 /* Optional str: absent is fine, anything but a str is not. */
 static int opt_str(const msgpack_object *map, const char *key, const msgpack_object **ret)
 {
-        const msgpack_object *o = proto_get(map, key);
+        const msgpack_object *o = proto_get_present(map, key);
 
-        if (!o || o->type == MSGPACK_OBJECT_NIL) {
+        if (!o) {
                 *ret = NULL;
                 return 0;
         }
@@ -258,9 +258,9 @@ static int parse_access(const msgpack_object *acc, struct rec *r)
  * out in gpuipc__info_decode. */
 static int parse_holders(const msgpack_object *reg, struct rec *r)
 {
-        const msgpack_object *a = proto_get(reg, "holders");
+        const msgpack_object *a = proto_get_present(reg, "holders");
 
-        if (!a || a->type == MSGPACK_OBJECT_NIL)
+        if (!a)
                 return 0;
         if (a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size > HOLDERS_MAX)
                 return -EBADMSG;

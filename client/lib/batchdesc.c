@@ -176,19 +176,6 @@ int gpuipc__batchrec_parse(const msgpack_object *reg, struct gpuipc__batchrec *b
         return 0;
 }
 
-/* Copies str object o (or "" when it is absent or not a str) to *pos. */
-static const char *put(char **pos, const msgpack_object *o)
-{
-        char *s = *pos;
-        size_t n = str_len(o);
-
-        if (n)
-                memcpy(s, o->via.str.ptr, n);
-        s[n] = '\0';
-        *pos += n + 1;
-        return s;
-}
-
 /* Node o into n, its strings at *pos and its metadata's pointers at
  * *ptrs. */
 static void put_node(const msgpack_object *o, gpuipc_batch_node *n, const char ***ptrs,
@@ -209,8 +196,8 @@ static void put_node(const msgpack_object *o, gpuipc_batch_node *n, const char *
         if (proto_obj_u64(k[N_CHILDREN], &u) == 0)
                 n->n_children = (uint32_t)u;
         (void)proto_obj_i64(k[N_NULLS], &n->null_count);
-        n->name = put(pos, k[N_NAME]);
-        n->format = put(pos, k[N_FORMAT]);
+        n->name = gpuipc__put_str(pos, k[N_NAME]);
+        n->format = gpuipc__put_str(pos, k[N_FORMAT]);
         n->n_buffers = bufs->via.array.size;
         for (uint32_t i = 0; i < 3; i++) {
                 int64_t v = -1;
@@ -223,8 +210,8 @@ static void put_node(const msgpack_object *o, gpuipc_batch_node *n, const char *
                 n->meta_keys = *ptrs;
                 n->meta_values = *ptrs + n->n_meta;
                 for (uint32_t i = 0; i < n->n_meta; i++) {
-                        (*ptrs)[i] = put(pos, &m->via.map.ptr[i].key);
-                        (*ptrs)[n->n_meta + i] = put(pos, &m->via.map.ptr[i].val);
+                        (*ptrs)[i] = gpuipc__put_str(pos, &m->via.map.ptr[i].key);
+                        (*ptrs)[n->n_meta + i] = gpuipc__put_str(pos, &m->via.map.ptr[i].val);
                 }
                 *ptrs += 2 * n->n_meta;
         }
@@ -254,7 +241,7 @@ const gpuipc_batch_desc *gpuipc__batchdesc_put(const struct gpuipc__batchrec *br
                 parts[i].kind = (gpuipc_kind)proto_kind_from_name(k[P_KIND]->via.str.ptr,
                                                                   k[P_KIND]->via.str.size);
                 (void)proto_obj_u64(k[P_SIZE], &parts[i].size);
-                parts[i].device = put(pos, k[P_DEVICE]);
+                parts[i].device = gpuipc__put_str(pos, k[P_DEVICE]);
         }
         d->n_nodes = nnodes;
         d->nodes = nnodes ? nodes : NULL;

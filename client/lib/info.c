@@ -331,12 +331,12 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
         return 0;
 }
 
-/* Copies a str object (or "" for NULL) to *pos; an embedded NUL simply
- * ends the C string early, which is all a C caller could see anyway. */
-static const char *put_str(char **pos, const msgpack_object *o)
+/* An embedded NUL simply ends the C string early, which is all a C caller
+ * could see anyway. */
+const char *gpuipc__put_str(char **pos, const msgpack_object *o)
 {
         char *s = *pos;
-        size_t n = o ? o->via.str.size : 0;
+        size_t n = o && o->type == MSGPACK_OBJECT_STR ? o->via.str.size : 0;
 
         if (n)
                 memcpy(s, o->via.str.ptr, n);
@@ -384,22 +384,22 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         info->shape = r.info.ndim ? shape : NULL;
         info->strides = r.strides ? strides : NULL;
         for (uint32_t i = 0; i < r.info.n_user; i++) {
-                keys[i] = put_str(&pos, &r.user->via.map.ptr[i].key);
-                values[i] = put_str(&pos, &r.user->via.map.ptr[i].val);
+                keys[i] = gpuipc__put_str(&pos, &r.user->via.map.ptr[i].key);
+                values[i] = gpuipc__put_str(&pos, &r.user->via.map.ptr[i].val);
         }
         info->user_keys = r.info.n_user ? keys : NULL;
         info->user_values = r.info.n_user ? values : NULL;
-        info->name = put_str(&pos, r.name);
-        info->device = put_str(&pos, r.device);
-        info->dtype = put_str(&pos, r.dtype);
-        info->owner_exe = put_str(&pos, r.exe);
+        info->name = gpuipc__put_str(&pos, r.name);
+        info->device = gpuipc__put_str(&pos, r.device);
+        info->dtype = gpuipc__put_str(&pos, r.dtype);
+        info->owner_exe = gpuipc__put_str(&pos, r.exe);
         memcpy(uids, r.access.uids, r.info.n_access_uids * sizeof(uint32_t));
         memcpy(gids, r.access.gids, r.info.n_access_gids * sizeof(uint32_t));
         info->access_uids = r.info.n_access_uids ? uids : NULL;
         info->access_gids = r.info.n_access_gids ? gids : NULL;
         info->access_group = strcpy(pos, r.access.group);
         pos += strlen(pos) + 1;
-        info->copied = put_str(&pos, r.copied);
+        info->copied = gpuipc__put_str(&pos, r.copied);
         for (uint32_t i = 0; i < r.info.n_holders; i++) {
                 const msgpack_object *h = &r.holders->via.array.ptr[i], *exe = NULL;
                 uint64_t u64 = 0;
@@ -415,7 +415,7 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
                 (void)opt_u32(h, "uid", &u32);
                 holders[i].uid = u32;
                 (void)opt_str(h, "exe", &exe);
-                holders[i].exe = put_str(&pos, exe);
+                holders[i].exe = gpuipc__put_str(&pos, exe);
         }
         info->batch = r.info.kind == GPUIPC_KIND_BATCH
                       ? gpuipc__batchdesc_put(&r.batch, batch, &pos) : NULL;

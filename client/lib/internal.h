@@ -350,6 +350,9 @@ void gpuipc__watch_push(gpuipc_client *c, const msgpack_object *root);
 void gpuipc__watch_clear(gpuipc_client *c);
 
 /* ---- info.c ------------------------------------------------------------ */
+/* Copies str object o (or "" when it is NULL or not a str) to *pos, NUL
+ * terminated, and moves *pos past it. */
+const char *gpuipc__put_str(char **pos, const msgpack_object *o);
 
 /* Checks meta against the protocol's limits; -EINVAL with a reason. */
 /* Versions of the caller-filled structs: the bytes of their first release. */

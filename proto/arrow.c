@@ -57,14 +57,16 @@ static bool printable_ascii(const char *s, size_t len)
         return true;
 }
 
-enum { K_NAME, K_FORMAT, K_FLAGS, K_LENGTH, K_NULLS, K_OFFSET, K_CHILDREN, K_BUFFERS,
-       K_METADATA, K_NODE_KEYS };
-static const struct proto_key node_keys[K_NODE_KEYS] = {
-        [K_NAME] = PROTO_KEY("name"),           [K_FORMAT] = PROTO_KEY("format"),
-        [K_FLAGS] = PROTO_KEY("flags"),         [K_LENGTH] = PROTO_KEY("length"),
-        [K_NULLS] = PROTO_KEY("null_count"),    [K_OFFSET] = PROTO_KEY("offset"),
-        [K_CHILDREN] = PROTO_KEY("children"),   [K_BUFFERS] = PROTO_KEY("buffers"),
-        [K_METADATA] = PROTO_KEY("metadata"),
+static const struct proto_key node_keys[PROTO_NODE_KEYS] = {
+        [PROTO_NODE_NAME] = PROTO_KEY("name"),
+        [PROTO_NODE_FORMAT] = PROTO_KEY("format"),
+        [PROTO_NODE_FLAGS] = PROTO_KEY("flags"),
+        [PROTO_NODE_LENGTH] = PROTO_KEY("length"),
+        [PROTO_NODE_NULLS] = PROTO_KEY("null_count"),
+        [PROTO_NODE_OFFSET] = PROTO_KEY("offset"),
+        [PROTO_NODE_CHILDREN] = PROTO_KEY("children"),
+        [PROTO_NODE_BUFFERS] = PROTO_KEY("buffers"),
+        [PROTO_NODE_METADATA] = PROTO_KEY("metadata"),
 };
 
 static bool is_type(const msgpack_object *o, msgpack_object_type t)
@@ -72,13 +74,14 @@ static bool is_type(const msgpack_object *o, msgpack_object_type t)
         return o && o->type == t;
 }
 
-/* The fields of column node i, read in one pass (every reader of a batch
- * checks every node); its children count into *ret_children and the parts
- * it names into used (n_parts bits). */
+/* The fields of column node i, read in one pass into k (every reader of a
+ * batch checks every node); its children count into *ret_children and the
+ * parts it names into used (n_parts bits). */
 static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, uint8_t *used,
-                      uint64_t *ret_children, char *why, size_t why_len)
+                      const msgpack_object **k, uint64_t *ret_children, char *why,
+                      size_t why_len)
 {
-        const msgpack_object *k[K_NODE_KEYS], *buffers, *meta;
+        const msgpack_object *name, *format, *buffers, *meta;
         uint64_t length, v;
         int64_t nulls;
         const char *s;
@@ -87,39 +90,41 @@ static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, 
 
         if (node->type != MSGPACK_OBJECT_MAP)
                 return proto_invalid(why, why_len, "arrow.columns[%u] must be a map", i);
-        proto_get_n(node, node_keys, K_NODE_KEYS, k);
-        s = is_type(k[K_NAME], MSGPACK_OBJECT_STR) ? k[K_NAME]->via.str.ptr : NULL;
-        len = s ? k[K_NAME]->via.str.size : 0;
-        if (!is_type(k[K_NAME], MSGPACK_OBJECT_STR) || len > PROTO_BATCH_COLNAME_MAX ||
+        proto_get_n(node, node_keys, PROTO_NODE_KEYS, k);
+        name = k[PROTO_NODE_NAME];
+        s = is_type(name, MSGPACK_OBJECT_STR) ? name->via.str.ptr : NULL;
+        len = s ? name->via.str.size : 0;
+        if (!is_type(name, MSGPACK_OBJECT_STR) || len > PROTO_BATCH_COLNAME_MAX ||
             (len && memchr(s, '\0', len)) || proto_utf8_valid(s, len) != len)
                 return proto_invalid(why, why_len, "arrow.columns[%u].name must be a str of at "
                                      "most %u bytes of UTF-8 without NUL (it may be empty)", i,
                                      PROTO_BATCH_COLNAME_MAX);
-        s = is_type(k[K_FORMAT], MSGPACK_OBJECT_STR) ? k[K_FORMAT]->via.str.ptr : NULL;
-        len = s ? k[K_FORMAT]->via.str.size : 0;
+        format = k[PROTO_NODE_FORMAT];
+        s = is_type(format, MSGPACK_OBJECT_STR) ? format->via.str.ptr : NULL;
+        len = s ? format->via.str.size : 0;
         if (!s || len == 0 || len > PROTO_BATCH_FORMAT_MAX || !printable_ascii(s, len))
                 return proto_invalid(why, why_len, "arrow.columns[%u].format must be an Arrow "
                                      "format string of 1 to %u bytes of printable ASCII", i,
                                      PROTO_BATCH_FORMAT_MAX);
-        if (get_u63(k[K_FLAGS], false, &v) < 0)
+        if (get_u63(k[PROTO_NODE_FLAGS], false, &v) < 0)
                 return proto_invalid(why, why_len, "arrow.columns[%u].flags must be a uint "
                                      "below 2^63", i);
-        if (get_u63(k[K_LENGTH], true, &length) < 0)
+        if (get_u63(k[PROTO_NODE_LENGTH], true, &length) < 0)
                 return proto_invalid(why, why_len, "arrow.columns[%u].length must be a uint "
                                      "below 2^63 (it is required)", i);
-        if (proto_obj_i64(k[K_NULLS], &nulls) < 0 || nulls < -1 ||
+        if (proto_obj_i64(k[PROTO_NODE_NULLS], &nulls) < 0 || nulls < -1 ||
             (nulls > 0 && (uint64_t)nulls > length))
                 return proto_invalid(why, why_len, "arrow.columns[%u].null_count must be an "
                                      "int from -1 (unknown) to length (%llu)", i,
                                      (unsigned long long)length);
-        if (get_u63(k[K_OFFSET], false, &v) < 0)
+        if (get_u63(k[PROTO_NODE_OFFSET], false, &v) < 0)
                 return proto_invalid(why, why_len, "arrow.columns[%u].offset must be a uint "
                                      "below 2^63", i);
         *ret_children = 0;
-        if (k[K_CHILDREN] && proto_obj_u64(k[K_CHILDREN], ret_children) < 0)
+        if (k[PROTO_NODE_CHILDREN] && proto_obj_u64(k[PROTO_NODE_CHILDREN], ret_children) < 0)
                 return proto_invalid(why, why_len, "arrow.columns[%u].children must be a uint",
                                      i);
-        buffers = k[K_BUFFERS];
+        buffers = k[PROTO_NODE_BUFFERS];
         if (!is_type(buffers, MSGPACK_OBJECT_ARRAY) ||
             buffers->via.array.size > PROTO_BATCH_BUFFERS_MAX)
                 return proto_invalid(why, why_len, "arrow.columns[%u].buffers must be an array "
@@ -135,7 +140,7 @@ static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, 
                 if (p >= 0)
                         used[p / 8] |= (uint8_t)(1u << (p % 8));
         }
-        meta = k[K_METADATA];
+        meta = k[PROTO_NODE_METADATA];
         if (!meta)
                 return 0;
         if (meta->type != MSGPACK_OBJECT_MAP)
@@ -148,7 +153,8 @@ static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, 
         return 0;
 }
 
-int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts, char *why, size_t why_len)
+int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts,
+                      struct proto_arrow_node *ret_nodes, char *why, size_t why_len)
 {
         /* open[k]: children still to come of the k-th open ancestor. */
         uint64_t open[PROTO_BATCH_NODES_MAX];
@@ -184,10 +190,11 @@ int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts, char *why, 
                 return proto_invalid(why, why_len, "arrow.columns must hold 1 to %u nodes (got "
                                      "%u)", PROTO_BATCH_NODES_MAX, n);
         for (uint32_t i = 0; i < n; i++) {
+                const msgpack_object *scratch[PROTO_NODE_KEYS];
                 uint64_t children;
 
-                r = check_node(&cols->via.array.ptr[i], i, n_parts, used, &children, why,
-                               why_len);
+                r = check_node(&cols->via.array.ptr[i], i, n_parts, used,
+                               ret_nodes ? ret_nodes[i].k : scratch, &children, why, why_len);
                 if (r < 0)
                         return r;
                 /* Node i fills one slot of the innermost open node. */

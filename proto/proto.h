@@ -231,13 +231,27 @@ int proto_cuda_decode(const msgpack_object *reg, bool vmm, struct proto_cuda_vie
  * in the reason.  -EINVAL with a reason in why (why_len bytes). */
 int proto_strmap_check(const msgpack_object *m, const char *what, char *why, size_t why_len);
 
+/* A column node's fields as proto_arrow_check() found them (NULL: absent
+ * or nil). */
+enum {
+        PROTO_NODE_NAME, PROTO_NODE_FORMAT, PROTO_NODE_FLAGS, PROTO_NODE_LENGTH,
+        PROTO_NODE_NULLS, PROTO_NODE_OFFSET, PROTO_NODE_CHILDREN, PROTO_NODE_BUFFERS,
+        PROTO_NODE_METADATA, PROTO_NODE_KEYS
+};
+struct proto_arrow_node {
+        const msgpack_object *k[PROTO_NODE_KEYS];
+};
+
 /* Checks a batch's arrow description (docs/protocol.md, "Batches") against
  * a batch of n_parts parts: rows, metadata, the pre-order column tree
  * with its children counts, each node's fields and buffers (part indexes
  * below n_parts, or -1), every part named by some node, and nesting at most
- * PROTO_BATCH_ARROW_DEPTH.  Keys it does not know are allowed.  -EINVAL with
- * a reason in why (why_len bytes) naming the node. */
-int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts, char *why, size_t why_len);
+ * PROTO_BATCH_ARROW_DEPTH.  Keys it does not know are allowed.  ret_nodes,
+ * when not NULL, has room for PROTO_BATCH_NODES_MAX nodes and receives each
+ * checked node's fields, so that a reader need not search them again.
+ * -EINVAL with a reason in why (why_len bytes) naming the node. */
+int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts,
+                      struct proto_arrow_node *ret_nodes, char *why, size_t why_len);
 
 /* ---- access rules ------------------------------------------------------- */
 

@@ -8,6 +8,7 @@
  * indexes in range, children counts that fit, strings of sane lengths.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "batchint.h"
@@ -30,13 +31,15 @@ static uint32_t meta_map(const msgpack_object *m, size_t *bytes)
         return m->via.map.size;
 }
 
-/* The tree the children counts describe: each node's parent (UINT32_MAX
- * for a column) and the columns, when the arrays are given.  Returns the
- * number of columns, or -EBADMSG when the counts run past the end. */
-static int tree(const msgpack_object *nodes, uint32_t *parent, uint32_t *columns)
+/* The tree the children counts describe (nodes as checked by
+ * proto_arrow_check): each node's parent (UINT32_MAX for a column) and the
+ * columns, when the arrays are given.  Returns the number of columns, or
+ * -EBADMSG when the counts run past the end. */
+static int tree(const struct proto_arrow_node *nodek, uint32_t n, uint32_t *parent,
+                uint32_t *columns)
 {
         uint32_t stack[GPUIPC_BATCH_NODES_MAX], left[GPUIPC_BATCH_NODES_MAX];
-        uint32_t n = nodes->via.array.size, depth = 0, ncols = 0;
+        uint32_t depth = 0, ncols = 0;
 
         for (uint32_t i = 0; i < n; i++) {
                 uint64_t kids = 0;
@@ -51,7 +54,7 @@ static int tree(const msgpack_object *nodes, uint32_t *parent, uint32_t *columns
                 }
                 if (parent)
                         parent[i] = depth ? stack[depth - 1] : UINT32_MAX;
-                (void)proto_get_u64(&nodes->via.array.ptr[i], "children", &kids);
+                (void)proto_obj_u64(nodek[i].k[PROTO_NODE_CHILDREN], &kids);
                 if (kids > 0) {
                         if (kids >= n)
                                 return -EBADMSG;
@@ -65,20 +68,11 @@ static int tree(const msgpack_object *nodes, uint32_t *parent, uint32_t *columns
         return depth > 0 ? -EBADMSG : (int)ncols;
 }
 
-enum { P_KIND, P_SIZE, P_DEVICE, P_COPIED, P_KEYS };
-static const struct proto_key part_keys[P_KEYS] = {
-        [P_KIND] = PROTO_KEY("kind"),           [P_SIZE] = PROTO_KEY("size"),
-        [P_DEVICE] = PROTO_KEY("device"),       [P_COPIED] = PROTO_KEY("copied"),
-};
-
-enum { N_NAME, N_FORMAT, N_FLAGS, N_LENGTH, N_NULLS, N_OFFSET, N_CHILDREN, N_BUFFERS,
-       N_METADATA, N_KEYS };
-static const struct proto_key node_keys[N_KEYS] = {
-        [N_NAME] = PROTO_KEY("name"),           [N_FORMAT] = PROTO_KEY("format"),
-        [N_FLAGS] = PROTO_KEY("flags"),         [N_LENGTH] = PROTO_KEY("length"),
-        [N_NULLS] = PROTO_KEY("null_count"),    [N_OFFSET] = PROTO_KEY("offset"),
-        [N_CHILDREN] = PROTO_KEY("children"),   [N_BUFFERS] = PROTO_KEY("buffers"),
-        [N_METADATA] = PROTO_KEY("metadata"),
+static const struct proto_key part_keys[GPUIPC__PART_KEYS] = {
+        [GPUIPC__PART_KIND] = PROTO_KEY("kind"),
+        [GPUIPC__PART_SIZE] = PROTO_KEY("size"),
+        [GPUIPC__PART_DEVICE] = PROTO_KEY("device"),
+        [GPUIPC__PART_COPIED] = PROTO_KEY("copied"),
 };
 
 /* A str of at most max bytes, or absent: its bytes with a NUL into *bytes. */
@@ -92,39 +86,66 @@ static int opt_str_obj(const msgpack_object *o, size_t max, size_t *bytes)
         return 0;
 }
 
-static int parse_part(const msgpack_object *p, struct gpuipc__batchrec *br)
+/* Part p's fields into k. */
+static int parse_part(const msgpack_object *p, const msgpack_object **k,
+                      struct gpuipc__batchrec *br)
 {
-        const msgpack_object *k[P_KEYS];
+        const msgpack_object *kind_s;
         uint64_t size;
         int kind;
 
         if (p->type != MSGPACK_OBJECT_MAP)
                 return -EBADMSG;
-        proto_get_n(p, part_keys, P_KEYS, k);
-        kind = k[P_KIND] && k[P_KIND]->type == MSGPACK_OBJECT_STR
-               ? proto_kind_from_name(k[P_KIND]->via.str.ptr, k[P_KIND]->via.str.size) : -1;
-        if (kind < 0 || kind >= GPUIPC_KIND_BATCH || proto_obj_u64(k[P_SIZE], &size) < 0 ||
-            opt_str_obj(k[P_DEVICE], DEVICE_MAX, &br->string_bytes) < 0 ||
-            opt_str_obj(k[P_COPIED], PROTO_USER_VALUE_MAX, &br->string_bytes) < 0)
+        proto_get_n(p, part_keys, GPUIPC__PART_KEYS, k);
+        kind_s = k[GPUIPC__PART_KIND];
+        kind = kind_s && kind_s->type == MSGPACK_OBJECT_STR
+               ? proto_kind_from_name(kind_s->via.str.ptr, kind_s->via.str.size) : -1;
+        if (kind < 0 || kind >= GPUIPC_KIND_BATCH ||
+            proto_obj_u64(k[GPUIPC__PART_SIZE], &size) < 0 ||
+            opt_str_obj(k[GPUIPC__PART_DEVICE], DEVICE_MAX, &br->string_bytes) < 0 ||
+            opt_str_obj(k[GPUIPC__PART_COPIED], PROTO_USER_VALUE_MAX, &br->string_bytes) < 0)
                 return -EBADMSG;
-        if (!br->copied && str_len(k[P_COPIED]) > 0)
-                br->copied = k[P_COPIED];
+        if (!br->copied && str_len(k[GPUIPC__PART_COPIED]) > 0)
+                br->copied = k[GPUIPC__PART_COPIED];
         return 0;
 }
 
-/* Node n (checked by proto_arrow_check): the bytes of its strings. */
-static void count_node(const msgpack_object *n, struct gpuipc__batchrec *br)
+/* A node's fields (checked by proto_arrow_check): the bytes of its
+ * strings. */
+static void count_node(const struct proto_arrow_node *n, struct gpuipc__batchrec *br)
 {
-        const msgpack_object *k[N_KEYS];
+        br->string_bytes += str_len(n->k[PROTO_NODE_NAME]) + str_len(n->k[PROTO_NODE_FORMAT]) + 2;
+        br->n_meta_ptrs += meta_map(n->k[PROTO_NODE_METADATA], &br->string_bytes);
+}
 
-        proto_get_n(n, node_keys, N_KEYS, k);
-        br->string_bytes += str_len(k[N_NAME]) + str_len(k[N_FORMAT]) + 2;
-        br->n_meta_ptrs += meta_map(k[N_METADATA], &br->string_bytes);
+/* The key tables for n_nodes nodes and n_parts parts, in one block. */
+static int alloc_keys(struct gpuipc__batchrec *br, uint32_t n_nodes, uint32_t n_parts)
+{
+        char *block = malloc((size_t)n_nodes * sizeof(*br->nodek) +
+                             (size_t)n_parts * sizeof(*br->partk) + 1);
+
+        if (!block)
+                return -ENOMEM;
+        br->nodek = n_nodes ? (struct proto_arrow_node *)(void *)block : NULL;
+        br->partk = n_parts ? (struct gpuipc__partkeys *)(void *)
+                              (block + (size_t)n_nodes * sizeof(*br->nodek)) : NULL;
+        br->keys_block = block;
+        return 0;
+}
+
+void gpuipc__batchrec_free(struct gpuipc__batchrec *br)
+{
+        if (!br)
+                return;
+        free(br->keys_block);
+        br->keys_block = NULL;
+        br->nodek = NULL;
+        br->partk = NULL;
 }
 
 int gpuipc__batchrec_parse(const msgpack_object *reg, struct gpuipc__batchrec *br)
 {
-        const msgpack_object *parts = proto_get(reg, "parts"), *arrow;
+        const msgpack_object *parts = proto_get(reg, "parts"), *arrow, *cols = NULL;
         uint32_t nnodes = 0;
         char why[128];
         uint64_t count;
@@ -139,17 +160,27 @@ int gpuipc__batchrec_parse(const msgpack_object *reg, struct gpuipc__batchrec *b
                 if (parts->type != MSGPACK_OBJECT_ARRAY || parts->via.array.size != count)
                         return -EBADMSG;
                 br->parts = parts;
-                for (uint32_t i = 0; i < br->n_parts; i++)
-                        if (parse_part(&parts->via.array.ptr[i], br) < 0)
-                                return -EBADMSG;
         }
         if (proto_get_map(reg, "arrow", &arrow) == 0) {
+                if (proto_get_array(arrow, "columns", &cols) < 0 ||
+                    cols->via.array.size > GPUIPC_BATCH_NODES_MAX)
+                        return -EBADMSG;
+                nnodes = cols->via.array.size;
+        } else if (proto_get(reg, "arrow")) {
+                return -EBADMSG;
+        }
+        if (alloc_keys(br, nnodes, br->parts ? br->n_parts : 0) < 0)
+                return -ENOMEM;
+        for (uint32_t i = 0; br->parts && i < br->n_parts; i++)
+                if (parse_part(&parts->via.array.ptr[i], br->partk[i].k, br) < 0)
+                        return -EBADMSG;
+        if (cols) {
                 /* The daemon's own checks, again: a record that passes them
                  * can be walked without running off its end. */
-                if (proto_arrow_check(arrow, br->n_parts, why, sizeof(why)) < 0 ||
-                    proto_get_u64(arrow, "rows", &br->rows) < 0 ||
-                    proto_get_array(arrow, "columns", &br->nodes) < 0)
+                if (proto_arrow_check(arrow, br->n_parts, br->nodek, why, sizeof(why)) < 0 ||
+                    proto_get_u64(arrow, "rows", &br->rows) < 0)
                         return -EBADMSG;
+                br->nodes = cols;
                 br->metadata = proto_get(arrow, "metadata");
                 if (br->metadata && br->metadata->type != MSGPACK_OBJECT_MAP)
                         br->metadata = NULL;
@@ -159,14 +190,11 @@ int gpuipc__batchrec_parse(const msgpack_object *reg, struct gpuipc__batchrec *b
                         return -EBADMSG;
                 if (str_len(proto_get(arrow, "copied")) > 0)
                         br->copied = proto_get(arrow, "copied");
-                nnodes = br->nodes->via.array.size;
                 for (uint32_t i = 0; i < nnodes; i++)
-                        count_node(&br->nodes->via.array.ptr[i], br);
-                ncols = tree(br->nodes, NULL, NULL);
+                        count_node(&br->nodek[i], br);
+                ncols = tree(br->nodek, nnodes, NULL, NULL);
                 if (ncols < 0)
                         return -EBADMSG;
-        } else if (proto_get(reg, "arrow")) {
-                return -EBADMSG;
         }
         br->struct_bytes = sizeof(gpuipc_batch_desc) +
                            (br->parts ? br->n_parts : 0) * sizeof(gpuipc_batch_part) +
@@ -176,28 +204,27 @@ int gpuipc__batchrec_parse(const msgpack_object *reg, struct gpuipc__batchrec *b
         return 0;
 }
 
-/* Node o into n, its strings at *pos and its metadata's pointers at
- * *ptrs. */
-static void put_node(const msgpack_object *o, gpuipc_batch_node *n, const char ***ptrs,
-                     char **pos)
+/* A node's fields into n, its strings at *pos and its metadata's pointers
+ * at *ptrs. */
+static void put_node(const struct proto_arrow_node *o, gpuipc_batch_node *n,
+                     const char ***ptrs, char **pos)
 {
-        const msgpack_object *k[N_KEYS], *bufs, *m;
+        const msgpack_object *const *k = o->k, *bufs, *m;
         uint64_t u;
 
-        proto_get_n(o, node_keys, N_KEYS, k);
-        bufs = k[N_BUFFERS];
-        m = k[N_METADATA];
-        if (proto_obj_u64(k[N_FLAGS], &u) == 0)
+        bufs = k[PROTO_NODE_BUFFERS];
+        m = k[PROTO_NODE_METADATA];
+        if (proto_obj_u64(k[PROTO_NODE_FLAGS], &u) == 0)
                 n->flags = (int64_t)u;
-        if (proto_obj_u64(k[N_LENGTH], &u) == 0)
+        if (proto_obj_u64(k[PROTO_NODE_LENGTH], &u) == 0)
                 n->length = (int64_t)u;
-        if (proto_obj_u64(k[N_OFFSET], &u) == 0)
+        if (proto_obj_u64(k[PROTO_NODE_OFFSET], &u) == 0)
                 n->offset = (int64_t)u;
-        if (proto_obj_u64(k[N_CHILDREN], &u) == 0)
+        if (proto_obj_u64(k[PROTO_NODE_CHILDREN], &u) == 0)
                 n->n_children = (uint32_t)u;
-        (void)proto_obj_i64(k[N_NULLS], &n->null_count);
-        n->name = gpuipc__put_str(pos, k[N_NAME]);
-        n->format = gpuipc__put_str(pos, k[N_FORMAT]);
+        (void)proto_obj_i64(k[PROTO_NODE_NULLS], &n->null_count);
+        n->name = gpuipc__put_str(pos, k[PROTO_NODE_NAME]);
+        n->format = gpuipc__put_str(pos, k[PROTO_NODE_FORMAT]);
         n->n_buffers = bufs->via.array.size;
         for (uint32_t i = 0; i < 3; i++) {
                 int64_t v = -1;
@@ -227,7 +254,7 @@ const gpuipc_batch_desc *gpuipc__batchdesc_put(const struct gpuipc__batchrec *br
         gpuipc_batch_part *parts = (gpuipc_batch_part *)(d + 1);
         gpuipc_batch_node *nodes = (gpuipc_batch_node *)(parts + nparts);
         uint32_t *columns = (uint32_t *)(nodes + nnodes);
-        int ncols = br->nodes ? tree(br->nodes, parent, columns) : 0;
+        int ncols = br->nodes ? tree(br->nodek, nnodes, parent, columns) : 0;
         const char **ptrs = (const char **)(columns + ((size_t)ncols + 1) / 2 * 2);
 
         memset(d, 0, sizeof(*d));
@@ -235,13 +262,12 @@ const gpuipc_batch_desc *gpuipc__batchdesc_put(const struct gpuipc__batchrec *br
         d->n_parts = br->n_parts;
         d->parts = nparts ? parts : NULL;
         for (uint32_t i = 0; i < nparts; i++) {
-                const msgpack_object *k[P_KEYS];
-                proto_get_n(&br->parts->via.array.ptr[i], part_keys, P_KEYS, k);
+                const msgpack_object *const *k = br->partk[i].k;
                 memset(&parts[i], 0, sizeof(parts[i]));
-                parts[i].kind = (gpuipc_kind)proto_kind_from_name(k[P_KIND]->via.str.ptr,
-                                                                  k[P_KIND]->via.str.size);
-                (void)proto_obj_u64(k[P_SIZE], &parts[i].size);
-                parts[i].device = gpuipc__put_str(pos, k[P_DEVICE]);
+                parts[i].kind = (gpuipc_kind)proto_kind_from_name(
+                        k[GPUIPC__PART_KIND]->via.str.ptr, k[GPUIPC__PART_KIND]->via.str.size);
+                (void)proto_obj_u64(k[GPUIPC__PART_SIZE], &parts[i].size);
+                parts[i].device = gpuipc__put_str(pos, k[GPUIPC__PART_DEVICE]);
         }
         d->n_nodes = nnodes;
         d->nodes = nnodes ? nodes : NULL;
@@ -249,7 +275,7 @@ const gpuipc_batch_desc *gpuipc__batchdesc_put(const struct gpuipc__batchrec *br
                 memset(&nodes[i], 0, sizeof(nodes[i]));
                 nodes[i].index = i;
                 nodes[i].parent = parent[i];
-                put_node(&br->nodes->via.array.ptr[i], &nodes[i], &ptrs, pos);
+                put_node(&br->nodek[i], &nodes[i], &ptrs, pos);
         }
         d->n_columns = (uint32_t)(ncols > 0 ? ncols : 0);
         d->columns = ncols > 0 ? columns : NULL;

@@ -126,12 +126,23 @@ struct gpuipc_batch_desc {
         uint32_t *columns;              /* node index of each top-level column */
 };
 
+/* A part's fields as gpuipc__batchrec_parse() read them. */
+enum { GPUIPC__PART_KIND, GPUIPC__PART_SIZE, GPUIPC__PART_DEVICE, GPUIPC__PART_COPIED,
+       GPUIPC__PART_KEYS };
+struct gpuipc__partkeys {
+        const msgpack_object *k[GPUIPC__PART_KEYS];
+};
+
 /* A batch record's checked pieces (pointing into the record), and the
  * bytes that gpuipc__batchdesc_put() needs: structs (a multiple of 8) and
- * strings. */
+ * strings.  Each node's and part's fields are read once, into nodek and
+ * partk (one heap block, freed by gpuipc__batchrec_free()). */
 struct gpuipc__batchrec {
         const msgpack_object *parts;    /* array, or NULL */
         const msgpack_object *nodes;    /* arrow.columns, or NULL */
+        struct proto_arrow_node *nodek; /* one per node, or NULL */
+        struct gpuipc__partkeys *partk; /* one per part of parts, or NULL */
+        void *keys_block;
         const msgpack_object *metadata; /* arrow.metadata, or NULL */
         const msgpack_object *copied;   /* the first part's `copied` str, or NULL */
         uint64_t rows;
@@ -139,8 +150,10 @@ struct gpuipc__batchrec {
         size_t struct_bytes, string_bytes;
 };
 
-/* -EBADMSG when reg's batch fields are malformed. */
+/* -EBADMSG when reg's batch fields are malformed, -ENOMEM.  Free br with
+ * gpuipc__batchrec_free() either way. */
 int gpuipc__batchrec_parse(const msgpack_object *reg, struct gpuipc__batchrec *br);
+void gpuipc__batchrec_free(struct gpuipc__batchrec *br);
 /* Lays the description out at mem (struct_bytes, 8-aligned), its strings
  * at *pos (advanced). */
 const gpuipc_batch_desc *gpuipc__batchdesc_put(const struct gpuipc__batchrec *br, void *mem,

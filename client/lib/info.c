@@ -177,8 +177,10 @@ static void set_user(struct rec *r, const msgpack_object *user)
 /* A batch's parts and columns (batchdesc.c), laid out in the block too. */
 static int parse_batch(const msgpack_object *reg, struct rec *r)
 {
-        if (gpuipc__batchrec_parse(reg, &r->batch) < 0)
-                return -EBADMSG;
+        int ret = gpuipc__batchrec_parse(reg, &r->batch);
+
+        if (ret < 0)
+                return ret;
         /* A batch carries no meta; its schema metadata is the user's. */
         if (r->batch.metadata)
                 set_user(r, r->batch.metadata);
@@ -316,8 +318,9 @@ static int parse_rec(const msgpack_object *reg, struct rec *r)
         if (proto_get_map(reg, "meta", &meta) == 0 && parse_meta(meta, r) < 0)
                 return -EBADMSG;
         if (r->info.kind == GPUIPC_KIND_BATCH) {
-                if (parse_batch(reg, r) < 0)
-                        return -EBADMSG;
+                k = parse_batch(reg, r);
+                if (k < 0)
+                        return k;
         } else if (r->info.kind != GPUIPC_KIND_HOST &&
                    gpuipc__info_cuda(reg, &r->info, &r->copied) < 0) {
                 return -EBADMSG;
@@ -357,14 +360,18 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         int ret;
 
         ret = parse_rec(reg, &r);
-        if (ret < 0)
+        if (ret < 0) {
+                gpuipc__batchrec_free(&r.batch);
                 return ret;
+        }
         _Static_assert(alignof(gpuipc_info) >= alignof(int64_t), "layout");
         _Static_assert(sizeof(gpuipc_info) % alignof(int64_t) == 0, "layout");
         _Static_assert(sizeof(gpuipc_holder) % alignof(int64_t) == 0, "layout");
         info = malloc(r.bytes);
-        if (!info)
+        if (!info) {
+                gpuipc__batchrec_free(&r.batch);
                 return -ENOMEM;
+        }
         *info = r.info;
         holders = (gpuipc_holder *)(info + 1);
         shape = (int64_t *)(holders + r.info.n_holders);
@@ -419,6 +426,7 @@ int gpuipc__info_decode(const msgpack_object *reg, gpuipc_info **ret_info)
         }
         info->batch = r.info.kind == GPUIPC_KIND_BATCH
                       ? gpuipc__batchdesc_put(&r.batch, batch, &pos) : NULL;
+        gpuipc__batchrec_free(&r.batch);
         *ret_info = info;
         return 0;
 }

@@ -48,6 +48,7 @@ void batch_free(struct alloc_table *T, struct reg_batch *b)
         free(b->parts);
         free(b->memfds);
         free(b->arrow);
+        free(b->lookup_parts);
         free(b);
 }
 
@@ -315,8 +316,56 @@ void batch_pack_record(struct proto_map *m, const struct reg_batch *b, enum reco
                 fds = mine;
         }
         proto_map_key(m, "parts");
+        /* The cached array names fds in batch_fds()'s order, as lk's are. */
+        if (lookup && b->lookup_parts) {
+                m->pk->callback(m->pk->data, (const char *)b->lookup_parts,
+                                b->lookup_parts_len);
+                return;
+        }
         msgpack_pack_array(m->pk, b->n_parts);
         for (uint32_t i = 0; i < b->n_parts; i++)
                 pack_part(m->pk, b, i, lookup, fds, nfds < 0 ? 0 : (unsigned)nfds,
                           lk ? lk->held : NULL);
+}
+
+/* Whether sb holds exactly one array of n elements. */
+static bool reads_back(const msgpack_sbuffer *sb, uint32_t n)
+{
+        msgpack_unpacked u;
+        size_t off = 0;
+        bool ok;
+
+        msgpack_unpacked_init(&u);
+        ok = msgpack_unpack_next(&u, sb->data, sb->size, &off) == MSGPACK_UNPACK_SUCCESS &&
+             off == sb->size && u.data.type == MSGPACK_OBJECT_ARRAY && u.data.via.array.size == n;
+        msgpack_unpacked_destroy(&u);
+        return ok;
+}
+
+void batch_cache_lookup_parts(struct reg_batch *b)
+{
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        int fds[PROTO_MAX_FDS];
+        int nfds;
+
+        free(b->lookup_parts);
+        b->lookup_parts = NULL;
+        b->lookup_parts_len = 0;
+        nfds = batch_fds(b, fds);
+        if (batch_has_cuda(b) || nfds < 0)
+                return;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_array(&pk, b->n_parts);
+        for (uint32_t i = 0; i < b->n_parts; i++)
+                pack_part(&pk, b, i, true, fds, (unsigned)nfds, NULL);
+        /* The packer drops the writes that ran out of memory: keep only an
+         * array that reads back whole. */
+        if (sb.data && sb.size <= UINT32_MAX && reads_back(&sb, b->n_parts)) {
+                b->lookup_parts = (uint8_t *)sb.data;
+                b->lookup_parts_len = (uint32_t)sb.size;
+                return;
+        }
+        msgpack_sbuffer_destroy(&sb);
 }

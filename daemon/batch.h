@@ -38,8 +38,9 @@ struct reg_batch {
         struct batch_part *parts;
         struct batch_memfd *memfds;
         uint8_t *arrow;                 /* the arrow map, packed */
+        uint8_t *lookup_parts;          /* a lookup's parts array, packed, or NULL */
         uint32_t n_parts, n_memfds;
-        uint32_t arrow_len;
+        uint32_t arrow_len, lookup_parts_len;
         bool has_event;
         uint8_t event[PROTO_IPC_HANDLE_LEN];    /* the producer's, for the whole batch */
         struct rel_events rel;          /* handed back by releases (CUDA parts only) */
@@ -88,6 +89,11 @@ bool batch_last_user(const struct reg_batch *b, uint32_t i, const struct alloc *
 /* The release events of r kept for its owner: a CUDA registration's, or
  * a batch's with a CUDA part; NULL when r keeps none (host). */
 struct rel_events *reg_events(struct reg *r);
+
+/* Packs, once, the parts array every lookup of b sends when that array is
+ * the same for every lookup (no CUDA part: no handles or holds); without
+ * memory the lookups pack it each time. */
+void batch_cache_lookup_parts(struct reg_batch *b);
 
 /* Packs the batch fields of a record into record map m (docs/protocol.md,
  * "Records"): n_parts in a list; arrow, event and parts without handles in

@@ -257,7 +257,10 @@ static int build_batch(struct build *x, const msgpack_object *arrow)
                 if (k < 0)
                         return k;
         }
-        return take_memfds(x);
+        k = take_memfds(x);
+        if (k == 0)
+                batch_cache_lookup_parts(x->b);
+        return k;
 }
 
 /* The request's own fields, before any part: name, lifetime, access,
@@ -288,7 +291,7 @@ static int batch_fields(struct req *q, struct reg_params *p, bool *ret_ephemeral
         if (k < 0)
                 return req_fail(q, -EINVAL, "arrow must be a map (the table's description; it "
                                 "is required)");
-        if (proto_arrow_check(*ret_arrow, n, why, sizeof(why)) < 0)
+        if (proto_arrow_check(*ret_arrow, n, NULL, why, sizeof(why)) < 0)
                 return req_fail(q, -EINVAL, "%s", why);
         return access_parse(q->m, &p->access, q->msg, sizeof(q->msg));
 }

@@ -267,13 +267,15 @@ int restore_decode_batch(struct restore_ctx *x, const msgpack_object *m,
         if (k == 0)
                 k = proto_decode(j.arrow, j.arrow_len, &arrow, NULL);
         if (k == 0) {
-                k = proto_arrow_check(arrow.root, b->n_parts, why, sizeof(why));
+                k = proto_arrow_check(arrow.root, b->n_parts, NULL, why, sizeof(why));
                 proto_msg_free(&arrow);
         }
         if (k == 0)
                 k = batch_set_arrow_bytes(b, j.arrow, j.arrow_len);
         if (k == 0 && batch_fds(b, fds) < 0)
                 k = -EINVAL;            /* more fds than a lookup reply carries */
+        if (k == 0)
+                batch_cache_lookup_parts(b);
         /* Producer-bound memory ends with its producer, as register made it. */
         if (k == 0 && batch_bound(b) && !(p_ephemeral && p_revocable))
                 k = -EINVAL;

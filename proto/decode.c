@@ -13,39 +13,19 @@ static msgpack_zone *spare_zone;
 int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char **ret_why)
 {
         msgpack_zone *z;
-        size_t off = 0;
         int r;
 
         msgpack_unpacked_init(&m->up);
         m->root = NULL;
-        r = proto_check(buf, len, ret_why);
-        if (r < 0)
-                return r;
         z = __atomic_exchange_n(&spare_zone, NULL, __ATOMIC_ACQUIRE);
         if (!z)
                 z = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE);
         if (!z)
                 return -ENOMEM;
         m->up.zone = z;         /* proto_msg_free() gives it back */
-        switch (msgpack_unpack((const char *)buf, len, &off, z, &m->up.data)) {
-        case MSGPACK_UNPACK_SUCCESS:
-                break;
-        case MSGPACK_UNPACK_NOMEM_ERROR:
-                r = -ENOMEM;
+        r = proto_unpack(buf, len, z, &m->up.data, ret_why);
+        if (r < 0)
                 goto fail;
-        default:
-                /* proto_check() accepted it, so this is our bug or msgpack-c's. */
-                if (ret_why)
-                        *ret_why = "msgpack decoder rejected the frame";
-                r = -EBADMSG;
-                goto fail;
-        }
-        if (off != len || m->up.data.type != MSGPACK_OBJECT_MAP) {
-                if (ret_why)
-                        *ret_why = "frame body is not a single msgpack map";
-                r = -EBADMSG;
-                goto fail;
-        }
         m->root = &m->up.data;
         return 0;
 

@@ -70,7 +70,14 @@ struct proto_msg {
         const msgpack_object *root;   /* the top-level map */
 };
 
-/* proto_check() then msgpack_unpack() into m.  m->up owns the objects;
+/* Decodes buf into objects from zone z as msgpack_unpack() would, refusing
+ * what proto_check() refuses, in one pass (unpack.c).  ret is the top-level
+ * map; strings and bins point into buf.  -EBADMSG with a static reason in
+ * *ret_why (when not NULL), or -ENOMEM. */
+int proto_unpack(const uint8_t *buf, size_t len, msgpack_zone *z, msgpack_object *ret,
+                 const char **ret_why);
+
+/* proto_unpack() into m, from a zone of its own.  m->up owns the objects;
  * strings point into buf, so buf must outlive m.  Free with proto_msg_free();
  * a failure leaves m empty (freeing it again is harmless). */
 int proto_decode(const uint8_t *buf, size_t len, struct proto_msg *m, const char **ret_why);

@@ -4,10 +4,12 @@
  * pattern, the rest is the byte stream a peer sends.  The stream is fed to
  * proto_reader in chunks whose sizes come from the input itself (so partial
  * reads at every boundary get exercised), and each complete frame goes
- * through proto_decode and every getter, as the daemon does.
+ * through proto_decode and every getter, as the daemon does.  A frame that
+ * decodes is decoded again by msgpack-c's own msgpack_unpack(), and the two
+ * object trees must be the same (proto_unpack() stands in for msgpack-c).
  *
  * Build (libFuzzer):
- *   P="proto/check.c proto/decode.c proto/encode.c proto/error.c proto/name.c
+ *   P="proto/check.c proto/unpack.c proto/decode.c proto/encode.c proto/error.c proto/name.c
  *      proto/stream.c proto/unix.c"
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
  *         -D_GNU_SOURCE -Iproto $P tests/fuzz/fuzz-frame.c -lmsgpackc -o build/fuzz-frame
@@ -18,6 +20,7 @@
 #include <string.h>
 
 #include "proto.h"
+#include "same_objects.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -108,6 +111,8 @@ static void one_frame(const uint8_t *body, uint32_t len)
                 abort();
         if (r == 0) {
                 if (!m.root || m.root->type != MSGPACK_OBJECT_MAP)
+                        abort();
+                if (!same_as_msgpack_c(body, len, m.root))
                         abort();
                 visit(m.root, 1);
         }

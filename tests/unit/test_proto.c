@@ -16,6 +16,7 @@
 
 #include "gpuipc.h"
 #include "proto.h"
+#include "../fuzz/same_objects.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -49,22 +50,40 @@ static int new_memfd(size_t size)
 #define CHECK_OK(bytes) check_ok(bytes, sizeof(bytes) - 1, #bytes)
 #define CHECK_BAD(bytes, why_part) check_bad(bytes, sizeof(bytes) - 1, why_part, #bytes)
 
+/* Each check case also goes through proto_decode() (proto_unpack(), the
+ * decoder that makes the same checks): the same verdict, and on success
+ * the objects msgpack-c's msgpack_unpack() makes of the bytes. */
 static void check_ok(const char *b, size_t n, const char *what)
 {
         const char *why = NULL;
+        struct proto_msg m;
         int r = proto_check((const uint8_t *)b, n, &why);
+
         cr_expect_eq(r, 0, "proto_check(%s) = %d (%s), want 0", what, r, why ? why : "-");
+        r = proto_decode((const uint8_t *)b, n, &m, &why);
+        cr_expect_eq(r, 0, "proto_decode(%s) = %d (%s), want 0", what, r, why ? why : "-");
+        if (r == 0)
+                cr_expect(same_as_msgpack_c((const uint8_t *)b, n, m.root),
+                          "proto_decode(%s) made other objects than msgpack-c", what);
+        proto_msg_free(&m);
 }
 
 static void check_bad(const char *b, size_t n, const char *why_part, const char *what)
 {
-        const char *why = NULL;
-        int r = proto_check((const uint8_t *)b, n, &why);
-        cr_expect_eq(r, -EBADMSG, "proto_check(%s) = %d, want -EBADMSG", what, r);
-        cr_expect_not_null(why, "proto_check(%s) set no reason", what);
-        if (why && why_part)
-                cr_expect_not_null(strstr(why, why_part),
-                                   "proto_check(%s) reason \"%s\" lacks \"%s\"", what, why, why_part);
+        const char *fn[2] = { "proto_check", "proto_decode" };
+        struct proto_msg m;
+
+        for (int i = 0; i < 2; i++) {
+                const char *why = NULL;
+                int r = i == 0 ? proto_check((const uint8_t *)b, n, &why)
+                               : proto_decode((const uint8_t *)b, n, &m, &why);
+                cr_expect_eq(r, -EBADMSG, "%s(%s) = %d, want -EBADMSG", fn[i], what, r);
+                cr_expect_not_null(why, "%s(%s) set no reason", fn[i], what);
+                if (why && why_part)
+                        cr_expect_not_null(strstr(why, why_part), "%s(%s) reason \"%s\" lacks "
+                                           "\"%s\"", fn[i], what, why, why_part);
+        }
+        proto_msg_free(&m);
 }
 
 /* ---- proto_check: accepted ---------------------------------------------- */
@@ -106,13 +125,61 @@ Test(check, accepts_every_type)
         CHECK_OK("\x82\x01\xde\x00\x01\x01\x02\x02\xdf\x00\x00\x00\x01\x01\x02");
 }
 
+/* The values proto_unpack() gives each encoding (what msgpack-c gives). */
+Test(check, decodes_every_width)
+{
+        static const char f[] =
+                "\x8a\x01\xd0\x80\x02\xd1\x80\x00\x03\xd2\xff\xff\xff\xfe"
+                "\x04\xd3\x80\x00\x00\x00\x00\x00\x00\x00\x05\xd0\x05"
+                "\x06\xcf\xff\xff\xff\xff\xff\xff\xff\xff\x07\xe0"
+                "\x08\xca\x3f\xc0\x00\x00\x09\xcb\xc0\x04\x00\x00\x00\x00\x00\x00"
+                "\x0a\xc5\x00\x02xy";
+        struct proto_msg m;
+        const msgpack_object_kv *kv;
+
+        cr_assert_eq(proto_decode((const uint8_t *)f, sizeof(f) - 1, &m, NULL), 0);
+        kv = m.root->via.map.ptr;
+        cr_assert_eq(m.root->via.map.size, 10);
+        cr_expect_eq(kv[0].val.type, MSGPACK_OBJECT_NEGATIVE_INTEGER);
+        cr_expect_eq(kv[0].val.via.i64, -128);
+        cr_expect_eq(kv[1].val.via.i64, -32768);
+        cr_expect_eq(kv[2].val.via.i64, -2);
+        cr_expect_eq(kv[3].val.via.i64, INT64_MIN);
+        /* a signed encoding of a value >= 0 is a positive integer */
+        cr_expect_eq(kv[4].val.type, MSGPACK_OBJECT_POSITIVE_INTEGER);
+        cr_expect_eq(kv[4].val.via.u64, 5);
+        cr_expect_eq(kv[5].val.via.u64, UINT64_MAX);
+        cr_expect_eq(kv[6].val.via.i64, -32);
+        cr_expect_eq(kv[7].val.type, MSGPACK_OBJECT_FLOAT32);
+        cr_expect_eq(kv[7].val.via.f64, 1.5);
+        cr_expect_eq(kv[8].val.type, MSGPACK_OBJECT_FLOAT64);
+        cr_expect_eq(kv[8].val.via.f64, -2.5);
+        cr_expect_eq(kv[9].val.type, MSGPACK_OBJECT_BIN);
+        cr_expect_eq(kv[9].val.via.bin.size, 2);
+        cr_expect_eq(kv[9].val.via.bin.ptr, f + sizeof(f) - 3, "bin not in the buffer");
+        cr_expect(same_as_msgpack_c((const uint8_t *)f, sizeof(f) - 1, m.root));
+        proto_msg_free(&m);
+}
+
+/* Every prefix of a frame is refused, as truncated or as not a map. */
+Test(check, decode_refuses_every_prefix)
+{
+        static const char f[] = "\x83\xa2op\xa6lookup\xa4name\xd9\x03" "abc\xa1x\x92\xcd\x01\x00\xc3";
+        struct proto_msg m;
+
+        for (size_t n = 0; n < sizeof(f) - 1; n++)
+                cr_expect_eq(proto_decode((const uint8_t *)f, n, &m, NULL), -EBADMSG,
+                             "a %zu-byte prefix decoded", n);
+        cr_expect_eq(proto_decode((const uint8_t *)f, sizeof(f) - 1, &m, NULL), 0);
+        proto_msg_free(&m);
+}
+
 Test(check, accepts_large_strings_and_arrays)
 {
         /* str32, bin32 and array32 produced by msgpack-c's packer. */
         msgpack_sbuffer sb;
         msgpack_packer pk;
         char *big = malloc(70000);
-        const char *why = NULL;
 
         cr_assert_not_null(big);
         memset(big, 'x', 70000);
@@ -128,9 +195,9 @@ Test(check, accepts_large_strings_and_arrays)
         for (int i = 0; i < 70000; i++)
                 msgpack_pack_nil(&pk);
         cr_assert_eq((uint8_t)sb.data[3], 0xdb, "packer did not use str32");
-        cr_expect_eq(proto_check((const uint8_t *)sb.data, sb.size, &why), 0, "%s", why ? why : "");
+        check_ok(sb.data, sb.size, "70000-byte str, bin and array");
         /* One byte short anywhere at the end is truncation. */
-        cr_expect_eq(proto_check((const uint8_t *)sb.data, sb.size - 1, &why), -EBADMSG);
+        check_bad(sb.data, sb.size - 1, NULL, "the same, one byte short");
         msgpack_sbuffer_destroy(&sb);
         free(big);
 }

@@ -4,7 +4,8 @@
  * as jlong, strings as UTF-8 byte arrays (Java's modified UTF-8 is not what
  * the daemon speaks, and the daemon does not validate UTF-8), failures as
  * org.gpuipc.GpuIpcException.  Serialisation per client is done in Java
- * (synchronized), so nothing here locks. */
+ * (synchronized), so nothing here locks.  Batches are in batch_jni.c; the
+ * helpers both files use are declared in gpuipc_jni.h. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>

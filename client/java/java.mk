@@ -10,6 +10,7 @@ JUNIT_CP = $(subst $() ,:,$(foreach j,junit-jupiter-api apiguardian-api opentest
 J := $(BUILDDIR)/java
 JNI_EMBED := $(J)/native/org/gpuipc/native/linux-$(shell uname -m | sed 's/^x86_64$$/amd64/')/libgpuipc_jni.so
 JAVA_SRC := $(wildcard client/java/src/main/java/org/gpuipc/*.java)
+JNI_SRC := $(wildcard client/java/jni/*.c)
 JAVAC_FLAGS := --release 17 -encoding UTF-8 -Werror
 # Never sanitized: a JVM cannot load an ASan-instrumented library.
 JNI_LINK = $(CC) -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -Wno-unused-parameter -fPIC -fvisibility=hidden -shared \
@@ -27,10 +28,11 @@ $(J)/libgpuipc_jni.so: JNI_LIBS = $(MSGPACK_LIBS) -ldl
 $(JNI_EMBED): JNI_LIBS = -Wl,-Bstatic $(shell $(PKG_CONFIG) --libs-only-l $(MSGPACK_PC) 2>/dev/null || \
                          echo -lmsgpackc) -Wl,-Bdynamic -ldl
 $(JNI_EMBED): JNI_STRIP = strip --strip-unneeded $@.tmp &&
-$(J)/libgpuipc_jni.so $(JNI_EMBED): client/java/jni/gpuipc_jni.c client/java/jni/gpuipc_jni.map client/gpuipc.h $(LIBA)
+$(J)/libgpuipc_jni.so $(JNI_EMBED): $(JNI_SRC) client/java/jni/gpuipc_jni.h client/java/jni/gpuipc_jni.map \
+                                    client/gpuipc.h $(LIBA)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(JNI_LINK) -Iclient -Wl,--version-script=client/java/jni/gpuipc_jni.map -o $@.tmp $< \
+	$(Q)$(JNI_LINK) -Iclient -Wl,--version-script=client/java/jni/gpuipc_jni.map -o $@.tmp $(JNI_SRC) \
 		$(LIBA) $(JNI_LIBS) && $(JNI_STRIP) mv $@.tmp $@
 # Tests: try-with-resources over objects they do not otherwise touch is the point.
 java-tests: java $(J)/test-classes.stamp

@@ -4,7 +4,8 @@
  * as jlong, strings as UTF-8 byte arrays (Java's modified UTF-8 is not what
  * the daemon speaks, and the daemon does not validate UTF-8), failures as
  * org.gpuipc.GpuIpcException.  Serialisation per client is done in Java
- * (synchronized), so nothing here locks. */
+ * (synchronized), so nothing here locks.  Batches are in batch_jni.c; the
+ * helpers both files use are declared in gpuipc_jni.h. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include <jni.h>
 
 #include "gpuipc.h"
+#include "gpuipc_jni.h"
 
 static jclass exc_class;        /* org.gpuipc.GpuIpcException */
 static jmethodID exc_from_native;
@@ -22,10 +24,8 @@ static jclass info_class;       /* org.gpuipc.BufferInfo */
 static jmethodID info_from_native;
 static jclass bytes_class;      /* byte[] */
 
-#define CLIENT(h)  ((gpuipc_client *)(uintptr_t)(h))
 #define HOSTBUF(h) ((gpuipc_hostbuf *)(uintptr_t)(h))
 #define VIEW(h)    ((gpuipc_view *)(uintptr_t)(h))
-#define HANDLE(p)  ((jlong)(uintptr_t)(p))
 
 static jclass global_class(JNIEnv *env, const char *name)
 {
@@ -73,7 +73,7 @@ JNIEXPORT void JNICALL JNI_OnUnload(JavaVM *vm, void *reserved)
 /* ---- conversions -------------------------------------------------------- */
 
 /* A new byte[] holding s (without its NUL); NULL with an exception pending. */
-static jbyteArray to_bytes(JNIEnv *env, const char *s)
+jbyteArray gpuipc_jni_bytes(JNIEnv *env, const char *s)
 {
         size_t n = s ? strlen(s) : 0;
         jbyteArray a = (*env)->NewByteArray(env, (jsize)n);
@@ -83,7 +83,7 @@ static jbyteArray to_bytes(JNIEnv *env, const char *s)
         return a;
 }
 
-static void throw_oom(JNIEnv *env)
+void gpuipc_jni_throw_oom(JNIEnv *env)
 {
         jclass c = (*env)->FindClass(env, "java/lang/OutOfMemoryError");
 
@@ -93,7 +93,7 @@ static void throw_oom(JNIEnv *env)
 
 /* A malloc'd NUL-terminated copy of a byte[] (which Java checked for NULs);
  * NULL for a null array, or with an exception pending. */
-static char *from_bytes(JNIEnv *env, jbyteArray a)
+char *gpuipc_jni_cstr(JNIEnv *env, jbyteArray a)
 {
         jsize n;
         char *s;
@@ -103,7 +103,7 @@ static char *from_bytes(JNIEnv *env, jbyteArray a)
         n = (*env)->GetArrayLength(env, a);
         s = malloc((size_t)n + 1);
         if (!s) {
-                throw_oom(env);
+                gpuipc_jni_throw_oom(env);
                 return NULL;
         }
         (*env)->GetByteArrayRegion(env, a, 0, n, (jbyte *)s);
@@ -115,33 +115,54 @@ static char *from_bytes(JNIEnv *env, jbyteArray a)
         return s;
 }
 
-/* Throws GpuIpcException(err, "op ...", message): the message is the
- * client's gpuipc_errmsg() when there is a client, else gpuipc_strerror(). */
-static void throw_gpuipc(JNIEnv *env, const gpuipc_client *c, int err, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-
-static void throw_gpuipc(JNIEnv *env, const gpuipc_client *c, int err, const char *fmt, ...)
+static void throw_va(JNIEnv *env, int err, const char *msg, const char *fmt, va_list ap)
 {
         char op[512];
         jbyteArray jop, jmsg;
         jobject e;
-        va_list ap;
 
         if ((*env)->ExceptionCheck(env))
                 return;
-        va_start(ap, fmt);
         vsnprintf(op, sizeof(op), fmt, ap);
-        va_end(ap);
-        jop = to_bytes(env, op);
-        /* A failed connect has no client: the library keeps its reason. */
-        jmsg = to_bytes(env, c ? gpuipc_errmsg(c)
-                               : strncmp(op, "connect ", 8) == 0 ? gpuipc_errmsg(NULL)
-                                                                 : gpuipc_strerror(err));
+        jop = gpuipc_jni_bytes(env, op);
+        if (!msg || !*msg)
+                msg = gpuipc_strerror(err);
+        jmsg = gpuipc_jni_bytes(env, msg);
         if (!jop || !jmsg)
                 return;
         e = (*env)->CallStaticObjectMethod(env, exc_class, exc_from_native, (jint)err, jop, jmsg);
         if (!(*env)->ExceptionCheck(env) && e)
                 (*env)->Throw(env, (jthrowable)e);
+}
+
+void gpuipc_jni_throw_msg(JNIEnv *env, int err, const char *msg, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        throw_va(env, err, msg, fmt, ap);
+        va_end(ap);
+}
+
+void gpuipc_jni_throw(JNIEnv *env, const gpuipc_client *c, int err, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        /* A failed connect has no client: the library keeps its reason. */
+        throw_va(env, err, c ? gpuipc_errmsg(c)
+                             : strncmp(fmt, "connect ", 8) == 0 ? gpuipc_errmsg(NULL)
+                                                                : gpuipc_strerror(err),
+                 fmt, ap);
+        va_end(ap);
+}
+
+void gpuipc_jni_throw_arg(JNIEnv *env, const char *msg)
+{
+        jclass c = (*env)->FindClass(env, "java/lang/IllegalArgumentException");
+
+        if (c)
+                (*env)->ThrowNew(env, c, msg);
 }
 
 static jlongArray to_longs(JNIEnv *env, const int64_t *v, uint32_t n)
@@ -165,12 +186,12 @@ static jlongArray to_longs(JNIEnv *env, const int64_t *v, uint32_t n)
         return a;
 }
 
-static jobjectArray to_bytes_array(JNIEnv *env, const char *const *s, uint32_t n)
+jobjectArray gpuipc_jni_bytes_array(JNIEnv *env, const char *const *s, uint32_t n)
 {
         jobjectArray a = (*env)->NewObjectArray(env, (jsize)n, bytes_class, NULL);
 
         for (uint32_t i = 0; a && i < n; i++) {
-                jbyteArray b = to_bytes(env, s[i]);
+                jbyteArray b = gpuipc_jni_bytes(env, s[i]);
                 if (!b)
                         return NULL;
                 (*env)->SetObjectArrayElement(env, a, (jsize)i, b);
@@ -182,19 +203,19 @@ static jobjectArray to_bytes_array(JNIEnv *env, const char *const *s, uint32_t n
 }
 
 /* An org.gpuipc.BufferInfo for *in; NULL with an exception pending. */
-static jobject to_info(JNIEnv *env, const gpuipc_info *in)
+jobject gpuipc_jni_info(JNIEnv *env, const gpuipc_info *in)
 {
         jobject name, device, dtype, shape, strides, keys, values, r;
 
         if ((*env)->PushLocalFrame(env, 16) < 0)
                 return NULL;
-        name = to_bytes(env, in->name);
-        device = to_bytes(env, in->device);
-        dtype = to_bytes(env, in->dtype);
+        name = gpuipc_jni_bytes(env, in->name);
+        device = gpuipc_jni_bytes(env, in->device);
+        dtype = gpuipc_jni_bytes(env, in->dtype);
         shape = to_longs(env, in->shape, in->ndim);
         strides = to_longs(env, in->strides, in->ndim);
-        keys = to_bytes_array(env, in->user_keys, in->n_user);
-        values = to_bytes_array(env, in->user_values, in->n_user);
+        keys = gpuipc_jni_bytes_array(env, in->user_keys, in->n_user);
+        values = gpuipc_jni_bytes_array(env, in->user_values, in->n_user);
         if ((*env)->ExceptionCheck(env))
                 return (*env)->PopLocalFrame(env, NULL);
         r = (*env)->CallStaticObjectMethod(env, info_class, info_from_native,
@@ -209,14 +230,7 @@ static jobject to_info(JNIEnv *env, const gpuipc_info *in)
         return (*env)->PopLocalFrame(env, r);
 }
 
-/* User metadata from two byte[][] of equal length. */
-struct jmeta {
-        gpuipc_meta meta;
-        char **keys, **values;
-        uint32_t n;
-};
-
-static void jmeta_free(struct jmeta *m)
+void gpuipc_jni_meta_free(struct jmeta *m)
 {
         for (uint32_t i = 0; i < m->n; i++) {
                 free(m->keys[i]);
@@ -227,7 +241,7 @@ static void jmeta_free(struct jmeta *m)
 }
 
 /* 0, or -1 with an exception pending. */
-static int jmeta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, struct jmeta *m)
+int gpuipc_jni_meta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, struct jmeta *m)
 {
         jsize n = jkeys ? (*env)->GetArrayLength(env, jkeys) : 0;
 
@@ -244,8 +258,8 @@ static int jmeta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, stru
         m->keys = calloc((size_t)n, sizeof(char *));
         m->values = calloc((size_t)n, sizeof(char *));
         if (!m->keys || !m->values) {
-                jmeta_free(m);
-                throw_oom(env);
+                gpuipc_jni_meta_free(m);
+                gpuipc_jni_throw_oom(env);
                 return -1;
         }
         for (jsize i = 0; i < n; i++) {
@@ -254,9 +268,9 @@ static int jmeta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, stru
                                (*env)->GetObjectArrayElement(env, jvalues, i);
                 m->n = (uint32_t)i + 1;
                 if (!(*env)->ExceptionCheck(env)) {
-                        m->keys[i] = from_bytes(env, k);
+                        m->keys[i] = gpuipc_jni_cstr(env, k);
                         if (m->keys[i])
-                                m->values[i] = from_bytes(env, v);
+                                m->values[i] = gpuipc_jni_cstr(env, v);
                 }
                 (*env)->DeleteLocalRef(env, k);
                 (*env)->DeleteLocalRef(env, v);
@@ -266,7 +280,7 @@ static int jmeta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, stru
                                 if (c)
                                         (*env)->ThrowNew(env, c, "null metadata entry");
                         }
-                        jmeta_free(m);
+                        gpuipc_jni_meta_free(m);
                         return -1;
                 }
         }
@@ -278,8 +292,6 @@ static int jmeta_get(JNIEnv *env, jobjectArray jkeys, jobjectArray jvalues, stru
 
 /* ---- org.gpuipc.Native -------------------------------------------------- */
 
-#define FN(name) JNICALL Java_org_gpuipc_Native_##name
-
 JNIEXPORT jstring FN(version)(JNIEnv *env, jclass cls)
 {
         return (*env)->NewStringUTF(env, gpuipc_version_string());
@@ -287,7 +299,7 @@ JNIEXPORT jstring FN(version)(JNIEnv *env, jclass cls)
 
 JNIEXPORT jstring FN(defaultSocket)(JNIEnv *env, jclass cls)
 {
-        jbyteArray b = to_bytes(env, gpuipc_client_default_socket());
+        jbyteArray b = gpuipc_jni_bytes(env, gpuipc_client_default_socket());
         jclass sc;
         jmethodID ctor;
         jstring cs;
@@ -304,7 +316,7 @@ JNIEXPORT jstring FN(defaultSocket)(JNIEnv *env, jclass cls)
 
 JNIEXPORT jlong FN(connect)(JNIEnv *env, jclass cls, jbyteArray jpath)
 {
-        char *path = from_bytes(env, jpath);
+        char *path = gpuipc_jni_cstr(env, jpath);
         gpuipc_client *c = NULL;
         int r;
 
@@ -312,7 +324,7 @@ JNIEXPORT jlong FN(connect)(JNIEnv *env, jclass cls, jbyteArray jpath)
                 return 0;
         r = gpuipc_client_connect(path, &c);
         if (r < 0)
-                throw_gpuipc(env, NULL, r, "connect %s", path ? path : gpuipc_client_default_socket());
+                gpuipc_jni_throw(env, NULL, r, "connect %s", path ? path : gpuipc_client_default_socket());
         free(path);
         return r < 0 ? 0 : HANDLE(c);
 }
@@ -327,7 +339,7 @@ JNIEXPORT void FN(ping)(JNIEnv *env, jclass cls, jlong c)
         int r = gpuipc_client_ping(CLIENT(c));
 
         if (r < 0)
-                throw_gpuipc(env, CLIENT(c), r, "ping");
+                gpuipc_jni_throw(env, CLIENT(c), r, "ping");
 }
 
 JNIEXPORT jlong FN(hostbufNew)(JNIEnv *env, jclass cls, jlong size)
@@ -336,13 +348,13 @@ JNIEXPORT jlong FN(hostbufNew)(JNIEnv *env, jclass cls, jlong size)
         int r;
 
         if (size <= 0 || (uint64_t)size > SIZE_MAX) {
-                throw_gpuipc(env, NULL, -EINVAL, "allocate host buffer of %lld bytes",
+                gpuipc_jni_throw(env, NULL, -EINVAL, "allocate host buffer of %lld bytes",
                              (long long)size);
                 return 0;
         }
         r = gpuipc_hostbuf_new((size_t)size, &b);
         if (r < 0) {
-                throw_gpuipc(env, NULL, r, "allocate host buffer of %lld bytes", (long long)size);
+                gpuipc_jni_throw(env, NULL, r, "allocate host buffer of %lld bytes", (long long)size);
                 return 0;
         }
         return HANDLE(b);
@@ -385,18 +397,18 @@ JNIEXPORT jlong FN(registerHost)(JNIEnv *env, jclass cls, jlong c, jbyteArray jn
         char *name;
         int r;
 
-        name = from_bytes(env, jname);
+        name = gpuipc_jni_cstr(env, jname);
         if (!name)
                 return 0;
-        if (jmeta_get(env, jkeys, jvalues, &m) < 0) {
+        if (gpuipc_jni_meta_get(env, jkeys, jvalues, &m) < 0) {
                 free(name);
                 return 0;
         }
         r = gpuipc_hostbuf_register(CLIENT(c), name, HOSTBUF(b), m.n ? &m.meta : NULL,
                                  (unsigned)flags, &id);
         if (r < 0)
-                throw_gpuipc(env, CLIENT(c), r, "register %s", name);
-        jmeta_free(&m);
+                gpuipc_jni_throw(env, CLIENT(c), r, "register %s", name);
+        gpuipc_jni_meta_free(&m);
         free(name);
         return (jlong)id;
 }
@@ -410,33 +422,33 @@ JNIEXPORT jlong FN(registerCuda)(JNIEnv *env, jclass cls, jlong c, jbyteArray jn
         char *name;
         int r;
 
-        name = from_bytes(env, jname);
+        name = gpuipc_jni_cstr(env, jname);
         if (!name)
                 return 0;
-        if (jmeta_get(env, jkeys, jvalues, &m) < 0) {
+        if (gpuipc_jni_meta_get(env, jkeys, jvalues, &m) < 0) {
                 free(name);
                 return 0;
         }
         r = gpuipc_cuda_register(CLIENT(c), name, (uint64_t)dptr, (uint64_t)size,
                                  m.n ? &m.meta : NULL, NULL, (unsigned)flags, &id);
         if (r < 0)
-                throw_gpuipc(env, CLIENT(c), r, "register %s (device 0x%llx, %lld bytes)", name,
+                gpuipc_jni_throw(env, CLIENT(c), r, "register %s (device 0x%llx, %lld bytes)", name,
                              (unsigned long long)dptr, (long long)size);
-        jmeta_free(&m);
+        gpuipc_jni_meta_free(&m);
         free(name);
         return (jlong)id;
 }
 
 JNIEXPORT void FN(unregister)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname)
 {
-        char *name = from_bytes(env, jname);
+        char *name = gpuipc_jni_cstr(env, jname);
         int r;
 
         if (!name)
                 return;
         r = gpuipc_name_unregister(CLIENT(c), name);
         if (r < 0)
-                throw_gpuipc(env, CLIENT(c), r, "unregister %s", name);
+                gpuipc_jni_throw(env, CLIENT(c), r, "unregister %s", name);
         free(name);
 }
 
@@ -445,7 +457,7 @@ JNIEXPORT void FN(setTtl)(JNIEnv *env, jclass cls, jlong c, jlong ttl_ms)
         int r = ttl_ms < 0 ? -EINVAL : gpuipc_client_set_ttl(CLIENT(c), (uint64_t)ttl_ms);
 
         if (r < 0)
-                throw_gpuipc(env, CLIENT(c), r, "set a TTL of %lld ms", (long long)ttl_ms);
+                gpuipc_jni_throw(env, CLIENT(c), r, "set a TTL of %lld ms", (long long)ttl_ms);
 }
 
 JNIEXPORT void FN(waitReleased)(JNIEnv *env, jclass cls, jlong c, jlong id, jint timeout_ms)
@@ -453,7 +465,7 @@ JNIEXPORT void FN(waitReleased)(JNIEnv *env, jclass cls, jlong c, jlong id, jint
         int r = gpuipc_reg_wait_released(CLIENT(c), (uint64_t)id, timeout_ms);
 
         if (r < 0)
-                throw_gpuipc(env, CLIENT(c), r, "await release of registration %lld",
+                gpuipc_jni_throw(env, CLIENT(c), r, "await release of registration %lld",
                              (long long)id);
 }
 
@@ -461,14 +473,14 @@ JNIEXPORT jlong FN(lookup)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname,
                            jint timeout_ms, jint flags)
 {
         gpuipc_view *v = NULL;
-        char *name = from_bytes(env, jname);
+        char *name = gpuipc_jni_cstr(env, jname);
         int r;
 
         if (!name)
                 return 0;
         r = gpuipc_view_lookup(CLIENT(c), name, timeout_ms, (unsigned)flags, &v);
         if (r < 0)
-                throw_gpuipc(env, CLIENT(c), r, "lookup %s", name);
+                gpuipc_jni_throw(env, CLIENT(c), r, "lookup %s", name);
         free(name);
         return r < 0 ? 0 : HANDLE(v);
 }
@@ -490,7 +502,7 @@ JNIEXPORT jint FN(viewDevice)(JNIEnv *env, jclass cls, jlong v)
 
 JNIEXPORT jobject FN(viewInfo)(JNIEnv *env, jclass cls, jlong v)
 {
-        return to_info(env, gpuipc_view_info(VIEW(v)));
+        return gpuipc_jni_info(env, gpuipc_view_info(VIEW(v)));
 }
 
 JNIEXPORT jint FN(viewRelease)(JNIEnv *env, jclass cls, jlong v)
@@ -502,7 +514,7 @@ JNIEXPORT jobjectArray FN(list)(JNIEnv *env, jclass cls, jlong c, jbyteArray jpr
 {
         gpuipc_list *l = NULL;
         jobjectArray a;
-        char *prefix = from_bytes(env, jprefix);
+        char *prefix = gpuipc_jni_cstr(env, jprefix);
         size_t n;
         int r;
 
@@ -510,7 +522,7 @@ JNIEXPORT jobjectArray FN(list)(JNIEnv *env, jclass cls, jlong c, jbyteArray jpr
                 return NULL;
         r = gpuipc_list_fetch(CLIENT(c), prefix, 0, &l);
         if (r < 0) {
-                throw_gpuipc(env, CLIENT(c), r, "list %s", prefix ? prefix : "(all)");
+                gpuipc_jni_throw(env, CLIENT(c), r, "list %s", prefix ? prefix : "(all)");
                 free(prefix);
                 return NULL;
         }
@@ -518,7 +530,7 @@ JNIEXPORT jobjectArray FN(list)(JNIEnv *env, jclass cls, jlong c, jbyteArray jpr
         n = gpuipc_list_count(l);
         a = (*env)->NewObjectArray(env, (jsize)n, info_class, NULL);
         for (size_t i = 0; a && i < n; i++) {
-                jobject o = to_info(env, gpuipc_list_get(l, i));
+                jobject o = gpuipc_jni_info(env, gpuipc_list_get(l, i));
                 if (!o) {
                         a = NULL;
                         break;

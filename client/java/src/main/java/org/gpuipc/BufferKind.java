@@ -18,7 +18,14 @@ public enum BufferKind {
      * A pointer of a stream-ordered memory pool created with the POSIX fd
      * handle type. It stays the producer's, as {@link #CUDA_IPC} memory.
      */
-    CUDA_POOL("cuda-pool");
+    CUDA_POOL("cuda-pool"),
+    /**
+     * A batch: one registration for a table of Arrow columns, whose buffers
+     * may be host or device memory ({@link GpuIpcClient#registerBatch},
+     * {@link GpuIpcClient#lookupBatch}). {@link GpuIpcClient#lookup} refuses
+     * it with {@link GpuIpcException#EMEDIUMTYPE}.
+     */
+    BATCH("batch");
 
     private final String wireName;
 
@@ -29,8 +36,8 @@ public enum BufferKind {
     /**
      * The name the protocol and {@code gpuipcctl} use for this kind.
      *
-     * @return {@code "host"}, {@code "cuda-ipc"}, {@code "cuda-vmm"} or
-     *         {@code "cuda-pool"}
+     * @return {@code "host"}, {@code "cuda-ipc"}, {@code "cuda-vmm"},
+     *         {@code "cuda-pool"} or {@code "batch"}
      */
     public String wireName() {
         return wireName;
@@ -39,10 +46,12 @@ public enum BufferKind {
     /**
      * Whether buffers of this kind live in device memory.
      *
-     * @return true for the CUDA kinds
+     * @return true for the CUDA kinds; false for {@link #HOST} and for
+     *         {@link #BATCH}, whose columns say for themselves
+     *         ({@link BatchColumn#isDevice()})
      */
     public boolean isDevice() {
-        return this != HOST;
+        return this != HOST && this != BATCH;
     }
 
     /** Maps the C library's {@code gpuipc_kind} value. */
@@ -56,6 +65,8 @@ public enum BufferKind {
             return CUDA_VMM;
         case 3:
             return CUDA_POOL;
+        case 4:
+            return BATCH;
         default:
             throw new IllegalStateException("unknown gpuipc_kind " + kind);
         }

@@ -248,7 +248,8 @@ public final class GpuIpcClient implements AutoCloseable {
      * @throws GpuIpcException {@link GpuIpcException#ENOENT} when absent and
      *         not waiting, {@link GpuIpcException#ETIMEDOUT} when the wait
      *         expired, {@link GpuIpcException#ENOTSUP} for a device buffer
-     *         without a CUDA driver
+     *         without a CUDA driver, {@link GpuIpcException#EMEDIUMTYPE} for
+     *         a batch (use {@link #lookupBatch})
      * @throws IllegalStateException if this client is closed
      */
     public View lookup(String name, Duration timeout) throws GpuIpcException {
@@ -275,6 +276,95 @@ public final class GpuIpcClient implements AutoCloseable {
                 return new View(this, v, writable);
             } catch (RuntimeException | Error e) {
                 Native.viewRelease(v);
+                throw e;
+            }
+        }
+    }
+
+    /**
+     * Registers a table of Arrow columns under {@code name} in one request
+     * ({@code gpuipc_batch_register}): one registration, one lease per
+     * consumer, one {@link #awaitRelease} for all of its buffers. Host
+     * buffers inside a {@link HostBuffer} are shared in place, other host
+     * memory is copied into one sealed memfd; device buffers are shared as
+     * {@link #registerDevice} shares them (a batch with
+     * {@link BufferKind#CUDA_IPC} memory is ephemeral, as such memory stays
+     * this process's). {@code batch} stays the caller's, to close.
+     *
+     * @param name  the name, as for {@link #registerHost}
+     * @param batch the columns, metadata and event; at least one column
+     * @param flags {@link RegisterFlag#EPHEMERAL}, {@link RegisterFlag#CUDA_IPC},
+     *              {@link RegisterFlag#COPY}
+     * @return the registration id, for {@link #awaitRelease}
+     * @throws GpuIpcException {@link GpuIpcException#EEXIST} when the name is
+     *         taken, {@link GpuIpcException#EINVAL} for an empty batch or an
+     *         invalid name, {@link GpuIpcException#E2BIG} past 64 fds,
+     *         {@link GpuIpcException#EMSGSIZE} when its description does not
+     *         fit a frame, {@link GpuIpcException#ENOTSUP} for device
+     *         columns without a CUDA driver
+     * @throws IllegalStateException if this client, the batch or a
+     *         HostBuffer of it is closed
+     */
+    public long registerBatch(String name, Batch batch, RegisterFlag... flags)
+            throws GpuIpcException {
+        byte[] n = cstr(name, "name");
+        Objects.requireNonNull(batch, "batch");
+        int bits = RegisterFlag.bits(flags);
+        synchronized (this) {
+            return batch.register(handle(), n, bits);
+        }
+    }
+
+    /**
+     * Builds a batch of {@code columns} with the schema metadata
+     * {@code metadata} and registers it, as
+     * {@link #registerBatch(String, Batch, RegisterFlag...)} does.
+     *
+     * @param name     the name
+     * @param columns  the columns, in order; at least one
+     * @param metadata the schema's metadata, or null
+     * @param flags    options
+     * @return the registration id
+     * @throws GpuIpcException as {@link Batch#addColumn(ColumnSpec)} and
+     *         {@link #registerBatch(String, Batch, RegisterFlag...)}
+     */
+    public long registerBatch(String name, List<ColumnSpec> columns, Map<String, String> metadata,
+                              RegisterFlag... flags) throws GpuIpcException {
+        Objects.requireNonNull(columns, "columns");
+        try (Batch b = new Batch()) {
+            for (ColumnSpec c : columns)
+                b.addColumn(c);
+            if (metadata != null && !metadata.isEmpty())
+                b.setMetadata(metadata);
+            return registerBatch(name, b, flags);
+        }
+    }
+
+    /**
+     * Looks a batch up in one round trip and maps every buffer under one
+     * lease ({@code gpuipc_batch_view_lookup}), waiting up to {@code timeout}
+     * for the name to be registered, and for the batch's CUDA event.
+     *
+     * @param name    the name
+     * @param timeout zero: fail at once when absent; null or negative: wait
+     *                as long as the daemon allows
+     * @return the view; the caller closes it
+     * @throws GpuIpcException {@link GpuIpcException#ENOENT} when absent and
+     *         not waiting, {@link GpuIpcException#ETIMEDOUT} when the wait
+     *         expired, {@link GpuIpcException#EMEDIUMTYPE} when the name is a
+     *         single buffer (use {@link #lookup}), {@link GpuIpcException#ENOTSUP}
+     *         for device columns without a CUDA driver
+     * @throws IllegalStateException if this client is closed
+     */
+    public BatchView lookupBatch(String name, Duration timeout) throws GpuIpcException {
+        byte[] n = cstr(name, "name");
+        int ms = millis(timeout);
+        synchronized (this) {
+            long v = Native.batchLookup(handle(), n, ms, 0);
+            try {
+                return new BatchView(this, v);
+            } catch (RuntimeException | Error e) {
+                Native.batchViewRelease(v);
                 throw e;
             }
         }
@@ -473,7 +563,7 @@ public final class GpuIpcClient implements AutoCloseable {
         return b;
     }
 
-    private static byte[][][] metaArrays(Map<String, String> meta) {
+    static byte[][][] metaArrays(Map<String, String> meta) {
         if (meta == null || meta.isEmpty())
             return new byte[][][] {NO_STRINGS, NO_STRINGS};
         byte[][] keys = new byte[meta.size()][];

@@ -64,6 +64,10 @@ public class GpuIpcException extends Exception {
     public static final int ENAMETOOLONG = -36;
     /** Internal error in the daemon ({@code internal}). */
     public static final int EIO = -5;
+    /** A batch looked up as a single buffer, or a single buffer as a batch. */
+    public static final int EMEDIUMTYPE = -124;
+    /** Too many of something: columns, buffers or fds of a batch, metadata entries. */
+    public static final int E2BIG = -7;
 
     private static final Map<Integer, String> NAMES = Map.ofEntries(
             Map.entry(ENOENT, "ENOENT"), Map.entry(EPERM, "EPERM"), Map.entry(EBADF, "EBADF"),
@@ -74,7 +78,8 @@ public class GpuIpcException extends Exception {
             Map.entry(ECONNRESET, "ECONNRESET"), Map.entry(ENOTCONN, "ENOTCONN"),
             Map.entry(ESHUTDOWN, "ESHUTDOWN"), Map.entry(ETIMEDOUT, "ETIMEDOUT"),
             Map.entry(ECONNREFUSED, "ECONNREFUSED"), Map.entry(ENAMETOOLONG, "ENAMETOOLONG"),
-            Map.entry(EIO, "EIO"));
+            Map.entry(EIO, "EIO"), Map.entry(EMEDIUMTYPE, "EMEDIUMTYPE"),
+            Map.entry(E2BIG, "E2BIG"));
 
     /** The negative errno libgpuipc returned (serialized with the exception). */
     private final int code;

@@ -154,4 +154,39 @@ final class Native {
     static native int viewRelease(long v);
 
     static native BufferInfo[] list(long c, byte[] prefix) throws GpuIpcException;
+
+    /* Batches (batch_jni.c). */
+
+    static native long directAddress(ByteBuffer b);
+
+    static native long batchNew() throws GpuIpcException;
+
+    static native void batchFree(long b);
+
+    /** One column, its arrays in pre-order: see batch_jni.c for the layout of the arrays. */
+    static native void batchAddColumn(long b, int device, byte[][] names, byte[][] formats,
+                                      byte[][] metadata, long[] nodes, long[] buffers)
+            throws GpuIpcException;
+
+    static native void batchSetMetadata(long b, byte[][] keys, byte[][] values)
+            throws GpuIpcException;
+
+    static native void batchSetEvent(long b, long event, int device) throws GpuIpcException;
+
+    static native long batchRegister(long c, byte[] name, long b, int flags) throws GpuIpcException;
+
+    static native long batchLookup(long c, byte[] name, int timeoutMs, int flags)
+            throws GpuIpcException;
+
+    static native long batchViewRows(long v);
+
+    static native int batchViewNodeCount(long v);
+
+    /** Fills the arrays (7 and 9 longs per node, one element per node for the others). */
+    static native void batchViewNodes(long v, long[] nodes, long[] buffers, byte[][] names,
+                                      byte[][] formats, byte[][][] metaKeys, byte[][][] metaValues);
+
+    static native BufferInfo batchViewInfo(long v);
+
+    static native int batchViewRelease(long v);
 }

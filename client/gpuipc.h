@@ -643,6 +643,15 @@ GPUIPC_EXPORT const char *gpuipc_batch_errmsg(const gpuipc_batch *b);
  * (dictionary, union, run-end, view types), -E2BIG (limits); b unchanged. */
 GPUIPC_EXPORT int gpuipc_batch_add_column(gpuipc_batch *b, const struct ArrowSchema *schema,
                                           const struct ArrowArray *array, int device);
+/* The same for an array of two buffers (validity, values: a fixed-width
+ * type or booleans, e.g. "i", "g", "b", "w:16") without building its
+ * structs: length values at data (host memory, or device memory of
+ * ordinal `device`), and a validity bitmap (NULL: none) with null_count
+ * nulls (-1: unknown).  -EINVAL for a format with other buffers (strings,
+ * lists, structs: gpuipc_batch_add_column()). */
+GPUIPC_EXPORT int gpuipc_batch_add_buffer(gpuipc_batch *b, const char *name, const char *format,
+                                          int64_t length, int64_t null_count,
+                                          const void *validity, const void *data, int device);
 /* Appends the children of a struct array ("+s", e.g. an exported record
  * batch) as columns, host memory, with the struct's offset applied, and
  * takes the schema's metadata as the batch's (unless set already).  The
@@ -703,6 +712,13 @@ GPUIPC_EXPORT int gpuipc_batch_view_buffer(const gpuipc_batch_view *v, size_t co
 GPUIPC_EXPORT int gpuipc_batch_view_node_buffer(const gpuipc_batch_view *v, size_t node,
                                                 unsigned buffer, void **ret_data,
                                                 uint64_t *ret_size, int *ret_device);
+/* The mapping that part `part` (gpuipc_info_batch_part) lies in, in this
+ * process: its start and size (a device part: its opened allocation; a
+ * host part: its memfd, mapped from the start; a device copy: itself).
+ * Buffers in one mapping can be addressed from its start, e.g. as slices
+ * of one array.  Either ret_ may be NULL.  -EINVAL: no such part. */
+GPUIPC_EXPORT int gpuipc_batch_view_part_mapping(const gpuipc_batch_view *v, size_t part,
+                                                 void **ret_base, uint64_t *ret_size);
 /* The registration, as at lookup time (kind GPUIPC_KIND_BATCH).  Owned by v. */
 GPUIPC_EXPORT const gpuipc_info *gpuipc_batch_view_info(const gpuipc_batch_view *v);
 

@@ -393,6 +393,38 @@ int gpuipc_batch_add_column(gpuipc_batch *b, const struct ArrowSchema *schema,
         return add_done(&w, r, array->length);
 }
 
+/* The structs gpuipc_batch_add_buffer() describes are its own, never released. */
+static void keep_schema(struct ArrowSchema *s)
+{
+        s->release = NULL;
+}
+
+static void keep_array(struct ArrowArray *a)
+{
+        a->release = NULL;
+}
+
+int gpuipc_batch_add_buffer(gpuipc_batch *b, const char *name, const char *format,
+                            int64_t length, int64_t null_count, const void *validity,
+                            const void *data, int device)
+{
+        const void *buffers[2] = { validity, data };
+        struct ArrowSchema s = {
+                .format = format, .name = name, .release = keep_schema,
+                .flags = validity ? ARROW_FLAG_NULLABLE : 0,
+        };
+        struct ArrowArray a = {
+                .length = length, .null_count = null_count, .n_buffers = 2,
+                .buffers = buffers, .release = keep_array,
+        };
+
+        if (!b)
+                return -EINVAL;
+        if (!format)
+                return bfail(b, -EINVAL, "format is NULL");
+        return gpuipc_batch_add_column(b, &s, &a, device);
+}
+
 /* The children of struct (s, a) as columns, with its offset applied. */
 static int add_struct(gpuipc_batch *b, const struct ArrowSchema *s, const struct ArrowArray *a,
                       int device)

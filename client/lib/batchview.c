@@ -399,6 +399,33 @@ int gpuipc_batch_view_node_buffer(const gpuipc_batch_view *v, size_t node, unsig
         return 0;
 }
 
+int gpuipc_batch_view_part_mapping(const gpuipc_batch_view *v, size_t part, void **ret_base,
+                                   uint64_t *ret_size)
+{
+        const struct gpuipc__bpart *p;
+        uint8_t *base;
+        uint64_t size;
+
+        if (!v || part >= v->desc->n_parts)
+                return -EINVAL;
+        p = &v->parts[part];
+        /* A device copy, or a part the library did not map: itself. */
+        base = p->data;
+        size = p->size;
+        if (p->dv)
+                gpuipc__cuview_extent(p->dv, &base, &size);
+        else if (p->device < 0 && v->maps[p->fd]) {
+                /* the memfd, mapped from its start */
+                base = p->data - p->offset;
+                size = gpuipc__map_length(v->maps[p->fd]);
+        }
+        if (ret_base)
+                *ret_base = base;
+        if (ret_size)
+                *ret_size = size;
+        return 0;
+}
+
 int gpuipc_batch_view_buffer(const gpuipc_batch_view *v, size_t column, unsigned buffer,
                              void **ret_data, uint64_t *ret_size, int *ret_device)
 {

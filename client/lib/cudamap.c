@@ -324,6 +324,14 @@ bool gpuipc__cuview_own(const gpuipc_view *v)
         return v->cumap && v->cumap->own;
 }
 
+void gpuipc__cuview_extent(const gpuipc_view *v, uint8_t **base, uint64_t *size)
+{
+        if (!v->cumap)
+                return;
+        *base = (uint8_t *)(uintptr_t)v->cumap->base;
+        *size = v->cumap->size;
+}
+
 void gpuipc__cuview_close(gpuipc_view *v)
 {
         struct cuda *cu;

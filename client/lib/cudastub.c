@@ -73,6 +73,10 @@ bool gpuipc__cuview_own(const gpuipc_view *v)
         return false;
 }
 
+void gpuipc__cuview_extent(const gpuipc_view *v, uint8_t **base, uint64_t *size)
+{
+}
+
 int gpuipc__cuparts_new(gpuipc_client *c, const struct gpuipc__bbuf *const *bufs, unsigned n,
                         void *event, int event_device, unsigned flags,
                         struct gpuipc__cuparts **ret)

@@ -397,6 +397,8 @@ int gpuipc__map_get(int fd, bool writable, uint64_t need, struct gpuipc__map **r
 void gpuipc__map_put(struct gpuipc__map *m);
 /* The start of m when it covers need bytes, else NULL. */
 uint8_t *gpuipc__map_base(const struct gpuipc__map *m, uint64_t need);
+/* The bytes m maps: the whole file, as it was when mapped. */
+uint64_t gpuipc__map_length(const struct gpuipc__map *m);
 
 /* Hints (see map.c): the newest host view of c open on name with that
  * protection.  When there is one, returns true with its lease, registration
@@ -448,6 +450,9 @@ void gpuipc__cuview_close(gpuipc_view *v);
 /* Whether device view v maps this process's own memory (the producer's
  * pointer, nothing opened). */
 bool gpuipc__cuview_own(const gpuipc_view *v);
+/* The opened allocation v lies in: its start and size into *base and
+ * *size; they stay as they are for a view without one (a device copy). */
+void gpuipc__cuview_extent(const gpuipc_view *v, uint8_t **base, uint64_t *size);
 /* Opens n IPC event handles and synchronises each. */
 int gpuipc__cuda_wait_events(gpuipc_client *c, const uint8_t *handles, unsigned n);
 /* The mapping cache (cudamap.c): whether lookups ask the daemon to hold

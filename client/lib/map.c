@@ -238,3 +238,8 @@ uint8_t *gpuipc__map_base(const struct gpuipc__map *m, uint64_t need)
 {
         return m->length >= need ? m->base : NULL;
 }
+
+uint64_t gpuipc__map_length(const struct gpuipc__map *m)
+{
+        return m->length;
+}

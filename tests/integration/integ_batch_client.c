@@ -785,6 +785,92 @@ Test(batch, records_and_kinds)
         gpuipc_client_free(c);
 }
 
+/* Every buffer of v lies inside the mapping gpuipc_batch_view_part_mapping()
+ * gives for its part; the mapping bases of parts 0 .. n_parts-1 into
+ * bases. */
+static void mappings_hold_buffers(gpuipc_batch_view *v, void **bases)
+{
+        const gpuipc_info *info = gpuipc_batch_view_info(v);
+
+        for (size_t n = 0; n < gpuipc_info_batch_nodes(info); n++) {
+                const gpuipc_batch_node *node = gpuipc_info_batch_node(info, n);
+                for (unsigned k = 0; k < node->n_buffers; k++) {
+                        uint8_t *data, *base;
+                        uint64_t size, msize;
+                        if (node->buffers[k] < 0)
+                                continue;
+                        cr_assert_eq(gpuipc_batch_view_node_buffer(v, n, k, (void **)&data,
+                                                                   &size, NULL), 0);
+                        cr_assert_eq(gpuipc_batch_view_part_mapping(v, node->buffers[k],
+                                                                    (void **)&base, &msize), 0);
+                        cr_assert(base <= data && size <= msize &&
+                                  (uint64_t)(data - base) <= msize - size,
+                                  "node %zu buffer %u (%p, %llu) outside its mapping (%p, %llu)",
+                                  n, k, (void *)data, (unsigned long long)size, (void *)base,
+                                  (unsigned long long)msize);
+                        bases[node->buffers[k]] = base;
+                }
+        }
+        cr_assert_eq(gpuipc_batch_view_part_mapping(v, gpuipc_info_batch_parts(info), NULL,
+                                                    NULL), -EINVAL);
+        cr_assert_eq(gpuipc_batch_view_part_mapping(NULL, 0, NULL, NULL), -EINVAL);
+}
+
+/* Columns from bare pointers (gpuipc_batch_add_buffer): copied into one
+ * memfd, so one mapping for all; a format of other buffers is refused and
+ * leaves the batch as it was. */
+Test(batch, columns_from_buffers)
+{
+        static const int32_t ints[5] = { 1, -2, 3, 0, 5 };
+        static const double dbl[5] = { 0.5, 1.5, 2.5, 3.5, 4.5 };
+        static const uint8_t valid = 0x17, bits = 0x0a;     /* row 3 null; rows 1, 3 true */
+        gpuipc_client *c = dconnect();
+        gpuipc_batch *b = NULL;
+        gpuipc_batch_view *v = NULL;
+        struct ArrowSchema s;
+        struct ArrowArray a;
+        void *bases[4] = { NULL };
+        int r;
+
+        cr_assert_eq(gpuipc_batch_new(&b), 0);
+        cr_assert_eq(gpuipc_batch_add_buffer(b, "i", "i", 5, 1, &valid, ints, -1), 0, "%s",
+                     gpuipc_batch_errmsg(b));
+        cr_assert_eq(gpuipc_batch_add_buffer(b, "d", "g", 5, 0, NULL, dbl, -1), 0, "%s",
+                     gpuipc_batch_errmsg(b));
+        r = gpuipc_batch_add_buffer(b, "s", "u", 5, 0, NULL, ints, -1);
+        cr_assert_eq(r, -EINVAL, "utf8 has an offsets buffer too: %d", r);
+        cr_assert(strstr(gpuipc_batch_errmsg(b), "buffers"), "%s", gpuipc_batch_errmsg(b));
+        r = gpuipc_batch_add_buffer(b, "n", "i", 5, 2, NULL, ints, -1);
+        cr_assert_eq(r, -EINVAL, "nulls without a validity bitmap: %d", r);
+        cr_assert_eq(gpuipc_batch_add_buffer(b, "b", "b", 5, 0, NULL, &bits, -1), 0, "%s",
+                     gpuipc_batch_errmsg(b));
+        cr_assert_eq(gpuipc_batch_add_buffer(b, "x", "i", 4, 0, NULL, ints, -1), -EINVAL,
+                     "a column of another row count");
+        cr_assert_eq(gpuipc_batch_add_buffer(b, "x", NULL, 5, 0, NULL, ints, -1), -EINVAL);
+        cr_assert_eq(gpuipc_batch_register(c, "t/f", b, 0, NULL), 0, "%s", gpuipc_errmsg(c));
+        gpuipc_batch_free(b);
+        cr_assert_eq(gpuipc_batch_view_lookup(c, "t/f", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(gpuipc_batch_view_columns(v), 3, "the refused columns are not in it");
+        cr_assert_eq(gpuipc_batch_view_export(v, -1, &s, &a), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_str_eq(s.children[0]->format, "i");
+        cr_assert_eq(s.children[0]->flags & ARROW_FLAG_NULLABLE, ARROW_FLAG_NULLABLE);
+        cr_assert_eq(s.children[1]->flags & ARROW_FLAG_NULLABLE, 0);
+        cr_assert_eq(a.children[0]->null_count, 1);
+        cr_assert_eq(memcmp(a.children[0]->buffers[1], ints, sizeof(ints)), 0);
+        cr_assert_eq(*(const uint8_t *)a.children[0]->buffers[0] & 0x1f, valid);
+        cr_assert_eq(memcmp(a.children[1]->buffers[1], dbl, sizeof(dbl)), 0);
+        cr_assert_eq(*(const uint8_t *)a.children[2]->buffers[1] & 0x1f, bits);
+        /* a validity bitmap and three values buffers */
+        cr_assert_eq(gpuipc_info_batch_parts(gpuipc_batch_view_info(v)), 4);
+        mappings_hold_buffers(v, bases);
+        cr_assert(bases[0] && bases[0] == bases[1] && bases[1] == bases[2] &&
+                  bases[2] == bases[3], "copied into one memfd: one mapping");
+        s.release(&s);
+        a.release(&a);
+        gpuipc_batch_view_release(v);
+        gpuipc_client_free(c);
+}
+
 /* Calls of a driver entry point in this process, counted by the double. */
 static long dcount(const char *fn)
 {
@@ -811,6 +897,7 @@ static void device_round_trip(bool plain_event)
         struct ArrowDeviceArray da;
         struct ArrowSchema s;
         struct ArrowArray ha;
+        void *bases[4] = { NULL };
         char tmp[32];
 
         produce(&ch, args);
@@ -824,6 +911,9 @@ static void device_round_trip(bool plain_event)
                      "a cuda-ipc part makes the batch ephemeral");
         cr_assert_eq(info->has_event, !plain_event);
         /* three parts of one VMM allocation: imported and mapped once */
+        mappings_hold_buffers(v, bases);
+        cr_assert(bases[0] == bases[1] && bases[1] == bases[2], "one VMM allocation");
+        cr_assert_neq(bases[3], bases[0]);
         cr_assert_eq(dcount("cuMemImportFromShareableHandle"), 1);
         cr_assert_eq(dcount("cuMemMap"), 1);
         cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 1);

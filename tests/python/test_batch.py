@@ -182,3 +182,53 @@ def test_batch_errors(client):
         client.lookup_batch("bt/single")
     with pytest.raises(gpuipc.NotFound):
         client.lookup_batch("bt/none")
+
+
+def test_to_numpy_one_array_per_mapping(client):
+    cols = {"a": np.arange(10, dtype=np.int64), "b": np.arange(10, dtype=np.int64) * 7,
+            "f": np.linspace(0.0, 1.0, 10, dtype=np.float32),
+            "words": ["x"] * 10, "flags": np.array([i % 2 == 0 for i in range(10)])}
+    client.register_batch("bt/np", cols)
+    bv = client.lookup_batch("bt/np")
+    got = bv.to_numpy()
+    assert list(got) == ["a", "b", "f", "words", "flags"]
+    assert (got["a"] == cols["a"]).all() and (got["b"] == cols["b"]).all()
+    assert np.allclose(got["f"], cols["f"]) and got["f"].dtype == np.float32
+    # copied into one memfd: the int64 columns are slices of one array
+    assert got["a"].base is got["b"].base and not got["a"].flags.writeable
+    assert mapped(got["a"].ctypes.data)
+    # other types are what np.asarray(bv[name]) makes of them: their bytes
+    assert bytes(got["words"]) == b"x" * 10 and got["words"].dtype == np.uint8
+    assert got["flags"].nbytes == 2
+    bv.release()
+    assert client.stat("bt/np").leases == 1, "the arrays hold the batch"
+    assert got["b"][3] == 21
+    del got
+    import gc
+    gc.collect()
+    assert client.stat("bt/np").leases == 0
+
+
+def test_device_columns_of_one_allocation_share_a_span(client, driver):  # noqa: F811
+    n = 64
+    p = driver.alloc(3 * 4096)
+    for k in range(3):
+        src = (np.arange(n, dtype=np.float32) + 100 * k).tobytes()
+        ctypes.memmove(p + 4096 * k, src, len(src))
+    cols = {f"c{k}": FakeCudaArray(p + 4096 * k, (n,), "<f4") for k in range(3)}
+    client.register_batch("bt/span", cols, ephemeral=True)
+    with client.lookup_batch("bt/span") as bv:
+        # _arrays() with the span itself, so the grouping shows without torch
+        got = bv._arrays(True, lambda s: s, lambda s, at, length: (s, at, length),
+                         lambda col: None)
+        spans = {id(s) for s, _, _ in got.values()}
+        assert len(spans) == 1, "one allocation, one span"
+        for k in range(3):
+            s, at, length = got[f"c{k}"]
+            base = s.__cuda_array_interface__["data"][0]
+            assert length == n and base + 4 * at == bv[f"c{k}"].ptr
+            assert s.__cuda_array_interface__["typestr"] == "<f4"
+        with pytest.raises(ValueError):
+            bv.to_numpy()                           # device columns
+        del got, s
+    driver.free(p)

@@ -9,13 +9,15 @@ through Arrow's PyCapsule interface.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from ctypes import byref, c_char_p, c_int, c_uint64, c_void_p
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _lib
 from . import arrow as A
 from .errors import error_for
-from .view import DeviceBuffer, HostBuffer, Info, View, _Holder, _Memory, _np, itemsize
+from .view import (DeviceBuffer, HostBuffer, Info, View, _Holder, _Memory, _np, dtype_typestr,
+                   itemsize)
 
 Column = Any
 
@@ -48,6 +50,11 @@ class _Batch:
     def add(self, name: str, obj: Column) -> None:
         if not isinstance(name, str):
             raise TypeError(f"column names are str, not {type(name).__name__}")
+        # A torch tensor first: the common case, and it exports no capsules.
+        lay = _cl()._torch_layout(obj)
+        if lay is not None:
+            self._add_leaf(name, _device_leaf(name, lay, obj.get_device()))
+            return
         exp = _exported(obj)
         if exp is not None:
             schema, array, da, caps = exp
@@ -56,11 +63,28 @@ class _Batch:
             self.keep += caps + keep + [s]
             if event:
                 self.events.append(event)
-            schema = ctypes.addressof(s)
-        else:
-            built, device = _build(name, obj, self.keep)
-            self.keep.append(built)
-            schema, array = ctypes.addressof(built.schema), ctypes.addressof(built.array)
+            self._add_structs(name, ctypes.addressof(s), array, device)
+            return
+        leaf = _leaf(name, obj, self.keep)
+        if leaf is not None:
+            self._add_leaf(name, leaf)
+            return
+        built, device = _build(name, obj, self.keep)
+        self.keep.append(built)
+        self._add_structs(name, ctypes.addressof(built.schema), ctypes.addressof(built.array),
+                          device)
+
+    def _add_leaf(self, name: str, leaf: "Leaf") -> None:
+        """Fixed-width values and a validity bitmap: no structs to build."""
+        fmt, n, nulls, validity, data, device = leaf
+        if device >= 0:
+            self.device = device
+        r = _lib.lib.gpuipc_batch_add_buffer(self.ptr, name.encode("utf-8"), fmt, n, nulls,
+                                             validity or None, data or None, device)
+        if r < 0:
+            self.check(r, f"column {name!r}")
+
+    def _add_structs(self, name: str, schema: int, array: int, device: int) -> None:
         if device >= 0:
             self.device = device
         self.check(_lib.lib.gpuipc_batch_add_column(self.ptr, schema, array, device),
@@ -116,10 +140,64 @@ def _device_and_event(da: Optional[A.ArrowDeviceArray]) -> Tuple[int, int]:
     return int(da.device_id), event or 0
 
 
+# A column of fixed-width values: (Arrow format, length, null count, validity
+# bitmap address or 0, values address, device ordinal or -1 for host).
+Leaf = Tuple[bytes, int, int, int, int, int]
+_FORMAT_BYTES = {d: f.encode() for d, f in A.DTYPE_FORMATS.items()}
+_FORMAT_DTYPES = {f: d for d, f in _FORMAT_BYTES.items()}
+
+
+_client: Any = None
+
+
+def _cl() -> Any:
+    """The client module (which imports this one), once loaded."""
+    global _client
+    if _client is None:
+        from . import client
+        _client = client
+    return _client
+
+
+def _leaf(name: str, obj: Column, keep: List[Any]) -> Optional[Leaf]:
+    """obj as fixed-width values when it is an array of them (keeping what
+    the addresses point into alive in keep); None for strings, structs and
+    anything else that takes Arrow structs."""
+    cl = _cl()
+    lay = cl._torch_layout(obj)
+    if lay is not None:
+        # A torch tensor knows its device: no driver call for it.
+        return _device_leaf(name, lay, obj.get_device())
+    if isinstance(obj, HostBuffer) or isinstance(obj, DeviceBuffer):
+        obj._check_open()
+        d = obj.dtype if obj.dtype in A.DTYPE_FORMATS else "uint8"
+        return _FORMAT_BYTES[d], obj.nbytes // itemsize(d), 0, 0, obj.ptr, obj.device
+    cai = cl._get_cai(obj)
+    lay = cl._cai_layout(cai) if cai is not None else None
+    if lay is not None:
+        return _device_leaf(name, lay, cl._cuda_pointer_device(lay[0]))
+    if isinstance(obj, (dict, list, tuple, str, bytes)) or isinstance(obj, Mapping):
+        return None
+    return _host_leaf(name, obj, keep)
+
+
+def _device_leaf(name: str, lay: Any, device: int) -> Leaf:
+    ptr, nbytes, d, sh, st, stream = lay
+    if d == "bool":
+        raise TypeError(f"column {name!r}: device booleans are bytes and Arrow's are bits; "
+                        "register them as uint8, or pack them (cupy.packbits, "
+                        "bitorder='little')")
+    if d not in A.DTYPE_FORMATS:
+        raise TypeError(f"column {name!r}: dtype {d} has no Arrow type here")
+    if len(sh) != 1 or (st is not None and st != (itemsize(d),)):
+        raise ValueError(f"column {name!r}: a column is a contiguous 1-D array")
+    if stream is not None:
+        _cl()._cuda_stream_sync(int(stream))
+    return _FORMAT_BYTES[d], sh[0], 0, 0, ptr, device
+
+
 def _build(name: str, obj: Column, keep: List[Any]) -> Tuple[A.Built, int]:
     """An Arrow column built here from a Python object: (struct pair, device)."""
-    from .client import _cai_layout, _cuda_pointer_device, _cuda_stream_sync, _get_cai
-    from .client import _torch_layout
     if isinstance(obj, Mapping):
         kids = [(_build(str(k), v, keep)) for k, v in obj.items()]
         if not kids:
@@ -132,32 +210,15 @@ def _build(name: str, obj: Column, keep: List[Any]) -> Tuple[A.Built, int]:
         return A.Built("+s", name, lens.pop(), [0], children=[k for k, _ in kids]), devs.pop()
     if isinstance(obj, (list, tuple)):
         return _strings(name, obj, keep), -1
-    if isinstance(obj, HostBuffer) or isinstance(obj, DeviceBuffer):
-        obj._check_open()
-        d = obj.dtype if obj.dtype in A.DTYPE_FORMATS else "uint8"
-        n = obj.nbytes // itemsize(d)
-        return A.Built(A.DTYPE_FORMATS[d], name, n, [0, obj.ptr]), obj.device
-    dev = _torch_layout(obj)
-    if dev is None:
-        cai = _get_cai(obj)
-        dev = _cai_layout(cai) if cai is not None else None
-    if dev is not None:
-        ptr, nbytes, d, sh, st, stream = dev
-        if d == "bool":
-            raise TypeError(f"column {name!r}: device booleans are bytes and Arrow's are bits; "
-                            "register them as uint8, or pack them (cupy.packbits, "
-                            "bitorder='little')")
-        if d not in A.DTYPE_FORMATS:
-            raise TypeError(f"column {name!r}: dtype {d} has no Arrow type here")
-        if len(sh) != 1 or (st is not None and st != (itemsize(d),)):
-            raise ValueError(f"column {name!r}: a column is a contiguous 1-D array")
-        if stream is not None:
-            _cuda_stream_sync(int(stream))
-        return A.Built(A.DTYPE_FORMATS[d], name, sh[0], [0, ptr]), _cuda_pointer_device(ptr)
-    return _host_array(name, obj, keep), -1
+    leaf = _leaf(name, obj, keep)
+    if leaf is None:
+        raise TypeError(f"column {name!r}: {type(obj).__name__} is not a column")
+    fmt, n, nulls, validity, data, device = leaf
+    return (A.Built(fmt.decode(), name, n, [validity, data], null_count=nulls,
+                    nullable=validity != 0), device)
 
 
-def _host_array(name: str, obj: Any, keep: List[Any]) -> A.Built:
+def _host_leaf(name: str, obj: Any, keep: List[Any]) -> Leaf:
     if _np is None:
         raise TypeError(f"column {name!r}: host columns need numpy")
     mask = None
@@ -170,24 +231,24 @@ def _host_array(name: str, obj: Any, keep: List[Any]) -> A.Built:
     n = int(arr.shape[0])
     if arr.dtype == _np.bool_:
         arr = _np.packbits(arr, bitorder="little")
-        fmt = "b"
+        fmt = b"b"
     else:
         d = arr.dtype.name
         if d not in A.DTYPE_FORMATS or arr.dtype.byteorder == ">":
             raise TypeError(f"column {name!r}: dtype {arr.dtype} has no Arrow type here")
-        fmt = A.DTYPE_FORMATS[d]
+        fmt = _FORMAT_BYTES[d]
     keep.append(arr)
-    validity, nulls = _validity(mask, keep)
-    return A.Built(fmt, name, n, [validity, arr.ctypes.data], null_count=nulls,
-                   nullable=mask is not None)
+    validity, nulls = _validity(mask, keep, always=True)
+    return fmt, n, nulls, validity, arr.ctypes.data, -1
 
 
-def _validity(mask: Any, keep: List[Any]) -> Tuple[int, int]:
-    """A validity bitmap (1 = valid) for a null mask, and the null count."""
+def _validity(mask: Any, keep: List[Any], always: bool = False) -> Tuple[int, int]:
+    """A validity bitmap (1 = valid) for a null mask, and the null count; no
+    bitmap (0) without nulls unless always (a masked array stays nullable)."""
     if mask is None:
         return 0, 0
     nulls = int(mask.sum())
-    if nulls == 0:
+    if nulls == 0 and not always:
         return 0, 0
     bits = _np.packbits(~mask, bitorder="little")
     keep.append(bits)
@@ -415,6 +476,24 @@ class _BatchBuffer(_Memory):
     close = release
 
 
+class _Span:
+    """One mapping of a batch as a 1-D array of one dtype, as the array
+    interface describes it (CUDA's for device memory, NumPy's for host), so
+    that torch, CuPy or NumPy can wrap it without a copy; it holds the batch
+    mapped while it lives (arrays made from it keep it)."""
+
+    def __init__(self, bv: "BatchView", ptr: int, n: int, dtype: str, device: int) -> None:
+        bv._holder.acquire()
+        weakref.finalize(self, bv._holder.drop)
+        self.device = device
+        iface = {"shape": (n,), "typestr": dtype_typestr(dtype), "data": (ptr, device < 0),
+                 "strides": None, "version": 3}
+        if device >= 0:
+            self.__cuda_array_interface__ = iface
+        else:
+            self.__array_interface__ = iface
+
+
 def _subtree_end(info_p: Any, node: int) -> int:
     """The index after node's last descendant (pre-order)."""
     lib = _lib.lib
@@ -510,6 +589,100 @@ class BatchView:
 
     def __contains__(self, key: object) -> bool:
         return key in self.columns
+
+    # ---- every column at once
+
+    def to_torch(self) -> Dict[str, Any]:
+        """Every column as a torch tensor over the mapped memory (zero copy),
+        by name: a column of a fixed-width type is a 1-D tensor of its values,
+        any other is what ``torch.as_tensor(bv[name])`` makes of it.  The
+        columns of one mapping (one opened allocation, e.g. the blocks of a
+        caching allocator's segment) are slices of one tensor, made once,
+        which is much cheaper than a tensor per column.  Validity bitmaps are
+        not applied (``bv[name].null_count`` says whether there are nulls).
+        The tensors keep the batch mapped until the last is freed, after
+        ``release()`` too."""
+        import torch  # type: ignore[import]
+
+        def whole(span: "_Span") -> Any:
+            return torch.as_tensor(span, device=f"cuda:{span.device}")
+
+        def one(col: BatchColumn) -> Any:
+            return torch.as_tensor(col, device=f"cuda:{col.device}" if col.is_device else None)
+        return self._arrays(True, whole, lambda t, at, n: t.as_strided((n,), (1,), at), one)
+
+    def to_cupy(self) -> Dict[str, Any]:
+        """The same as :meth:`to_torch`, with CuPy arrays: device columns only
+        (a host column is a ValueError)."""
+        import cupy  # type: ignore[import]
+
+        def one(col: BatchColumn) -> Any:
+            if not col.is_device:
+                raise ValueError(f"column {col.column_name!r} is host memory: use to_numpy()")
+            return cupy.asarray(col)
+        return self._arrays(True, cupy.asarray, lambda a, at, n: a[at:at + n], one)
+
+    def to_numpy(self) -> Dict[str, Any]:
+        """The same as :meth:`to_torch`, with read-only NumPy arrays: host
+        columns only (a device column is a ValueError)."""
+        if _np is None:
+            raise ImportError("to_numpy() needs numpy")
+
+        def one(col: BatchColumn) -> Any:
+            if col.is_device:
+                raise ValueError(f"column {col.column_name!r} is device memory: use to_torch() "
+                                 "or to_cupy()")
+            return _np.asarray(col)
+        return self._arrays(False, _np.asarray, lambda a, at, n: a[at:at + n], one)
+
+    def _arrays(self, device: bool, whole: Any, part: Any, one: Any) -> Dict[str, Any]:
+        """{name: array}: fixed-width columns on the wanted side (device or
+        host) as part(whole(span), element offset, length) of one span per
+        mapping and dtype; every other column as one(BatchColumn)."""
+        self._check_open()
+        out: Dict[str, Any] = {}
+        spans: Dict[Tuple[int, str], Any] = {}
+        maps: Dict[int, Tuple[int, int]] = {}
+        for name, node in zip(self.columns, self._column_nodes):
+            slot = self._slot(name, node, device, maps)
+            if slot is None:
+                out[name] = one(BatchColumn(self, node))
+                continue
+            mb, ms, dtype, dev, at, length = slot
+            span = spans.get((mb, dtype))
+            if span is None:
+                span = spans[(mb, dtype)] = whole(_Span(self, mb, ms // itemsize(dtype), dtype,
+                                                        dev))
+            out[name] = part(span, at, length)
+        return out
+
+    def _slot(self, name: str, node: int, device: bool, maps: Dict[int, Tuple[int, int]]
+              ) -> Optional[Tuple[int, int, str, int, int, int]]:
+        """Where node's values lie when it is a fixed-width column on the
+        wanted side: (mapping start, mapping size, dtype, device, element
+        offset in the mapping, length); None otherwise.  maps caches the
+        mapping of each part."""
+        lib = _lib.lib
+        nd = lib.gpuipc_info_batch_node(self._info_p, node).contents
+        dtype = _FORMAT_DTYPES.get(nd.format)
+        k = nd.buffers[1] if nd.n_buffers == 2 else -1
+        data, size, dev = c_void_p(), c_uint64(), c_int()
+        if (dtype is None or k < 0 or nd.n_children or
+                lib.gpuipc_batch_view_node_buffer(self._handle, node, 1, byref(data),
+                                                  byref(size), byref(dev)) < 0 or
+                (dev.value >= 0) != device):
+            return None
+        if k not in maps:
+            base, msize = c_void_p(), c_uint64()
+            if lib.gpuipc_batch_view_part_mapping(self._handle, k, byref(base), byref(msize)) < 0:
+                raise error_for(-22, f"part {k} of column {name!r} has no mapping", "to_arrays")
+            maps[k] = (int(base.value or 0), int(msize.value))
+        mb, ms = maps[k]
+        isz = itemsize(dtype)
+        off = int(data.value or 0) + int(nd.offset) * isz - mb
+        if not mb or off % isz or mb % isz:
+            return None
+        return mb, ms, dtype, dev.value, off // isz, int(nd.length)
 
     def keys(self) -> Tuple[str, ...]:
         return self.columns

@@ -19,7 +19,8 @@ round is a new cudaMalloc.  Kinds: gpuipc with the default allocator
 first round of each series is a warm-up and is left out.  Then 1000 tensors
 of 64 KiB handed over back to back: one name each (``gpuipc``), and as eight
 column batches of 125 (``gpuipc-batch``: one register and one lookup per
-batch).
+batch, the tensors from ``BatchView.to_torch()``; ``gpuipc-batch-views``:
+the same with a column view and ``torch.as_tensor`` per tensor).
 
 usage: gpu_handoff.py [ROUNDS] > gpu_handoff.csv     (needs $GPUIPC_SOCKET,
        the gpuipc package on PYTHONPATH and libgpuipc; see gpu_run.sh)
@@ -318,11 +319,11 @@ def gi_many_producer(prefix, n, res, go):
     res.put(("done", 0))
 
 
-def many_gpuipc(ctx, n, batch=False):
+def many_gpuipc(ctx, n, batch=False, views=False):
     prefix = "many/" + uuid.uuid4().hex[:8]
     res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    cons = ctx.Process(target=gi_batch_consumer if batch else gi_many_consumer,
-                       args=(prefix, n, res, ready))
+    cons = ctx.Process(target=(gi_batch_views_consumer if views else gi_batch_consumer)
+                       if batch else gi_many_consumer, args=(prefix, n, res, ready))
     prod = ctx.Process(target=gi_batch_producer if batch else gi_many_producer,
                        args=(prefix, n, res, go))
     cons.start()
@@ -352,7 +353,10 @@ def many_gpuipc(ctx, n, batch=False):
 BATCH_COLUMNS = 125
 
 
-def gi_batch_consumer(prefix, n, res, ready):
+def gi_batch_consumer(prefix, n, res, ready, views=False):
+    """Tensors from BatchView.to_torch() (one tensor per mapping, the
+    columns slices of it), or with views=True from a BatchColumn view per
+    column and torch.as_tensor of each (the per-column path)."""
     import gpuipc
     warm_cuda()
     c = gpuipc.connect()
@@ -360,8 +364,11 @@ def gi_batch_consumer(prefix, n, res, ready):
     keep = []
     for b in range((n + BATCH_COLUMNS - 1) // BATCH_COLUMNS):
         bv = c.lookup_batch(f"{prefix}/{b}", timeout=120)
-        cols = [bv[name] for name in bv.columns]
-        keep.append((bv, cols, [torch.as_tensor(col, device="cuda") for col in cols]))
+        if views:
+            cols = [bv[name] for name in bv.columns]
+            keep.append((bv, cols, [torch.as_tensor(col, device="cuda") for col in cols]))
+        else:
+            keep.append((bv, [], list(bv.to_torch().values())))
     t1 = time.monotonic()
     bad = sum(int((t != P).sum().item()) for _, _, ts in keep for t in ts)
     for bv, cols, _ in keep:
@@ -370,6 +377,10 @@ def gi_batch_consumer(prefix, n, res, ready):
         bv.release()
     del keep
     res.put((t1, bad))
+
+
+def gi_batch_views_consumer(prefix, n, res, ready):
+    gi_batch_consumer(prefix, n, res, ready, views=True)
 
 
 def gi_batch_producer(prefix, n, res, go):
@@ -477,6 +488,9 @@ def main():
         case("gpuipc batch many", lambda: print(
             f"gpuipc-batch{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
             f"{many_gpuipc(ctx, 1000, batch=True):.0f},,,,,,,,,,", flush=True))
+        case("gpuipc batch many, views", lambda: print(
+            f"gpuipc-batch-views{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
+            f"{many_gpuipc(ctx, 1000, batch=True, views=True):.0f},,,,,,,,,,", flush=True))
 
 
 if __name__ == "__main__":

@@ -185,20 +185,49 @@ int gpuipc__cu_uuid(gpuipc_client *c, struct cuda *cu, int ordinal, uint8_t ret[
         return 0;
 }
 
+/* The visible devices' UUIDs, read once: a process's devices do not
+ * change after cuInit().  A batch lookup asks for a part's device once per
+ * part. */
+static pthread_mutex_t uuids_lock = PTHREAD_MUTEX_INITIALIZER;
+static int n_uuids = -1;
+static uint8_t uuids[GPUIPC__CU_MAX_DEVICES][CUDA_UUID_LEN];
+
+static int visible_uuids(struct cuda *cu, uint8_t (**ret)[CUDA_UUID_LEN])
+{
+        int n = 0;
+
+        pthread_mutex_lock(&uuids_lock);
+        if (n_uuids < 0) {
+                if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS || n < 0)
+                        n = 0;
+                if (n > (int)GPUIPC__CU_MAX_DEVICES)
+                        n = GPUIPC__CU_MAX_DEVICES;
+                for (int i = 0; i < n; i++)
+                        if (gpuipc__cu_uuid(NULL, cu, i, uuids[i]) < 0)
+                                memset(uuids[i], 0, CUDA_UUID_LEN);
+                /* a failed count is asked again next time */
+                if (n > 0)
+                        n_uuids = n;
+        }
+        n = n_uuids > 0 ? n_uuids : 0;
+        pthread_mutex_unlock(&uuids_lock);
+        *ret = uuids;
+        return n;
+}
+
 int gpuipc__cu_ordinal(gpuipc_client *c, struct cuda *cu, const char *uuid,
                        uint8_t ret_uuid[CUDA_UUID_LEN], int *ret_ordinal)
 {
-        uint8_t want[CUDA_UUID_LEN], have[CUDA_UUID_LEN];
+        uint8_t want[CUDA_UUID_LEN], (*have)[CUDA_UUID_LEN];
         const char *cvd;
-        int n = 0;
+        int n;
 
         if (!uuid || cuda_uuid_parse(uuid, strlen(uuid), want) < 0)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's record names no valid device UUID (\"%s\")",
                                     uuid ? uuid : "");
-        if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS)
-                n = 0;
+        n = visible_uuids(cu, &have);
         for (int i = 0; i < n; i++) {
-                if (gpuipc__cu_uuid(NULL, cu, i, have) < 0 || memcmp(have, want, CUDA_UUID_LEN))
+                if (memcmp(have[i], want, CUDA_UUID_LEN))
                         continue;
                 memcpy(ret_uuid, want, CUDA_UUID_LEN);
                 *ret_ordinal = i;

@@ -476,6 +476,17 @@ class _BatchBuffer(_Memory):
     close = release
 
 
+class _SlotArgs:
+    """The out-parameters of BatchView._slot()'s C calls, made once per call
+    of _arrays() rather than once per column."""
+
+    def __init__(self) -> None:
+        self.data, self.size, self.dev = c_void_p(), c_uint64(), c_int()
+        self.base, self.msize = c_void_p(), c_uint64()
+        self.data_p, self.size_p, self.dev_p = byref(self.data), byref(self.size), byref(self.dev)
+        self.base_p, self.msize_p = byref(self.base), byref(self.msize)
+
+
 class _Span:
     """One mapping of a batch as a 1-D array of one dtype, as the array
     interface describes it (CUDA's for device memory, NumPy's for host), so
@@ -643,8 +654,9 @@ class BatchView:
         out: Dict[str, Any] = {}
         spans: Dict[Tuple[int, str], Any] = {}
         maps: Dict[int, Tuple[int, int]] = {}
+        out_args = _SlotArgs()
         for name, node in zip(self.columns, self._column_nodes):
-            slot = self._slot(name, node, device, maps)
+            slot = self._slot(name, node, device, maps, out_args)
             if slot is None:
                 out[name] = one(BatchColumn(self, node))
                 continue
@@ -656,33 +668,31 @@ class BatchView:
             out[name] = part(span, at, length)
         return out
 
-    def _slot(self, name: str, node: int, device: bool, maps: Dict[int, Tuple[int, int]]
-              ) -> Optional[Tuple[int, int, str, int, int, int]]:
+    def _slot(self, name: str, node: int, device: bool, maps: Dict[int, Tuple[int, int]],
+              o: "_SlotArgs") -> Optional[Tuple[int, int, str, int, int, int]]:
         """Where node's values lie when it is a fixed-width column on the
         wanted side: (mapping start, mapping size, dtype, device, element
         offset in the mapping, length); None otherwise.  maps caches the
-        mapping of each part."""
+        mapping of each part; o holds the out-parameters."""
         lib = _lib.lib
         nd = lib.gpuipc_info_batch_node(self._info_p, node).contents
         dtype = _FORMAT_DTYPES.get(nd.format)
         k = nd.buffers[1] if nd.n_buffers == 2 else -1
-        data, size, dev = c_void_p(), c_uint64(), c_int()
         if (dtype is None or k < 0 or nd.n_children or
-                lib.gpuipc_batch_view_node_buffer(self._handle, node, 1, byref(data),
-                                                  byref(size), byref(dev)) < 0 or
-                (dev.value >= 0) != device):
+                lib.gpuipc_batch_view_node_buffer(self._handle, node, 1, o.data_p, o.size_p,
+                                                  o.dev_p) < 0 or
+                (o.dev.value >= 0) != device):
             return None
         if k not in maps:
-            base, msize = c_void_p(), c_uint64()
-            if lib.gpuipc_batch_view_part_mapping(self._handle, k, byref(base), byref(msize)) < 0:
+            if lib.gpuipc_batch_view_part_mapping(self._handle, k, o.base_p, o.msize_p) < 0:
                 raise error_for(-22, f"part {k} of column {name!r} has no mapping", "to_arrays")
-            maps[k] = (int(base.value or 0), int(msize.value))
+            maps[k] = (o.base.value or 0, o.msize.value)
         mb, ms = maps[k]
         isz = itemsize(dtype)
-        off = int(data.value or 0) + int(nd.offset) * isz - mb
+        off = (o.data.value or 0) + nd.offset * isz - mb
         if not mb or off % isz or mb % isz:
             return None
-        return mb, ms, dtype, dev.value, off // isz, int(nd.length)
+        return mb, ms, dtype, o.dev.value, off // isz, nd.length
 
     def keys(self) -> Tuple[str, ...]:
         return self.columns

@@ -31,10 +31,12 @@ static struct {
 /* Lock held. */
 static void cache_init(void)
 {
-        const char *b = getenv("GPUIPC_MAP_CACHE_BYTES"), *n = getenv("GPUIPC_MAP_CACHE_ENTRIES");
+        const char *b, *n;
 
         if (cache.init)
                 return;
+        b = getenv("GPUIPC_MAP_CACHE_BYTES");
+        n = getenv("GPUIPC_MAP_CACHE_ENTRIES");
         cache.max_bytes = b && *b ? strtoull(b, NULL, 0) : CACHE_BYTES_DEFAULT;
         cache.max_n = n && *n ? (unsigned)strtoul(n, NULL, 0) : CACHE_ENTRIES_DEFAULT;
         cache.init = true;

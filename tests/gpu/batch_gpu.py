@@ -1,5 +1,6 @@
 """Column batches on a real GPU (issue 19): a CuPy/torch producer's batch read
-by a consumer in another process through __arrow_c_device_array__, and a
+by a consumer in another process through __arrow_c_device_array__, and as
+torch tensors and CuPy arrays (BatchView.to_torch(), to_cupy()), and a
 pyarrow RecordBatch handed over and read back with pyarrow.record_batch().
 
     batch_gpu.py produce-device NAME | consume-device NAME
@@ -61,11 +62,24 @@ def consume_device(name):
             mem = cp.cuda.UnownedMemory(ptr, nbytes, bv)
             got = cp.ndarray((ca.length,), dtype=dt, memptr=cp.cuda.MemoryPointer(mem, 0))
             bad += int((got != want[col]).sum())
+        # Every column at once: torch tensors and CuPy arrays over the mapping.
+        import torch
+        t0 = time.perf_counter()
+        ts = bv.to_torch()
+        torch_us = (time.perf_counter() - t0) * 1e6
+        cps = bv.to_cupy()
+        for col in bv.columns:
+            zero_copy &= ts[col].data_ptr() == bv[col].ptr == cps[col].data.ptr
+            bad += int((cp.asarray(ts[col]) != want[col]).sum())
+            bad += int((cps[col] != want[col]).sum())
         out = {"columns": list(bv.columns), "rows": bv.num_rows, "device_id": da.device_id,
                "kinds": sorted({bv[k].kind for k in bv.columns}), "lookup_us": round(look_us, 1),
-               "bad": bad, "zero_copy": bool(zero_copy), "metadata": bv.metadata}
+               "to_torch_us": round(torch_us, 1), "bad": bad, "zero_copy": bool(zero_copy),
+               "metadata": bv.metadata}
         del sc, dc
         bv.release()
+        # the tensors hold the batch: the producer's wait ends when they go
+        del ts, cps
     print(json.dumps(out), flush=True)
     sys.exit(1 if bad or not zero_copy else 0)
 

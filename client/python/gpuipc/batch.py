@@ -534,10 +534,15 @@ class BatchView:
         self._info: Optional[Info] = None
         self.num_rows = int(lib.gpuipc_batch_view_rows(handle))
         n = int(lib.gpuipc_batch_view_columns(handle))
-        self.columns = tuple(_lib.cstr(lib.gpuipc_batch_view_column_name(handle, i))
-                             for i in range(n))
-        self._column_nodes = [int(lib.gpuipc_info_batch_column(self._info_p, i).contents.index)
-                              for i in range(n)]
+        names: List[str] = []
+        self._column_nodes: List[int] = []
+        column = lib.gpuipc_info_batch_column
+        for i in range(n):
+            # one call per column: a batch can have a thousand
+            nd = column(self._info_p, i).contents
+            names.append(nd.name.decode("utf-8", "replace") if nd.name else "")
+            self._column_nodes.append(nd.index)
+        self.columns = tuple(names)
         self._holder = _Holder(self._free)
 
     def _free(self) -> None:

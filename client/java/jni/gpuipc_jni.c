@@ -179,8 +179,10 @@ static jlongArray to_longs(JNIEnv *env, const int64_t *v, uint32_t n)
                         for (uint32_t j = 0; j < k; j++)
                                 tmp[j] = (jlong)v[i + j];
                         (*env)->SetLongArrayRegion(env, a, (jsize)i, (jsize)k, tmp);
-                        if ((*env)->ExceptionCheck(env))
+                        if ((*env)->ExceptionCheck(env)) {
+                                (*env)->DeleteLocalRef(env, a);
                                 return NULL;
+                        }
                 }
         }
         return a;
@@ -193,13 +195,16 @@ jobjectArray gpuipc_jni_bytes_array(JNIEnv *env, const char *const *s, uint32_t 
         for (uint32_t i = 0; a && i < n; i++) {
                 jbyteArray b = gpuipc_jni_bytes(env, s[i]);
                 if (!b)
-                        return NULL;
+                        goto fail;
                 (*env)->SetObjectArrayElement(env, a, (jsize)i, b);
                 (*env)->DeleteLocalRef(env, b);
                 if ((*env)->ExceptionCheck(env))
-                        return NULL;
+                        goto fail;
         }
         return a;
+fail:
+        (*env)->DeleteLocalRef(env, a);         /* the partly filled array */
+        return NULL;
 }
 
 /* An org.gpuipc.BufferInfo for *in; NULL with an exception pending. */

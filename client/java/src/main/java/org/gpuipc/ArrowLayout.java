@@ -180,7 +180,12 @@ final class ArrowLayout {
         if (p.length < 2 || p.length > 3 || !p[0].matches("[0-9]+") || !p[1].matches("-?[0-9]+")
                 || (p.length == 3 && !p[2].matches("[0-9]+")))
             throw unknown();
-        long w = p.length == 3 ? Long.parseLong(p[2]) : 128;
+        long w;
+        try {
+            w = p.length == 3 ? Long.parseLong(p[2]) : 128;
+        } catch (NumberFormatException e) {
+            throw unknown();            /* past 2^63: no width it takes either */
+        }
         if (w != 32 && w != 64 && w != 128 && w != 256)
             throw unknown();
         return fixed(w / 8);

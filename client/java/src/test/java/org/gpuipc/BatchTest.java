@@ -429,6 +429,10 @@ class BatchTest {
         try (Batch b = new Batch()) {
             refused(GpuIpcException.EINVAL, "format \"q\" is an unknown format", b,
                     ColumnSpec.of("q", "q", 2, 0, null, bb(ints(1, 2))));
+            /* A width past 2^63 is a bad format too, not a NumberFormatException. */
+            refused(GpuIpcException.EINVAL, "format \"d:1,2,99999999999999999999\" is an unknown "
+                    + "format", b, ColumnSpec.of("dec", "d:1,2,99999999999999999999", 2, 0, null,
+                            bb(longs(1, 2, 3, 4))));
             refused(GpuIpcException.ENOTSUP, "a union type, which batches do not support", b,
                     ColumnSpec.of("u", "+ud:0,1", 2, 0, (BatchBuffer) null));
             refused(GpuIpcException.EINVAL, "buffer 1 (data) holds 8 bytes; format \"i\" at "

@@ -74,7 +74,8 @@ public final class Batch implements AutoCloseable {
      * @param format    the Arrow format string
      * @param length    the rows
      * @param nullCount the nulls, or -1 for unknown
-     * @param buffers   the buffers in Arrow's order, null for an absent one
+     * @param buffers   the buffers in Arrow's order, null for an absent one (a
+     *                  lone null is one absent buffer, as in {@link ColumnSpec#of})
      * @return this batch
      * @throws GpuIpcException as {@link #addColumn(ColumnSpec)}
      */

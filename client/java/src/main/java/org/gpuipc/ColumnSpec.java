@@ -68,15 +68,21 @@ public final class ColumnSpec {
      * @param format    the Arrow format string, e.g. {@code "i"} or {@code "u"}
      * @param length    the number of elements (rows, for a column)
      * @param nullCount the number of nulls, or -1 for unknown
-     * @param buffers   the buffers in Arrow's order, {@code null} for an absent one
+     * @param buffers   the buffers in Arrow's order, {@code null} for an absent one.
+     *                  A lone {@code null} is one absent buffer, as a struct's
+     *                  validity: {@code of(n, "+s", len, 0, null)} (which Java
+     *                  passes as a null array) and
+     *                  {@code of(n, "+s", len, 0, (BatchBuffer) null)} both
+     *                  describe one absent buffer, never zero buffers
      * @return the description
      */
     public static ColumnSpec of(String name, String format, long length, long nullCount,
                                 BatchBuffer... buffers) {
         Objects.requireNonNull(name, "name");
         Objects.requireNonNull(format, "format");
+        /* A bare null argument arrives as a null array: it means one absent buffer. */
         List<BatchBuffer> b = Collections.unmodifiableList(new ArrayList<>(
-                Arrays.asList(buffers == null ? new BatchBuffer[0] : buffers)));
+                Arrays.asList(buffers == null ? new BatchBuffer[] {null} : buffers)));
         return new ColumnSpec(name, format, length, nullCount, b, List.of(), null, Map.of());
     }
 

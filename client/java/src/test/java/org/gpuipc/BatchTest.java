@@ -465,6 +465,30 @@ class BatchTest {
     }
 
     @Test
+    void loneNullIsOneAbsentBuffer() throws Exception {
+        /* What of(n, "+s", len, 0, null) passes: a null array, one absent validity. */
+        ColumnSpec s = ColumnSpec.of("st", "+s", 2, 0, (BatchBuffer[]) null);
+        assertEquals(1, s.buffers().size());
+        assertNull(s.buffers().get(0));
+        assertEquals(1, ColumnSpec.of("st", "+s", 2, 0, (BatchBuffer) null).buffers().size());
+        assertEquals(0, ColumnSpec.of("st", "+s", 2, 0).buffers().size());
+        try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket);
+             Batch b = new Batch()) {
+            b.addColumn(s.withChildren(ColumnSpec.of("x", "i", 2, 0, null, bb(ints(7, 8)))));
+            b.addColumn("t", "+s", 2, 0, (BatchBuffer[]) null);
+            assertEquals(List.of("st", "t"), b.columnNames());
+            c.registerBatch("bt/lone-null", b);
+            try (BatchView v = c.lookupBatch("bt/lone-null", Duration.ZERO)) {
+                assertEquals("+s", v.column("st").format());
+                assertNull(v.column("st").validity());
+                assertArrayEquals(bytes(ints(7, 8)), bytes(v.column("st").child("x").data()));
+                assertEquals(0, v.column("t").children().size());
+            }
+            c.unregister("bt/lone-null");
+        }
+    }
+
+    @Test
     void lookupErrors() throws Exception {
         try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket)) {
             GpuIpcException e = assertThrows(GpuIpcException.class,

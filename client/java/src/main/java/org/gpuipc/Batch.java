@@ -5,7 +5,9 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Collections;
+import java.util.Comparator;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
@@ -112,8 +114,7 @@ public final class Batch implements AutoCloseable {
         if (rows >= 0 && column.length() != rows)
             throw new GpuIpcException(GpuIpcException.EINVAL, op, column.length()
                     + " rows; the batch has " + rows);
-        List<HostBuffer> locks = new ArrayList<>(f.hostBuffers.keySet());
-        withOpen(locks, 0, () -> {
+        withOpen(f.hostBuffers.keySet(), () -> {
             f.check(column, op);
             Native.batchAddColumn(b, f.device, f.names(), f.formats(), f.metas(), f.nodeArray(),
                     f.bufferArray());
@@ -227,8 +228,7 @@ public final class Batch implements AutoCloseable {
         if (columns.isEmpty())
             throw new GpuIpcException(GpuIpcException.EINVAL, "register batch "
                     + new String(name, StandardCharsets.UTF_8), "a batch needs at least one column");
-        return withOpen(new ArrayList<>(hostBuffers.keySet()), 0,
-                () -> Native.batchRegister(c, name, b, flags));
+        return withOpen(hostBuffers.keySet(), () -> Native.batchRegister(c, name, b, flags));
     }
 
     private long handle() {
@@ -243,7 +243,20 @@ public final class Batch implements AutoCloseable {
     }
 
     /* Runs call holding every HostBuffer's monitor, each checked open, so
-     * that none is unmapped while C reads it (HostBuffer.close() waits). */
+     * that none is unmapped while C reads it (HostBuffer.close() waits).
+     *
+     * The monitors are taken in one total order, ascending HostBuffer.serial()
+     * (creation order), whatever the batch: two threads whose batches share
+     * HostBuffers A and B then both take A before B, so neither can hold one
+     * while waiting for the other (a set's iteration order could differ from
+     * batch to batch, and nesting in it could deadlock). Nothing takes a
+     * Batch's or a client's monitor while holding a HostBuffer's. */
+    private static long withOpen(Collection<HostBuffer> bufs, Call call) throws GpuIpcException {
+        List<HostBuffer> order = new ArrayList<>(bufs);
+        order.sort(Comparator.comparingLong(HostBuffer::serial));
+        return withOpen(order, 0, call);
+    }
+
     private static long withOpen(List<HostBuffer> bufs, int i, Call call) throws GpuIpcException {
         if (i == bufs.size())
             return call.run();

@@ -3,6 +3,7 @@ package org.gpuipc;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * A shared-memory buffer created by {@link GpuIpcClient#allocateHost(long)}
@@ -36,14 +37,26 @@ import java.util.Objects;
  * the ByteBuffers are the application's business.
  */
 public final class HostBuffer implements AutoCloseable {
+    private static final AtomicLong SERIALS = new AtomicLong();
+
     private long handle;
     private final long address;
     private final long size;
+    private final long serial;
 
     HostBuffer(long handle) {
         this.handle = handle;
         this.address = Native.hostbufAddress(handle);
         this.size = Native.hostbufSize(handle);
+        this.serial = SERIALS.incrementAndGet();
+    }
+
+    /**
+     * This buffer's place in the order in which a thread holding several
+     * HostBuffers' monitors takes them: creation order, unique per process.
+     */
+    long serial() {
+        return serial;
     }
 
     /**

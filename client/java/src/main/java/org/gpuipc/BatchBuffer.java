@@ -13,13 +13,18 @@ import java.util.Objects;
  * A BatchBuffer refers to memory that stays the caller's; it holds the
  * ByteBuffer or HostBuffer reachable, nothing more. The memory must stay
  * valid (a HostBuffer open, device memory allocated and written) until
- * {@link GpuIpcClient#registerBatch} returns; a closed HostBuffer is then
- * refused with {@link IllegalStateException}. At registration, host memory
+ * {@link GpuIpcClient#registerBatch} returns. A buffer inside a HostBuffer
+ * ({@link #of(HostBuffer, long, long)}, or {@link #of(ByteBuffer)} of a
+ * ByteBuffer over an open HostBuffer's mapping) is checked open, and held
+ * open (its {@code close()} waits), while {@link Batch#addColumn} and
+ * {@link GpuIpcClient#registerBatch} read it; once the HostBuffer is closed
+ * they throw {@link IllegalStateException}. At registration, host memory
  * inside a {@link HostBuffer} is shared in place (zero copy; the buffer may
  * be closed afterwards, as after {@link GpuIpcClient#registerHost}); other
  * host memory, such as a {@link ByteBuffer#allocateDirect} buffer, is
  * copied into shared memory of the daemon's (the registration's
- * {@code copied} says so). Device memory is shared as
+ * {@code copied} says so), and nothing can check that it is still valid.
+ * Device memory is shared as
  * {@link GpuIpcClient#registerDevice} shares it, and stays the caller's for
  * {@link BufferKind#CUDA_IPC} memory.
  */
@@ -42,13 +47,25 @@ public final class BatchBuffer {
     }
 
     /**
-     * The bytes of a direct ByteBuffer from its position to its limit (a
-     * ByteBuffer from {@link HostBuffer#asByteBuffer()} is shared in place,
-     * as {@link #of(HostBuffer)}; others are copied at registration).
+     * The bytes of a direct ByteBuffer from its position to its limit.
+     *
+     * <p>When those bytes lie inside a {@link HostBuffer} that is open now
+     * (a ByteBuffer from {@link HostBuffer#asByteBuffer()} or
+     * {@link HostBuffer#asByteBuffer(long, int)}, or a slice or duplicate of
+     * one), the result is {@link #of(HostBuffer, long, long)} of that window:
+     * shared in place at registration, and checked and held open as that
+     * form is (closing the HostBuffer before the batch is registered makes
+     * {@link Batch#addColumn} and {@link GpuIpcClient#registerBatch} throw
+     * {@link IllegalStateException}). Other direct ByteBuffers are copied at
+     * registration; they must stay valid until then, unchecked. A ByteBuffer
+     * of a HostBuffer that was closed before this call is memory already
+     * unmapped: it is not recognized and must not be used, here as anywhere.
      *
      * @param buffer a direct ByteBuffer (read-only ones too)
      * @return the buffer
      * @throws IllegalArgumentException if buffer is not direct
+     * @throws IllegalStateException if the HostBuffer it lies in is closed
+     *         during this call
      */
     public static BatchBuffer of(ByteBuffer buffer) {
         Objects.requireNonNull(buffer, "buffer");
@@ -56,7 +73,11 @@ public final class BatchBuffer {
             throw new IllegalArgumentException("a batch buffer is a direct ByteBuffer "
                     + "(ByteBuffer.allocateDirect, HostBuffer.asByteBuffer), not a heap one");
         ByteBuffer b = buffer.slice().order(ByteOrder.nativeOrder());
-        return new BatchBuffer(Native.directAddress(b), b.capacity(), -1, b, null, 0);
+        long at = Native.directAddress(b);
+        HostBuffer h = HostBuffer.containing(at, b.capacity());
+        if (h != null)
+            return of(h, at - h.address(), b.capacity());
+        return new BatchBuffer(at, b.capacity(), -1, b, null, 0);
     }
 
     /**

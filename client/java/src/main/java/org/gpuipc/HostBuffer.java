@@ -2,7 +2,9 @@ package org.gpuipc;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.Map;
 import java.util.Objects;
+import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -27,6 +29,11 @@ import java.util.concurrent.atomic.AtomicLong;
  * stays mapped until the process exits (a cleaner could unmap memory under a
  * still-reachable ByteBuffer, which is worse than a leak).
  *
+ * <p>{@link BatchBuffer#of(java.nio.ByteBuffer)} recognizes a ByteBuffer
+ * over an open HostBuffer's mapping (this class keeps a table of the open
+ * ones, by address) and treats it as {@link BatchBuffer#of(HostBuffer, long, long)}:
+ * a batch then checks and holds the HostBuffer open while it reads it.
+ *
  * <h2>Size limit</h2>
  * A {@link ByteBuffer} holds at most {@link Integer#MAX_VALUE} bytes.
  * {@link #asByteBuffer()} refuses larger buffers; use
@@ -38,6 +45,11 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 public final class HostBuffer implements AutoCloseable {
     private static final AtomicLong SERIALS = new AtomicLong();
+    /* The open HostBuffers by mapping address (unsigned), for
+     * BatchBuffer.of(ByteBuffer): a buffer is in it from its creation until
+     * close() unmaps it, so open mappings never overlap here. Guarded by its
+     * own monitor, which is taken inside a HostBuffer's and never around one. */
+    private static final TreeMap<Long, HostBuffer> OPEN = new TreeMap<>(Long::compareUnsigned);
 
     private long handle;
     private final long address;
@@ -49,6 +61,26 @@ public final class HostBuffer implements AutoCloseable {
         this.address = Native.hostbufAddress(handle);
         this.size = Native.hostbufSize(handle);
         this.serial = SERIALS.incrementAndGet();
+        synchronized (OPEN) {
+            OPEN.put(address, this);
+        }
+    }
+
+    /**
+     * The open HostBuffer whose mapping holds all of [address, address +
+     * length), or null. It may be closed by the time the caller uses it.
+     */
+    static HostBuffer containing(long address, long length) {
+        synchronized (OPEN) {
+            Map.Entry<Long, HostBuffer> e = OPEN.floorEntry(address);
+            if (e == null)
+                return null;
+            HostBuffer h = e.getValue();
+            long off = address - h.address;         /* >= 0 (unsigned): floor entry */
+            if (Long.compareUnsigned(off, h.size) <= 0 && length >= 0 && length <= h.size - off)
+                return h;
+            return null;
+        }
     }
 
     /**
@@ -130,6 +162,9 @@ public final class HostBuffer implements AutoCloseable {
     @Override
     public synchronized void close() {
         if (handle != 0) {
+            synchronized (OPEN) {
+                OPEN.remove(address, this);     /* before the mapping goes */
+            }
             Native.hostbufFree(handle);
             handle = 0;
         }

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
@@ -276,6 +277,54 @@ class BatchTest {
         /* Ephemeral: gone with the producer's connection. */
         try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket)) {
             assertEquals(0, c.list("bt/oneshot").size());
+        }
+    }
+
+    @Test
+    void hostBufferByteBufferIsSharedInPlace() throws Exception {
+        try (GpuIpcClient producer = GpuIpcClient.connect(daemon.socket);
+             GpuIpcClient consumer = GpuIpcClient.connect(daemon.socket);
+             HostBuffer hb = producer.allocateHost(4096);
+             Batch b = new Batch()) {
+            ByteBuffer w = hb.asByteBuffer();
+            w.putLong(64, 1).putLong(72, 2);
+            w.putInt(128, 7).putInt(132, 8);
+            /* Windows of hb, as ByteBuffers: taken as BatchBuffer.of(hb, offset, size). */
+            BatchBuffer x = BatchBuffer.of(hb.asByteBuffer(64, 16));
+            assertSame(hb, x.hostBuffer());
+            assertEquals(hb.address() + 64, x.address());
+            assertEquals(16, x.size());
+            BatchBuffer y = BatchBuffer.of(w.duplicate().position(128).limit(136));
+            assertSame(hb, y.hostBuffer());
+            assertNull(BatchBuffer.of(ints(1, 2)).hostBuffer());     /* copied, as before */
+            b.addColumn("x", "l", 2, 0, null, x);
+            b.addColumn("y", "i", 2, 0, null, y);
+            long id = producer.registerBatch("bt/bytebuffer", b);
+            try (BatchView v = consumer.lookupBatch("bt/bytebuffer", Duration.ofSeconds(5))) {
+                ColumnBuffer d = v.column("x").data();
+                assertArrayEquals(bytes(longs(1, 2)), bytes(d));
+                assertArrayEquals(bytes(ints(7, 8)), bytes(v.column("y").data()));
+                /* Zero copy: a write after registering shows in the consumer's mapping. */
+                w.putLong(64, 42);
+                assertEquals(42, d.asByteBuffer().getLong(0));
+            }
+            producer.awaitRelease(id, Duration.ofSeconds(5));
+            producer.unregister("bt/bytebuffer");
+        }
+
+        /* Closed before the batch is registered: refused as the HostBuffer form is, never read. */
+        try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket)) {
+            HostBuffer hb = c.allocateHost(64);
+            try (Batch b = new Batch()) {
+                BatchBuffer x = BatchBuffer.of(hb.asByteBuffer());
+                b.addColumn("x", "l", 2, 0, null, x);
+                hb.close();
+                assertThrows(IllegalStateException.class, () -> c.registerBatch("bt/bb-closed", b));
+                assertThrows(IllegalStateException.class,
+                        () -> b.addColumn("z", "l", 2, 0, null, x));
+                assertEquals(List.of("x"), b.columnNames());
+            }
+            assertEquals(0, c.list("bt/bb-closed").size());
         }
     }
 

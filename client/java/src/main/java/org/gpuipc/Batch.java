@@ -151,7 +151,10 @@ public final class Batch implements AutoCloseable {
      * after the writes. It is shared with consumers, whose lookup waits for
      * it (an event created with {@code CU_EVENT_INTERPROCESS} is shared as
      * it is; another is waited for at registration). Without one, write the
-     * device columns completely (synchronize) before registering.
+     * device columns completely (synchronize) before registering. The event
+     * does not cover a device string or binary column's offsets, whose last
+     * one {@link #addColumn} reads with a plain copy: they must be complete
+     * before that call (see {@link BatchBuffer#device}).
      *
      * @param cuEvent the {@code CUevent}, or 0 to clear it
      * @param device  the CUDA device ordinal it was recorded on

@@ -114,8 +114,12 @@ public final class BatchBuffer {
      * {@code getAddress()} / {@code getLength()}) on CUDA device ordinal
      * {@code device}. Write it completely before registering, or give the
      * batch an event ({@link Batch#setEvent}). Its size bounds what its
-     * format needs, except for a string column's data, whose size the
-     * library reads from the device's last offset.
+     * format needs, except for a string or binary column's data
+     * ({@code u}, {@code U}, {@code z}, {@code Z}), whose size the library
+     * reads from the device's last offset with a plain copy during
+     * {@link Batch#addColumn}, waiting for no event: such a column's
+     * offsets must be complete (their stream synchronized) before
+     * {@code addColumn}.
      *
      * @param address the device pointer, not 0
      * @param size    bytes, at least 0

@@ -328,6 +328,22 @@ void batch_pack_record(struct proto_map *m, const struct reg_batch *b, enum reco
                           lk ? lk->held : NULL);
 }
 
+/* A packer's buffer that remembers a failed write: msgpack-c's packer
+ * drops the write that ran out of memory and goes on. */
+struct sure_buf {
+        msgpack_sbuffer sb;             /* first: proto_map_begin() takes it as the sbuffer */
+        bool failed;
+};
+
+static int sure_write(void *data, const char *buf, size_t len)
+{
+        struct sure_buf *s = data;
+
+        if (msgpack_sbuffer_write(&s->sb, buf, len) < 0)
+                s->failed = true;
+        return 0;
+}
+
 /* Whether sb holds exactly one array of n elements. */
 static bool reads_back(const msgpack_sbuffer *sb, uint32_t n)
 {
@@ -344,7 +360,7 @@ static bool reads_back(const msgpack_sbuffer *sb, uint32_t n)
 
 void batch_cache_lookup_parts(struct reg_batch *b)
 {
-        msgpack_sbuffer sb;
+        struct sure_buf out = { .failed = false };
         msgpack_packer pk;
         int fds[PROTO_MAX_FDS];
         int nfds;
@@ -355,17 +371,18 @@ void batch_cache_lookup_parts(struct reg_batch *b)
         nfds = batch_fds(b, fds);
         if (batch_has_cuda(b) || nfds < 0)
                 return;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_sbuffer_init(&out.sb);
+        msgpack_packer_init(&pk, &out, sure_write);
         msgpack_pack_array(&pk, b->n_parts);
         for (uint32_t i = 0; i < b->n_parts; i++)
                 pack_part(&pk, b, i, true, fds, (unsigned)nfds, NULL);
-        /* The packer drops the writes that ran out of memory: keep only an
-         * array that reads back whole. */
-        if (sb.data && sb.size <= UINT32_MAX && reads_back(&sb, b->n_parts)) {
-                b->lookup_parts = (uint8_t *)sb.data;
-                b->lookup_parts_len = (uint32_t)sb.size;
+        /* A map header is written past the packer (proto_map_begin): keep
+         * only an array with no failed write that reads back whole. */
+        if (!out.failed && out.sb.data && out.sb.size <= UINT32_MAX &&
+            reads_back(&out.sb, b->n_parts)) {
+                b->lookup_parts = (uint8_t *)out.sb.data;
+                b->lookup_parts_len = (uint32_t)out.sb.size;
                 return;
         }
-        msgpack_sbuffer_destroy(&sb);
+        msgpack_sbuffer_destroy(&out.sb);
 }

@@ -20,7 +20,9 @@ first round of each series is a warm-up and is left out.  Then 1000 tensors
 of 64 KiB handed over back to back: one name each (``gpuipc``), and as eight
 column batches of 125 (``gpuipc-batch``: one register and one lookup per
 batch, the tensors from ``BatchView.to_torch()``; ``gpuipc-batch-views``:
-the same with a column view and ``torch.as_tensor`` per tensor).
+the same with a column view and ``torch.as_tensor`` per tensor;
+``gpuipc-batch-prefetch``: ``to_torch()`` with the batches looked up by
+``Client.lookup_batches()``, one lookup ahead).
 
 usage: gpu_handoff.py [ROUNDS] > gpu_handoff.csv     (needs $GPUIPC_SOCKET,
        the gpuipc package on PYTHONPATH and libgpuipc; see gpu_run.sh)
@@ -319,11 +321,14 @@ def gi_many_producer(prefix, n, res, go):
     res.put(("done", 0))
 
 
-def many_gpuipc(ctx, n, batch=False, views=False):
+def many_gpuipc(ctx, n, batch=False, views=False, prefetch=False):
     prefix = "many/" + uuid.uuid4().hex[:8]
     res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    cons = ctx.Process(target=(gi_batch_views_consumer if views else gi_batch_consumer)
-                       if batch else gi_many_consumer, args=(prefix, n, res, ready))
+    consumer = gi_many_consumer
+    if batch:
+        consumer = (gi_batch_views_consumer if views else
+                    gi_batch_prefetch_consumer if prefetch else gi_batch_consumer)
+    cons = ctx.Process(target=consumer, args=(prefix, n, res, ready))
     prod = ctx.Process(target=gi_batch_producer if batch else gi_many_producer,
                        args=(prefix, n, res, go))
     cons.start()
@@ -353,17 +358,21 @@ def many_gpuipc(ctx, n, batch=False, views=False):
 BATCH_COLUMNS = 125
 
 
-def gi_batch_consumer(prefix, n, res, ready, views=False):
+def gi_batch_consumer(prefix, n, res, ready, views=False, prefetch=False):
     """Tensors from BatchView.to_torch() (one tensor per mapping, the
     columns slices of it), or with views=True from a BatchColumn view per
-    column and torch.as_tensor of each (the per-column path)."""
+    column and torch.as_tensor of each (the per-column path); prefetch=True
+    looks the batches up with Client.lookup_batches(), the next lookup
+    under way while the tensors of one are made."""
     import gpuipc
     warm_cuda()
     c = gpuipc.connect()
     ready.set()
     keep = []
-    for b in range((n + BATCH_COLUMNS - 1) // BATCH_COLUMNS):
-        bv = c.lookup_batch(f"{prefix}/{b}", timeout=120)
+    names = [f"{prefix}/{b}" for b in range((n + BATCH_COLUMNS - 1) // BATCH_COLUMNS)]
+    views_of = (c.lookup_batches(names, timeout=120) if prefetch else
+                (c.lookup_batch(name, timeout=120) for name in names))
+    for bv in views_of:
         if views:
             cols = [bv[name] for name in bv.columns]
             keep.append((bv, cols, [torch.as_tensor(col, device="cuda") for col in cols]))
@@ -381,6 +390,10 @@ def gi_batch_consumer(prefix, n, res, ready, views=False):
 
 def gi_batch_views_consumer(prefix, n, res, ready):
     gi_batch_consumer(prefix, n, res, ready, views=True)
+
+
+def gi_batch_prefetch_consumer(prefix, n, res, ready):
+    gi_batch_consumer(prefix, n, res, ready, prefetch=True)
 
 
 def gi_batch_producer(prefix, n, res, go):
@@ -488,6 +501,9 @@ def main():
         case("gpuipc batch many", lambda: print(
             f"gpuipc-batch{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
             f"{many_gpuipc(ctx, 1000, batch=True):.0f},,,,,,,,,,", flush=True))
+        case("gpuipc batch many, prefetch", lambda: print(
+            f"gpuipc-batch-prefetch{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
+            f"{many_gpuipc(ctx, 1000, batch=True, prefetch=True):.0f},,,,,,,,,,", flush=True))
         case("gpuipc batch many, views", lambda: print(
             f"gpuipc-batch-views{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
             f"{many_gpuipc(ctx, 1000, batch=True, views=True):.0f},,,,,,,,,,", flush=True))

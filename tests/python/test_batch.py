@@ -232,3 +232,34 @@ def test_device_columns_of_one_allocation_share_a_span(client, driver):  # noqa:
             bv.to_numpy()                           # device columns
         del got, s
     driver.free(p)
+
+
+def test_lookup_batches_prefetches_in_order(client):
+    names = [f"bt/seq/{i}" for i in range(5)]
+    for i, n in enumerate(names):
+        client.register_batch(n, {"a": np.full(8, i, dtype=np.int32)})
+    seen = []
+    for bv in client.lookup_batches(names, timeout=5, prefetch=2):
+        seen.append(int(bv.to_numpy()["a"][0]))
+        bv.release()
+    assert seen == [0, 1, 2, 3, 4]
+    import gc
+    gc.collect()
+    assert all(client.stat(n).leases == 0 for n in names)
+    # stopping early releases the views looked up ahead
+    gen = client.lookup_batches(names, timeout=5, prefetch=2)
+    first = next(gen)
+    gen.close()
+    first.release()
+    assert all(client.stat(n).leases == 0 for n in names), [client.stat(n).leases
+                                                             for n in names]
+    # an error comes at its own batch, after the ones before it
+    got = []
+    with pytest.raises(gpuipc.NotFound):
+        for bv in client.lookup_batches(["bt/seq/0", "bt/seq/none", "bt/seq/1"], timeout=0):
+            got.append(bv.id)
+            bv.release()
+    assert len(got) == 1
+    assert all(client.stat(n).leases == 0 for n in names)
+    with pytest.raises(ValueError):
+        next(client.lookup_batches(names, prefetch=-1))

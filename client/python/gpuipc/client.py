@@ -8,7 +8,8 @@ import threading
 import weakref
 from ctypes import POINTER, byref, c_char_p, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 from . import _lib
 from .errors import Error, Unreachable, error_for
@@ -495,6 +496,36 @@ class Client:
             except BaseException:
                 _lib.lib.gpuipc_batch_view_release(out.value)
                 raise
+
+    def lookup_batches(self, names: Iterable[str], timeout: Optional[float] = None,
+                       prefetch: int = 1) -> Iterator["Any"]:
+        """Looks up each batch of ``names`` in turn, yielding its
+        :class:`gpuipc.BatchView`, with up to ``prefetch`` lookups of the next
+        names under way in a background thread while the caller works on
+        the current one (the C lookup runs without the GIL).  ``timeout``
+        applies to each lookup; the first error is raised in the caller at
+        its batch, in order.  Views looked up ahead and never yielded (the
+        caller stopped early) are released."""
+        import collections
+        from concurrent.futures import Future, ThreadPoolExecutor
+        if prefetch < 0:
+            raise ValueError("prefetch is 0 or more")
+        it = iter(names)
+        ahead: "collections.deque[Future[Any]]" = collections.deque()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuipc-lookup") as ex:
+            try:
+                for n in it:
+                    ahead.append(ex.submit(self.lookup_batch, n, timeout))
+                    if len(ahead) > prefetch:
+                        yield ahead.popleft().result()
+                while ahead:
+                    yield ahead.popleft().result()
+            finally:
+                for f in ahead:
+                    try:
+                        f.result().release()
+                    except Exception:
+                        pass
 
     def register_fd(self, name: str, fd: int, size: int, offset: int = 0,
                     meta: Optional[Mapping[str, str]] = None, *, ephemeral: bool = False,

@@ -21,8 +21,10 @@ of 64 KiB handed over back to back: one name each (``gpuipc``), and as eight
 column batches of 125 (``gpuipc-batch``: one register and one lookup per
 batch, the tensors from ``BatchView.to_torch()``; ``gpuipc-batch-views``:
 the same with a column view and ``torch.as_tensor`` per tensor;
-``gpuipc-batch-prefetch``: ``to_torch()`` with the batches looked up by
-``Client.lookup_batches()``, one lookup ahead).
+``gpuipc-batch-pipelined``: both sides pipelined, the producer with
+``Client.register_batches()`` (the next batch built while the request of one
+goes out) and the consumer with ``Client.lookup_batches()`` (one lookup
+ahead while it makes the tensors of one with ``to_torch()``).
 
 usage: gpu_handoff.py [ROUNDS] > gpu_handoff.csv     (needs $GPUIPC_SOCKET,
        the gpuipc package on PYTHONPATH and libgpuipc; see gpu_run.sh)
@@ -329,8 +331,10 @@ def many_gpuipc(ctx, n, batch=False, views=False, prefetch=False):
         consumer = (gi_batch_views_consumer if views else
                     gi_batch_prefetch_consumer if prefetch else gi_batch_consumer)
     cons = ctx.Process(target=consumer, args=(prefix, n, res, ready))
-    prod = ctx.Process(target=gi_batch_producer if batch else gi_many_producer,
-                       args=(prefix, n, res, go))
+    producer = gi_many_producer
+    if batch:
+        producer = gi_batch_pipelined_producer if prefetch else gi_batch_producer
+    prod = ctx.Process(target=producer, args=(prefix, n, res, go))
     cons.start()
     prod.start()
     ready.wait(120)
@@ -396,7 +400,13 @@ def gi_batch_prefetch_consumer(prefix, n, res, ready):
     gi_batch_consumer(prefix, n, res, ready, prefetch=True)
 
 
-def gi_batch_producer(prefix, n, res, go):
+def gi_batch_pipelined_producer(prefix, n, res, go):
+    gi_batch_producer(prefix, n, res, go, pipelined=True)
+
+
+def gi_batch_producer(prefix, n, res, go, pipelined=False):
+    """register_batch per batch, or with pipelined=True register_batches()
+    (the next batch built while the request of one goes out)."""
     import gpuipc
     warm_cuda()
     c = gpuipc.connect()
@@ -404,11 +414,14 @@ def gi_batch_producer(prefix, n, res, go):
     torch.cuda.synchronize()
     go.wait()
     t0 = time.monotonic()
-    ids = [c.register_batch(f"{prefix}/{b}",
-                            {f"t{i}": xs[i] for i in range(b * BATCH_COLUMNS,
-                                                           min(n, (b + 1) * BATCH_COLUMNS))},
-                            ephemeral=True)
-           for b in range((n + BATCH_COLUMNS - 1) // BATCH_COLUMNS)]
+    # a generator: each batch's dict is made when it is its turn, on every path
+    items = ((f"{prefix}/{b}", {f"t{i}": xs[i] for i in range(b * BATCH_COLUMNS,
+                                                               min(n, (b + 1) * BATCH_COLUMNS))})
+             for b in range((n + BATCH_COLUMNS - 1) // BATCH_COLUMNS))
+    if pipelined:
+        ids = c.register_batches(items, ephemeral=True)
+    else:
+        ids = [c.register_batch(name, cols, ephemeral=True) for name, cols in items]
     res.put(("t0", t0))
     for rid in ids:
         c.wait_released(rid, timeout=120)
@@ -501,8 +514,8 @@ def main():
         case("gpuipc batch many", lambda: print(
             f"gpuipc-batch{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
             f"{many_gpuipc(ctx, 1000, batch=True):.0f},,,,,,,,,,", flush=True))
-        case("gpuipc batch many, prefetch", lambda: print(
-            f"gpuipc-batch-prefetch{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
+        case("gpuipc batch many, pipelined", lambda: print(
+            f"gpuipc-batch-pipelined{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
             f"{many_gpuipc(ctx, 1000, batch=True, prefetch=True):.0f},,,,,,,,,,", flush=True))
         case("gpuipc batch many, views", lambda: print(
             f"gpuipc-batch-views{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"

@@ -263,3 +263,30 @@ def test_lookup_batches_prefetches_in_order(client):
     assert all(client.stat(n).leases == 0 for n in names)
     with pytest.raises(ValueError):
         next(client.lookup_batches(names, prefetch=-1))
+
+
+def test_register_batches_in_order(client):
+    items = [(f"bt/many/{i}", {"a": np.full(16, i, dtype=np.int64),
+                               "w": [f"r{i}"] * 16}) for i in range(6)]
+    ids = client.register_batches(items, meta={"k": "v"})
+    assert len(ids) == 6 and ids == sorted(ids)
+    for i, (name, _) in enumerate(items):
+        with client.lookup_batch(name) as bv:
+            assert bv.id == ids[i] and bv.metadata == {"k": "v"}
+            assert int(bv.to_numpy()["a"][3]) == i and bv["w"].to_pylist()[0] == f"r{i}"
+    # the first error comes after the batches before it are registered
+    bad = [("bt/many2/0", {"a": np.arange(4)}), ("bt/many2/1", {}),
+           ("bt/many2/2", {"a": np.arange(4)})]
+    with pytest.raises(ValueError) as e:
+        client.register_batches(bad)
+    assert len(e.value.ids) == 1 and client.stat("bt/many2/0").id == e.value.ids[0]
+    with pytest.raises(gpuipc.NotFound):
+        client.stat("bt/many2/2")
+    # a daemon's refusal (the name is taken) the same way
+    with pytest.raises(gpuipc.Error) as e:
+        client.register_batches([("bt/many3/0", {"a": np.arange(4)}),
+                                 ("bt/many/1", {"a": np.arange(4)}),
+                                 ("bt/many3/2", {"a": np.arange(4)})])
+    assert len(e.value.ids) == 1
+    with pytest.raises(gpuipc.NotFound):
+        client.stat("bt/many3/2")               # nothing after the failure was sent

@@ -281,8 +281,9 @@ def _strings(name: str, items: Union[list, tuple], keep: List[Any]) -> A.Built:
                    null_count=nulls, nullable=validity != 0)
 
 
-def register(conn: Any, name: bytes, columns: Any, meta: Optional[Mapping[str, str]],
-             flags: int, event: Optional[int]) -> int:
+def build(columns: Any, meta: Optional[Mapping[str, str]], event: Optional[int]) -> _Batch:
+    """A filled gpuipc_batch of columns (see Client.register_batch); the
+    caller sends it with send(), which frees it."""
     b = _Batch()
     try:
         if isinstance(columns, Mapping):
@@ -305,12 +306,26 @@ def register(conn: Any, name: bytes, columns: Any, meta: Optional[Mapping[str, s
             if b.device < 0:
                 raise ValueError("an event goes with device columns, and there are none")
             b.set_event(ev, b.device)
+        return b
+    except BaseException:
+        b.free()
+        raise
+
+
+def send(conn: Any, name: bytes, b: _Batch, flags: int) -> int:
+    """Registers built batch b under name (one request) and frees b."""
+    try:
         rid = c_uint64()
         conn.call_checked(lambda c: _lib.lib.gpuipc_batch_register(c, name, b.ptr, flags,
                                                                    byref(rid)), "register_batch")
         return rid.value
     finally:
         b.free()
+
+
+def register(conn: Any, name: bytes, columns: Any, meta: Optional[Mapping[str, str]],
+             flags: int, event: Optional[int]) -> int:
+    return send(conn, name, build(columns, meta, event), flags)
 
 
 # ---- the consumer's side --------------------------------------------------------

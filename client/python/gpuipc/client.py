@@ -480,6 +480,56 @@ class Client:
                 if ttl_ms:
                     self._conn.call(lambda c: _lib.lib.gpuipc_client_set_ttl(c, 0), closed_ok=True)
 
+    def register_batches(self, batches: Iterable[Tuple[str, Any]], *,
+                         meta: Optional[Mapping[str, str]] = None, ephemeral: bool = False,
+                         copy: bool = False) -> List[int]:
+        """Registers each ``(name, columns)`` of ``batches`` in order, as
+        :meth:`register_batch` would, and returns their ids: the next batch
+        is built here while the request of the one before it goes out in a
+        background thread (the C call runs without the GIL).  ``meta``,
+        ``ephemeral`` and ``copy`` apply to every batch.  The first error is
+        raised once the batches before it are registered, and none after it
+        is sent; those before stay registered (their ids are in the
+        exception's ``ids``)."""
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        from . import batch
+        flags = (_lib.REGISTER_EPHEMERAL if ephemeral else 0) | (_lib.REGISTER_COPY if copy else 0)
+        sent: "List[Future[int]]" = []
+        failed: Optional[BaseException] = None
+        stop: List[bool] = []           # a request failed: send no later one
+
+        def send(bname: bytes, built: Any) -> int:
+            if stop:
+                built.free()
+                return 0
+            try:
+                return batch.send(self._conn, bname, built, flags)
+            except BaseException:
+                stop.append(True)
+                raise
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuipc-register") as ex:
+            try:
+                for name, columns in batches:
+                    if stop:
+                        break
+                    bname = _name(name)
+                    built = batch.build(columns, meta, None)
+                    sent.append(ex.submit(send, bname, built))
+            except BaseException as e:
+                failed = e              # after the requests already sent, in order
+        ids: List[int] = []
+        for f in sent:
+            err = f.exception()
+            if err is not None:
+                failed = err
+                break
+            ids.append(f.result())
+        if failed is not None:
+            failed.ids = ids  # type: ignore[attr-defined]
+            raise failed
+        return ids
+
     def lookup_batch(self, name: str, timeout: Optional[float] = None) -> "Any":
         """Looks a batch up in one round trip, mapping every buffer under one
         lease, and returns a :class:`gpuipc.BatchView`.  ``timeout`` as for

@@ -9,17 +9,25 @@ consume prints KEY=VALUE lines (UTF-8): rows, columns (comma-separated),
 meta.KEY, and for each array, PATH being the column's name and its
 children's joined by ".": PATH.format, .length, .null_count, .nullable,
 .validity (hex, when present), .data (hex of the values' bytes, for
-fixed-width types), .values (to_pylist() as JSON, for strings and booleans).
+fixed-width types), .values (to_pylist() as JSON, for strings and booleans);
+and for each top-level fixed-width column, read again through the Arrow
+PyCapsule interface (bv.__arrow_c_array__()): PATH.arrow (hex of its values
+as the ArrowArray's buffers give them) and PATH.arrow_zero_copy (whether
+that buffer is the view's mapped memory).
 
 produce registers 4 rows: "n" int32 [7, -1, 0, 2^31-1] from a HostBuffer,
 "w" strings ["py", "", "thön", "x"] (nulls would need numpy), "p" a struct
 of "a" int64 [0, 10, 20, 30] and "b" float64 [0.5, 1.5, 2.5, 3.5];
 metadata {"from": "python"}, and prints the registration id."""
+import ctypes
 import json
 import struct
 import sys
 
 import gpuipc
+from gpuipc import arrow as A
+
+WIDTHS = {"c": 1, "C": 1, "s": 2, "S": 2, "i": 4, "I": 4, "f": 4, "l": 8, "L": 8, "g": 8}
 
 
 def column(path, c, out):
@@ -47,7 +55,25 @@ def consume(client, name):
             out.append(f"meta.{k}={v}")
         for k in bv.columns:
             column(k, bv[k], out)
+        through_arrow(bv, out)
     sys.stdout.buffer.write(("\n".join(out) + "\n").encode("utf-8"))
+
+
+def through_arrow(bv, out):
+    sc, ac = bv.__arrow_c_array__()
+    s = A.ArrowSchema.from_address(A.capsule_pointer(sc, A.SCHEMA))
+    a = A.ArrowArray.from_address(A.capsule_pointer(ac, A.ARRAY))
+    for i in range(s.n_children):
+        cs, ca = s.children[i].contents, a.children[i].contents
+        fmt, name = cs.format.decode(), cs.name.decode("utf-8")
+        if fmt not in WIDTHS:
+            continue
+        w = WIDTHS[fmt]
+        ptr = ca.buffers[1]
+        out.append(f"{name}.arrow={ctypes.string_at(ptr + ca.offset * w, ca.length * w).hex()}")
+        zero_copy = ptr + ca.offset * w == bv[name].ptr
+        out.append(f"{name}.arrow_zero_copy={str(zero_copy).lower()}")
+    del s, a, sc, ac            # the capsules release their structs, and the lease
 
 
 def host_column(client, fmt, values):

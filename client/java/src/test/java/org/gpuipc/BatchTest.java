@@ -376,6 +376,13 @@ class BatchTest {
             assertEquals("+s", m.get("pt.format"));
             assertEquals(hex(shorts(PX)), m.get("pt.x.data"));
             assertEquals("[\"x\", \"yy\", \"zzz\", \"\", \"\u2603\"]", m.get("pt.y.values"));
+            /* The same values through the Arrow PyCapsule interface, zero copy. */
+            assertEquals(hex(longs(IDS)), m.get("id.arrow"));
+            assertEquals(hex(floats(SCORES)), m.get("score.arrow"));
+            assertEquals(hex(doubles(RATIOS)), m.get("ratio.arrow"));
+            assertEquals(hex(ints(MAYBE)), m.get("maybe.arrow"));
+            for (String col : List.of("id", "score", "ratio", "maybe"))
+                assertEquals("true", m.get(col + ".arrow_zero_copy"), col);
             c.awaitRelease(id, Duration.ofSeconds(10));     /* Python released its lease */
             c.unregister("bt/java-to-py");
         }

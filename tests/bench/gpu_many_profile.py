@@ -7,6 +7,10 @@ warm cost of the torch calls a consumer could build its tensors with.
 
 usage: gpu_many_profile.py [ROUNDS]     (needs $GPUIPC_SOCKET, as gpu_run.sh)
 Prints a report on stdout; not a CSV (gpu_handoff.py has the figures).
+Last comes a timeline of the pipelined path (register_batches() and
+lookup_batches() + to_torch()): when each batch's request went out and came
+back on the producer's thread, when each lookup ran on the consumer's, and
+when the consumer had the batch and its tensors.
 """
 import cProfile
 import io
@@ -132,6 +136,97 @@ def producer(prefix, res, go, profile):
         c.wait_released(rid, timeout=120)
 
 
+def pipe_consumer(prefix, res, ready):
+    import gpuipc
+    warm_cuda()
+    c = gpuipc.connect()
+    looked = {}
+    plain = c.lookup_batch
+
+    def timed(name, timeout=None):
+        t0 = time.monotonic()
+        bv = plain(name, timeout)
+        looked[name] = (t0, time.monotonic())
+        return bv
+    c.lookup_batch = timed
+    ready.set()
+    names = [f"{prefix}/{b}" for b in range(N // BATCH_COLUMNS)]
+    rows, keep = [], []
+    for name, bv in zip(names, c.lookup_batches(names, timeout=120)):
+        t0 = time.monotonic()
+        ts = list(bv.to_torch().values())
+        rows.append((name, t0, time.monotonic()))
+        keep.append((bv, ts))
+    bad = sum(int((t != P).sum().item()) for _, ts in keep for t in ts)
+    for bv, _ in keep:
+        bv.release()
+    del keep
+    res.put(("consumer", [(n, looked[n][0], looked[n][1], a, b) for n, a, b in rows], bad))
+
+
+def pipe_producer(prefix, res, go):
+    import gpuipc
+    from gpuipc import batch
+    warm_cuda()
+    c = gpuipc.connect()
+    xs = [torch.full((64 << 10,), P, dtype=torch.uint8, device="cuda") for _ in range(N)]
+    torch.cuda.synchronize()
+    sent = []
+    plain_send, plain_build = batch.send, batch.build
+
+    def timed_send(conn, name, b, flags):
+        t0 = time.monotonic()
+        r = plain_send(conn, name, b, flags)
+        sent.append((name.decode(), t0, time.monotonic()))
+        return r
+
+    def timed_build(columns, meta, event):
+        t0 = time.monotonic()
+        b = plain_build(columns, meta, event)
+        built.append((t0, time.monotonic()))
+        return b
+    built = []
+    batch.send, batch.build = timed_send, timed_build
+    go.wait()
+    t0 = time.monotonic()
+    items = ((f"{prefix}/{b}", {f"t{i}": xs[i] for i in range(b * BATCH_COLUMNS,
+                                                               (b + 1) * BATCH_COLUMNS)})
+             for b in range(N // BATCH_COLUMNS))
+    ids = c.register_batches(items, ephemeral=True)
+    res.put(("producer", t0, sent, built))
+    for rid in ids:
+        c.wait_released(rid, timeout=120)
+
+
+def pipelined(ctx):
+    prefix = "pipe/" + uuid.uuid4().hex[:8]
+    res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
+    cons = ctx.Process(target=pipe_consumer, args=(prefix, res, ready))
+    prod = ctx.Process(target=pipe_producer, args=(prefix, res, go))
+    cons.start()
+    prod.start()
+    ready.wait(120)
+    time.sleep(0.5)
+    go.set()
+    got = {}
+    while len(got) < 2:
+        m = res.get(timeout=600)
+        got[m[0]] = m[1:]
+    prod.join(120)
+    cons.join(120)
+    start, sent, built = got["producer"]
+    crows, bad = got["consumer"]
+    if bad:
+        raise SystemExit("gpu_many_profile: wrong bytes")
+    print(f"--- pipelined: {(crows[-1][4] - start) * 1e3:.1f} ms from the first register to the "
+          "last tensor; per batch, us from the start:")
+    print("   built from..to | sent..replied (producer thread) | lookup from..to (consumer "
+          "thread) | tensors from..to")
+    for (b0, b1), (_, s0, s1), (_, l0, l1, t0, t1) in zip(built, sent, crows):
+        print(f"   {us(b0 - start)}..{us(b1 - start)} | {us(s0 - start)}..{us(s1 - start)} | "
+              f"{us(l0 - start)}..{us(l1 - start)} | {us(t0 - start)}..{us(t1 - start)}")
+
+
 def one(ctx, profile):
     prefix = "prof/" + uuid.uuid4().hex[:8]
     res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
@@ -178,6 +273,8 @@ def main():
     for _ in range(rounds):
         one(ctx, False)
     one(ctx, True)
+    for _ in range(2):
+        pipelined(ctx)
 
 
 if __name__ == "__main__":

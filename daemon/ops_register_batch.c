@@ -27,10 +27,17 @@ struct fd_use {
         const struct alloc *alloc;      /* what it stands for, once attached */
 };
 
+/* A part's kind and the frame fds it names, as scan_fds() read them. */
+struct part_fds {
+        uint8_t kind, n;
+        uint8_t idx[PROTO_MAX_FDS];
+};
+
 struct build {
         struct req *q;
         const msgpack_object *parts;
         struct fd_use use[PROTO_MAX_FDS];
+        struct part_fds pf[PROTO_BATCH_PARTS_MAX];
         uint32_t n_memfds;
         struct reg_batch *b;
 };
@@ -44,10 +51,10 @@ static int part_fail(struct req *q, uint32_t i, int err)
         return req_fail(q, err, "parts[%u]: %s", i, msg);
 }
 
-/* The part's kind and its fd indexes into idx (*ret_n of them). */
-static int part_fds(struct build *x, uint32_t i, unsigned *ret_kind, uint8_t *idx,
-                    unsigned *ret_n)
+/* Part i's kind and its fd indexes into x->pf[i]. */
+static int part_fds(struct build *x, uint32_t i)
 {
+        struct part_fds *pf = &x->pf[i];
         struct req *q = x->q;
         const msgpack_object *m = &x->parts->via.array.ptr[i], *a;
         const char *s;
@@ -72,34 +79,38 @@ static int part_fds(struct build *x, uint32_t i, unsigned *ret_kind, uint8_t *id
         if (k == -EINVAL || (k == 0 && a->via.array.size > PROTO_MAX_FDS))
                 return req_fail(q, -EINVAL, "parts[%u].fds must be an array of at most %u fd "
                                 "indexes", i, PROTO_MAX_FDS);
-        *ret_n = k == 0 ? a->via.array.size : 0;
-        for (unsigned j = 0; j < *ret_n; j++) {
+        pf->n = k == 0 ? (uint8_t)a->via.array.size : 0;
+        for (unsigned j = 0; j < pf->n; j++) {
                 uint64_t v;
                 if (proto_obj_u64(&a->via.array.ptr[j], &v) < 0 || v >= q->nfds)
                         return req_fail(q, -EINVAL, "parts[%u].fds[%u] must be the index of "
                                         "an fd of the frame (0 to %d; it carries %u)", i, j,
                                         (int)q->nfds - 1, q->nfds);
-                idx[j] = (uint8_t)v;
+                pf->idx[j] = (uint8_t)v;
         }
-        *ret_kind = (unsigned)kind;
+        pf->kind = (uint8_t)kind;
         return 0;
 }
 
 /* The first pass over the parts: each fd index stands for one kind of
- * object, every fd is named, and each distinct memfd gets a slot. */
+ * object, every fd is named, and each distinct memfd gets a slot; each
+ * part's kind and fds are kept in x->pf for build_part(). */
 static int scan_fds(struct build *x)
 {
         struct req *q = x->q;
-        uint8_t idx[PROTO_MAX_FDS];
+        const uint8_t *idx;
         unsigned kind, n;
         int k;
 
         for (unsigned f = 0; f < PROTO_MAX_FDS; f++)
                 x->use[f] = (struct fd_use){ .kind = -1, .memfd = -1 };
         for (uint32_t i = 0; i < x->parts->via.array.size; i++) {
-                k = part_fds(x, i, &kind, idx, &n);
+                k = part_fds(x, i);
                 if (k < 0)
                         return k;
+                kind = x->pf[i].kind;
+                n = x->pf[i].n;
+                idx = x->pf[i].idx;
                 if (kind == PROTO_KIND_HOST && n != 1)
                         return req_fail(q, -EBADF, "parts[%u]: a host part names exactly one "
                                         "fd, its memfd (fds: [index])", i);
@@ -150,24 +161,22 @@ static int claim_allocs(struct build *x, uint32_t i, const uint8_t *idx, unsigne
         return 0;
 }
 
-/* Checks part i and attaches its memory, as a single registration's. */
+/* Checks part i (its kind and fds checked by scan_fds()) and attaches its
+ * memory, as a single registration's. */
 static int build_part(struct build *x, uint32_t i)
 {
         struct req *q = x->q;
         const msgpack_object *m = &x->parts->via.array.ptr[i];
         struct batch_part *bp = &x->b->parts[i];
         struct reg_params p = { .fd = -1 };
-        uint8_t idx[PROTO_MAX_FDS];
+        const uint8_t *idx = x->pf[i].idx;
+        unsigned kind = x->pf[i].kind, n = x->pf[i].n;
         int fds[PROTO_MAX_FDS];
-        unsigned kind, n;
         bool shared_write;
         int k;
 
         for (unsigned j = 0; j < PROTO_MAX_FDS; j++)
                 fds[j] = -1;
-        k = part_fds(x, i, &kind, idx, &n);
-        if (k < 0)
-                return k;
         p.kind = kind;
         k = register_buffer_fields(q, m, &p, &shared_write);
         if (k < 0)

@@ -88,6 +88,7 @@ HELPER_BIN := $(patsubst tests/integration/%.c,$(T)/%,$(wildcard tests/integrati
 $(BUILDDIR)/obj/tests/unit/%.o $(BUILDDIR)/obj/tests/fuzz/%.o: CPPFLAGS += -Idaemon -Iclient/lib
 $(T)/test_%: $(BUILDDIR)/obj/tests/unit/test_%.o $(MODULES)
 	$(call link,$(CRITERION_LIBS) $(DAEMON_LIBS))
+$(T)/test_proto: $(call obj,tests/fuzz/walk.c)
 $(T)/test_lib_%: $(BUILDDIR)/obj/tests/unit/test_lib_%.o $(LIB_OBJ) $(PROTO_OBJ)
 	$(call link,$(CRITERION_LIBS) $(CLIENT_LIBS))
 $(T)/integ_%: $(call obj,$(addprefix tests/integration/,integ_%.c harness.c sdhost.c)) $(PROTO_OBJ) $(LIBA)
@@ -124,7 +125,7 @@ $(2): $(BUILDDIR)/fuzz/$(1)
 	$$< -max_total_time=$$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/$(3) tests/fuzz/$(3)
 FUZZ_REPLAY += $(T)/$(2)-replay:tests/fuzz/$(3)
 endef
-$(eval $(call fuzzer,fuzz-frame,fuzz,corpus,$(filter-out %/cuda_drv.o,$(PROTO_OBJ)),$(MSGPACK_LIBS)))
+$(eval $(call fuzzer,fuzz-frame,fuzz,corpus,$(filter-out %/cuda/driver.o,$(PROTO_OBJ)) $(call obj,tests/fuzz/walk.c),$(MSGPACK_LIBS)))
 $(eval $(call fuzzer,fuzz-ops,fuzz-ops,corpus-ops,$(MODULES),$(DAEMON_LIBS)))
 $(eval $(call fuzzer,fuzz-journal,fuzz-journal,corpus-journal,$(MODULES),$(DAEMON_LIBS)))
 

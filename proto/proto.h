@@ -52,17 +52,6 @@ int proto_errno_from_code(const char *code, size_t len);
 int proto_invalid(char *why, size_t why_len, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
-/* ---- structure check ---------------------------------------------------- */
-
-/* Walks the msgpack encoding in buf without allocating.  Succeeds only if buf
- * holds exactly one map, nested at most PROTO_MAX_DEPTH deep, with no ext
- * types and no reserved byte, where every declared length fits in the bytes
- * that remain and no array (map) declares more elements (pairs x2) than there
- * are bytes left.  That last rule bounds what msgpack-c allocates for a frame
- * to a small multiple of its length.  On failure returns -EBADMSG and, if
- * ret_why is not NULL, a static reason. */
-int proto_check(const uint8_t *buf, size_t len, const char **ret_why);
-
 /* ---- decoding ----------------------------------------------------------- */
 
 struct proto_msg {
@@ -70,10 +59,14 @@ struct proto_msg {
         const msgpack_object *root;   /* the top-level map */
 };
 
-/* Decodes buf into objects from zone z as msgpack_unpack() would, refusing
- * what proto_check() refuses, in one pass (unpack.c).  ret is the top-level
- * map; strings and bins point into buf.  -EBADMSG with a static reason in
- * *ret_why (when not NULL), or -ENOMEM. */
+/* Decodes buf into objects from zone z as msgpack_unpack() would, in one
+ * pass that also checks it (unpack.c): buf must hold exactly one map,
+ * nested at most PROTO_MAX_DEPTH deep, with no ext types and no reserved
+ * byte, where every declared length fits in the bytes that remain and no
+ * array (map) declares more elements (pairs x2) than there are bytes left,
+ * which bounds what a frame allocates to a small multiple of its length.
+ * ret is the top-level map; strings and bins point into buf.  -EBADMSG with
+ * a static reason in *ret_why (when not NULL), or -ENOMEM. */
 int proto_unpack(const uint8_t *buf, size_t len, msgpack_zone *z, msgpack_object *ret,
                  const char **ret_why);
 
@@ -254,8 +247,10 @@ struct proto_arrow_node {
  * with its children counts, each node's fields and buffers (part indexes
  * below n_parts, or -1), every part named by some node, and nesting at most
  * PROTO_BATCH_ARROW_DEPTH.  Keys it does not know are allowed.  ret_nodes,
- * when not NULL, has room for PROTO_BATCH_NODES_MAX nodes and receives each
- * checked node's fields, so that a reader need not search them again.
+ * when not NULL, has room for as many nodes as arrow.columns holds (a
+ * description of more than PROTO_BATCH_NODES_MAX is refused before any is
+ * written) and receives each checked node's fields, so that a reader need
+ * not search them again.
  * -EINVAL with a reason in why (why_len bytes) naming the node. */
 int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts,
                       struct proto_arrow_node *ret_nodes, char *why, size_t why_len);

@@ -1,14 +1,14 @@
 /* unpack.c: one frame body into msgpack-c objects, in one pass that also
- * makes proto_check()'s checks (check.c).
+ * checks its structure (the rules are in proto.h).
  *
  * msgpack-c's unpacker was a third of a client's CPU time for a batch
- * lookup reply (docs/performance.md, "Column batches"), and proto_check()
- * walked the same bytes once more before it.  This decoder builds the same
- * objects msgpack_unpack() builds (strings and bins point into the buffer,
- * arrays and maps live in the zone), refuses exactly what proto_check()
- * refuses, and never allocates more than the frame's bytes can justify:
- * an array (map) is allocated only when its elements (pairs x2) fit the
- * bytes that remain. */
+ * lookup reply (docs/performance.md, "Column batches"), and a structure
+ * walk before it read the same bytes once more.  This decoder builds the
+ * same objects msgpack_unpack() builds (strings and bins point into the
+ * buffer, arrays and maps live in the zone), and never allocates more than
+ * the frame's bytes can justify: an array (map) is allocated only when its
+ * elements (pairs x2) fit the bytes that remain.  The old walk stays in the
+ * tests as the oracle it is checked against (tests/fuzz/walk.c). */
 #include <errno.h>
 #include <string.h>
 

@@ -4,22 +4,21 @@
  * pattern, the rest is the byte stream a peer sends.  The stream is fed to
  * proto_reader in chunks whose sizes come from the input itself (so partial
  * reads at every boundary get exercised), and each complete frame goes
- * through proto_decode and every getter, as the daemon does.  A frame that
- * decodes is decoded again by msgpack-c's own msgpack_unpack(), and the two
- * object trees must be the same (proto_unpack() stands in for msgpack-c).
+ * through proto_decode and every getter, as the daemon does.  The decode
+ * must succeed exactly when the independent structure walk (walk.c)
+ * accepts the frame, and a frame that decodes is decoded again by
+ * msgpack-c's own msgpack_unpack(): the two object trees must be the same
+ * (proto_unpack() stands in for msgpack-c).
  *
- * Build (libFuzzer):
- *   P="proto/check.c proto/unpack.c proto/decode.c proto/encode.c proto/error.c proto/name.c
- *      proto/stream.c proto/unix.c"
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
- *         -D_GNU_SOURCE -Iproto $P tests/fuzz/fuzz-frame.c -lmsgpackc -o build/fuzz-frame
- *   build/fuzz-frame -max_total_time=60 -rss_limit_mb=2048 CORPUS_DIR tests/fuzz/corpus
+ * Build and run with `make fuzz` (FUZZ_SECONDS=N): libFuzzer over proto/
+ * without the CUDA loader, and walk.c.
  * Replay without libFuzzer: see replay.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proto.h"
+#include "walk.h"
 #include "same_objects.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -102,7 +101,7 @@ static void one_frame(const uint8_t *body, uint32_t len)
         const char *why = NULL;
         int r, c;
 
-        c = proto_check(body, len, &why);
+        c = walk_check(body, len, &why);
         if (c < 0 && (c != -EBADMSG || !why))
                 abort();
         r = proto_decode(body, len, &m, &why);

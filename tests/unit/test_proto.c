@@ -16,6 +16,7 @@
 
 #include "gpuipc.h"
 #include "proto.h"
+#include "../fuzz/walk.h"
 #include "../fuzz/same_objects.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -57,9 +58,9 @@ static void check_ok(const char *b, size_t n, const char *what)
 {
         const char *why = NULL;
         struct proto_msg m;
-        int r = proto_check((const uint8_t *)b, n, &why);
+        int r = walk_check((const uint8_t *)b, n, &why);
 
-        cr_expect_eq(r, 0, "proto_check(%s) = %d (%s), want 0", what, r, why ? why : "-");
+        cr_expect_eq(r, 0, "walk_check(%s) = %d (%s), want 0", what, r, why ? why : "-");
         r = proto_decode((const uint8_t *)b, n, &m, &why);
         cr_expect_eq(r, 0, "proto_decode(%s) = %d (%s), want 0", what, r, why ? why : "-");
         if (r == 0)
@@ -70,12 +71,12 @@ static void check_ok(const char *b, size_t n, const char *what)
 
 static void check_bad(const char *b, size_t n, const char *why_part, const char *what)
 {
-        const char *fn[2] = { "proto_check", "proto_decode" };
+        const char *fn[2] = { "walk_check", "proto_decode" };
         struct proto_msg m;
 
         for (int i = 0; i < 2; i++) {
                 const char *why = NULL;
-                int r = i == 0 ? proto_check((const uint8_t *)b, n, &why)
+                int r = i == 0 ? walk_check((const uint8_t *)b, n, &why)
                                : proto_decode((const uint8_t *)b, n, &m, &why);
                 cr_expect_eq(r, -EBADMSG, "%s(%s) = %d, want -EBADMSG", fn[i], what, r);
                 cr_expect_not_null(why, "%s(%s) set no reason", fn[i], what);
@@ -86,7 +87,7 @@ static void check_bad(const char *b, size_t n, const char *why_part, const char 
         proto_msg_free(&m);
 }
 
-/* ---- proto_check: accepted ---------------------------------------------- */
+/* ---- walk_check: accepted ---------------------------------------------- */
 
 /* The public header repeats these (client/lib/internal.h asserts the
  * numbers; a string's bytes need a run-time check). */
@@ -217,21 +218,21 @@ Test(check, nesting_depth)
                   "nested");
 }
 
-/* ---- proto_check: rejected ---------------------------------------------- */
+/* ---- walk_check: rejected ---------------------------------------------- */
 
 Test(check, empty_and_not_a_map)
 {
         const char *why = NULL;
         uint8_t b = 0x80;
 
-        cr_expect_eq(proto_check(&b, 0, &why), -EBADMSG);
+        cr_expect_eq(walk_check(&b, 0, &why), -EBADMSG);
         cr_expect_not_null(why);
         cr_expect_not_null(strstr(why, "empty"), "reason: %s", why);
         why = NULL;
-        cr_expect_eq(proto_check(NULL, 0, &why), -EBADMSG);
+        cr_expect_eq(walk_check(NULL, 0, &why), -EBADMSG);
         cr_expect_not_null(why);
         /* NULL ret_why is allowed. */
-        cr_expect_eq(proto_check(&b, 0, NULL), -EBADMSG);
+        cr_expect_eq(walk_check(&b, 0, NULL), -EBADMSG);
 
         CHECK_BAD("\x01", "not a msgpack map");
         CHECK_BAD("\xc0", "not a msgpack map");
@@ -790,7 +791,7 @@ static uint8_t *make_frame(size_t body_len, uint8_t fill, size_t *ret_len)
                 *p++ = (uint8_t)bin_len;
         }
         memset(p, fill, bin_len);
-        cr_assert_eq(proto_check(f + PROTO_HDR_LEN, body_len, NULL), 0, "make_frame(%zu)", body_len);
+        cr_assert_eq(walk_check(f + PROTO_HDR_LEN, body_len, NULL), 0, "make_frame(%zu)", body_len);
         *ret_len = PROTO_HDR_LEN + body_len;
         return f;
 }

@@ -1,12 +1,15 @@
-/* check.c: structural check of one msgpack frame body before msgpack-c sees it.
- *
- * msgpack-c 4.0 allocates room for every element an array or map header
- * declares before any element arrives (upstream issue 1013: five bytes can
- * ask for ~96 GB).  This walker never allocates; it refuses any header that
- * declares more than the frame could possibly hold. */
+/* walk.c: the structure rules of a frame body (walk.h), walked on their
+ * own without allocating: the oracle that proto_unpack() (proto/unpack.c),
+ * which decodes and checks in one pass, is tested against in test_proto
+ * and the frame fuzzer.  This walker was the daemon's check before
+ * msgpack-c decoded a frame; msgpack-c 4.0 allocates room for every
+ * element an array or map header declares (upstream issue 1013: five bytes
+ * can ask for ~96 GB), so a header that declares more than the frame could
+ * hold is refused. */
 #include <errno.h>
 
 #include "proto.h"
+#include "walk.h"
 
 struct walker {
         const uint8_t *p, *end;
@@ -118,7 +121,7 @@ static int walk(struct walker *w, unsigned depth)
         }
 }
 
-int proto_check(const uint8_t *buf, size_t len, const char **ret_why)
+int walk_check(const uint8_t *buf, size_t len, const char **ret_why)
 {
         struct walker w = { .p = buf, .end = buf + len, .why = NULL };
         int r;

@@ -11,10 +11,12 @@ from __future__ import annotations
 import ctypes
 import weakref
 from ctypes import byref, c_char_p, c_int, c_uint64, c_void_p
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from . import _lib
 from . import arrow as A
+from .client import (_cai_layout, _cuda_event_sync, _cuda_pointer_device, _cuda_stream_sync,
+                     _get_cai, _torch_layout)
 from .errors import error_for
 from .view import (DeviceBuffer, HostBuffer, Info, View, _Holder, _Memory, _np, dtype_typestr,
                    itemsize)
@@ -33,6 +35,7 @@ class _Batch:
         self.ptr = out.value
         self.keep: List[Any] = []
         self.events: List[int] = []
+        self.synced: Set[int] = set()   # the streams of device columns, synchronized
         self.device = -1                # a device column's ordinal, for the event
 
     def check(self, r: int, what: str) -> None:
@@ -51,9 +54,9 @@ class _Batch:
         if not isinstance(name, str):
             raise TypeError(f"column names are str, not {type(name).__name__}")
         # A torch tensor first: the common case, and it exports no capsules.
-        lay = _cl()._torch_layout(obj)
+        lay = _torch_layout(obj)
         if lay is not None:
-            self._add_leaf(name, _device_leaf(name, lay, obj.get_device()))
+            self._add_leaf(name, _device_leaf(name, lay, obj.get_device(), self.synced))
             return
         exp = _exported(obj)
         if exp is not None:
@@ -65,11 +68,11 @@ class _Batch:
                 self.events.append(event)
             self._add_structs(name, ctypes.addressof(s), array, device)
             return
-        leaf = _leaf(name, obj, self.keep)
+        leaf = _leaf(name, obj, self.keep, self.synced)
         if leaf is not None:
             self._add_leaf(name, leaf)
             return
-        built, device = _build(name, obj, self.keep)
+        built, device = _build(name, obj, self.keep, self.synced)
         self.keep.append(built)
         self._add_structs(name, ctypes.addressof(built.schema), ctypes.addressof(built.array),
                           device)
@@ -147,41 +150,30 @@ _FORMAT_BYTES = {d: f.encode() for d, f in A.DTYPE_FORMATS.items()}
 _FORMAT_DTYPES = {f: d for d, f in _FORMAT_BYTES.items()}
 
 
-_client: Any = None
-
-
-def _cl() -> Any:
-    """The client module (which imports this one), once loaded."""
-    global _client
-    if _client is None:
-        from . import client
-        _client = client
-    return _client
-
-
-def _leaf(name: str, obj: Column, keep: List[Any]) -> Optional[Leaf]:
+def _leaf(name: str, obj: Column, keep: List[Any], synced: Set[int]) -> Optional[Leaf]:
     """obj as fixed-width values when it is an array of them (keeping what
     the addresses point into alive in keep); None for strings, structs and
     anything else that takes Arrow structs."""
-    cl = _cl()
-    lay = cl._torch_layout(obj)
+    lay = _torch_layout(obj)
     if lay is not None:
         # A torch tensor knows its device: no driver call for it.
-        return _device_leaf(name, lay, obj.get_device())
+        return _device_leaf(name, lay, obj.get_device(), synced)
     if isinstance(obj, HostBuffer) or isinstance(obj, DeviceBuffer):
         obj._check_open()
         d = obj.dtype if obj.dtype in A.DTYPE_FORMATS else "uint8"
         return _FORMAT_BYTES[d], obj.nbytes // itemsize(d), 0, 0, obj.ptr, obj.device
-    cai = cl._get_cai(obj)
-    lay = cl._cai_layout(cai) if cai is not None else None
+    cai = _get_cai(obj)
+    lay = _cai_layout(cai) if cai is not None else None
     if lay is not None:
-        return _device_leaf(name, lay, cl._cuda_pointer_device(lay[0]))
+        return _device_leaf(name, lay, _cuda_pointer_device(lay[0]), synced)
     if isinstance(obj, (dict, list, tuple, str, bytes)) or isinstance(obj, Mapping):
         return None
     return _host_leaf(name, obj, keep)
 
 
-def _device_leaf(name: str, lay: Any, device: int) -> Leaf:
+def _device_leaf(name: str, lay: Any, device: int, synced: Set[int]) -> Leaf:
+    """A device array's leaf; its stream (the interface's) is synchronized
+    once per batch: synced holds those done."""
     ptr, nbytes, d, sh, st, stream = lay
     if d == "bool":
         raise TypeError(f"column {name!r}: device booleans are bytes and Arrow's are bits; "
@@ -191,15 +183,16 @@ def _device_leaf(name: str, lay: Any, device: int) -> Leaf:
         raise TypeError(f"column {name!r}: dtype {d} has no Arrow type here")
     if len(sh) != 1 or (st is not None and st != (itemsize(d),)):
         raise ValueError(f"column {name!r}: a column is a contiguous 1-D array")
-    if stream is not None:
-        _cl()._cuda_stream_sync(int(stream))
+    if stream is not None and int(stream) not in synced:
+        _cuda_stream_sync(int(stream))
+        synced.add(int(stream))
     return _FORMAT_BYTES[d], sh[0], 0, 0, ptr, device
 
 
-def _build(name: str, obj: Column, keep: List[Any]) -> Tuple[A.Built, int]:
+def _build(name: str, obj: Column, keep: List[Any], synced: Set[int]) -> Tuple[A.Built, int]:
     """An Arrow column built here from a Python object: (struct pair, device)."""
     if isinstance(obj, Mapping):
-        kids = [(_build(str(k), v, keep)) for k, v in obj.items()]
+        kids = [(_build(str(k), v, keep, synced)) for k, v in obj.items()]
         if not kids:
             raise ValueError(f"struct column {name!r} has no fields")
         devs = {d for _, d in kids}
@@ -210,7 +203,7 @@ def _build(name: str, obj: Column, keep: List[Any]) -> Tuple[A.Built, int]:
         return A.Built("+s", name, lens.pop(), [0], children=[k for k, _ in kids]), devs.pop()
     if isinstance(obj, (list, tuple)):
         return _strings(name, obj, keep), -1
-    leaf = _leaf(name, obj, keep)
+    leaf = _leaf(name, obj, keep, synced)
     if leaf is None:
         raise TypeError(f"column {name!r}: {type(obj).__name__} is not a column")
     fmt, n, nulls, validity, data, device = leaf
@@ -238,18 +231,17 @@ def _host_leaf(name: str, obj: Any, keep: List[Any]) -> Leaf:
             raise TypeError(f"column {name!r}: dtype {arr.dtype} has no Arrow type here")
         fmt = _FORMAT_BYTES[d]
     keep.append(arr)
-    validity, nulls = _validity(mask, keep, always=True)
+    validity, nulls = _validity(mask, keep)
     return fmt, n, nulls, validity, arr.ctypes.data, -1
 
 
-def _validity(mask: Any, keep: List[Any], always: bool = False) -> Tuple[int, int]:
+def _validity(mask: Any, keep: List[Any]) -> Tuple[int, int]:
     """A validity bitmap (1 = valid) for a null mask, and the null count; no
-    bitmap (0) without nulls unless always (a masked array stays nullable)."""
+    bitmap (0) without a mask.  A masked array keeps its bitmap even without
+    nulls, so the column stays nullable."""
     if mask is None:
         return 0, 0
     nulls = int(mask.sum())
-    if nulls == 0 and not always:
-        return 0, 0
     bits = _np.packbits(~mask, bitorder="little")
     keep.append(bits)
     return bits.ctypes.data, nulls
@@ -299,7 +291,6 @@ def build(columns: Any, meta: Optional[Mapping[str, str]], event: Optional[int])
         if ev is None and len(set(b.events)) == 1:
             ev = b.events[0]
         elif ev is None and b.events:
-            from .client import _cuda_event_sync
             for e in set(b.events):
                 _cuda_event_sync(e)
         if ev is not None:
@@ -321,11 +312,6 @@ def send(conn: Any, name: bytes, b: _Batch, flags: int) -> int:
         return rid.value
     finally:
         b.free()
-
-
-def register(conn: Any, name: bytes, columns: Any, meta: Optional[Mapping[str, str]],
-             flags: int, event: Optional[int]) -> int:
-    return send(conn, name, build(columns, meta, event), flags)
 
 
 # ---- the consumer's side --------------------------------------------------------
@@ -558,6 +544,10 @@ class BatchView:
             names.append(nd.name.decode("utf-8", "replace") if nd.name else "")
             self._column_nodes.append(nd.index)
         self.columns = tuple(names)
+        # by name: the first column of each name, as columns.index() finds
+        self._by_name: Dict[str, int] = {}
+        for i, cname in enumerate(names):
+            self._by_name.setdefault(cname, i)
         self._holder = _Holder(self._free)
 
     def _free(self) -> None:
@@ -613,9 +603,9 @@ class BatchView:
                 raise IndexError(f"column {key} out of range ({len(self.columns)} columns)")
             i = key % len(self.columns)
         else:
-            if key not in self.columns:
+            if key not in self._by_name:
                 raise KeyError(key)
-            i = self.columns.index(key)
+            i = self._by_name[key]
         return BatchColumn(self, self._column_nodes[i])
 
     def __contains__(self, key: object) -> bool:

@@ -356,15 +356,20 @@ class Client:
         """
         ttl_ms = _ttl_ms(ttl)
 
-        def reg() -> int:
-            return self._register(name, obj, meta, ephemeral, event, dtype, shape, strides,
-                                  cuda_ipc, shared_write, copy, cacheable)
-        if not ttl_ms:      # the C client's TTL is 0 between calls
-            return reg()
+        return self._with_ttl(ttl_ms, "register", lambda: self._register(
+            name, obj, meta, ephemeral, event, dtype, shape, strides, cuda_ipc, shared_write,
+            copy, cacheable))
+
+    def _with_ttl(self, ttl_ms: int, op: str, fn: Callable[[], int]) -> int:
+        """fn(), a register call, with the C client's TTL set to ttl_ms for
+        it and back to 0 after (it is 0 between calls); without a TTL, fn()
+        alone."""
+        if not ttl_ms:
+            return fn()
         with self._conn.lock:
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_ttl(c, ttl_ms), "register")
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_ttl(c, ttl_ms), op)
             try:
-                return reg()
+                return fn()
             finally:
                 self._conn.call(lambda c: _lib.lib.gpuipc_client_set_ttl(c, 0), closed_ok=True)
 
@@ -470,15 +475,14 @@ class Client:
         flags = (_lib.REGISTER_EPHEMERAL if ephemeral else 0) | (_lib.REGISTER_COPY if copy else 0)
         ttl_ms = _ttl_ms(ttl)
         bname = _name(name)
-        with self._conn.lock:
-            if ttl_ms:
-                self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_ttl(c, ttl_ms),
-                                        "register_batch")
-            try:
-                return batch.register(self._conn, bname, columns, meta, flags, event)
-            finally:
-                if ttl_ms:
-                    self._conn.call(lambda c: _lib.lib.gpuipc_client_set_ttl(c, 0), closed_ok=True)
+        # Built outside the connection's lock: host copies and stream syncs
+        # need no connection.
+        built = batch.build(columns, meta, event)
+        try:
+            return self._with_ttl(ttl_ms, "register_batch",
+                                  lambda: batch.send(self._conn, bname, built, flags))
+        finally:
+            built.free()        # send() has freed it, unless it never ran
 
     def register_batches(self, batches: Iterable[Tuple[str, Any]], *,
                          meta: Optional[Mapping[str, str]] = None, ephemeral: bool = False,
@@ -594,16 +598,14 @@ class Client:
         rid = c_uint64()
         flags = ((_lib.REGISTER_EPHEMERAL if ephemeral else 0) |
                  (_lib.REGISTER_SHARED_WRITE if shared_write else 0))
-        with self._conn.lock:
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_ttl(c, ttl_ms), "register")
-            try:
-                self._conn.call_checked(lambda c: _lib.lib.gpuipc_fd_register(
-                    c, _name(name), int(fd), int(offset), int(size), m.ref(), flags,
-                    byref(rid)), "register")
-            finally:
-                if ttl_ms:
-                    self._conn.call(lambda c: _lib.lib.gpuipc_client_set_ttl(c, 0), closed_ok=True)
-        return rid.value
+        bname = _name(name)
+
+        def reg() -> int:
+            self._conn.call_checked(lambda c: _lib.lib.gpuipc_fd_register(
+                c, bname, int(fd), int(offset), int(size), m.ref(), flags, byref(rid)),
+                "register")
+            return rid.value
+        return self._with_ttl(ttl_ms, "register", reg)
 
     def unregister(self, name: str) -> None:
         """Removes ``name`` from the namespace; readers keep their mapping

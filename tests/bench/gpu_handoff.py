@@ -326,15 +326,14 @@ def gi_many_producer(prefix, n, res, go):
 def many_gpuipc(ctx, n, batch=False, views=False, prefetch=False):
     prefix = "many/" + uuid.uuid4().hex[:8]
     res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    consumer = gi_many_consumer
     if batch:
-        consumer = (gi_batch_views_consumer if views else
-                    gi_batch_prefetch_consumer if prefetch else gi_batch_consumer)
-    cons = ctx.Process(target=consumer, args=(prefix, n, res, ready))
-    producer = gi_many_producer
-    if batch:
-        producer = gi_batch_pipelined_producer if prefetch else gi_batch_producer
-    prod = ctx.Process(target=producer, args=(prefix, n, res, go))
+        cons = ctx.Process(target=gi_batch_consumer, args=(prefix, n, res, ready),
+                           kwargs={"views": views, "prefetch": prefetch})
+        prod = ctx.Process(target=gi_batch_producer, args=(prefix, n, res, go),
+                           kwargs={"pipelined": prefetch})
+    else:
+        cons = ctx.Process(target=gi_many_consumer, args=(prefix, n, res, ready))
+        prod = ctx.Process(target=gi_many_producer, args=(prefix, n, res, go))
     cons.start()
     prod.start()
     ready.wait(120)
@@ -390,18 +389,6 @@ def gi_batch_consumer(prefix, n, res, ready, views=False, prefetch=False):
         bv.release()
     del keep
     res.put((t1, bad))
-
-
-def gi_batch_views_consumer(prefix, n, res, ready):
-    gi_batch_consumer(prefix, n, res, ready, views=True)
-
-
-def gi_batch_prefetch_consumer(prefix, n, res, ready):
-    gi_batch_consumer(prefix, n, res, ready, prefetch=True)
-
-
-def gi_batch_pipelined_producer(prefix, n, res, go):
-    gi_batch_producer(prefix, n, res, go, pipelined=True)
 
 
 def gi_batch_producer(prefix, n, res, go, pipelined=False):

@@ -29,9 +29,6 @@
 #define VIEW_LONGS 7            /* consumer: parent, flags, length, null_count, offset,
                                  * n_children, n_buffers */
 #define VIEW_BUF_LONGS 9        /* consumer: address, size, device of each of 3 buffers */
-#define META_MAX_ENTRIES 32     /* the protocol's limits (gpuipc_batch_set_metadata) */
-#define META_KEY_MAX 64
-#define META_VALUE_MAX 1024
 
 /* One column being handed to gpuipc_batch_add_column(). */
 struct column {
@@ -95,9 +92,9 @@ static int column_alloc(struct column *t, uint32_t n)
         return 0;
 }
 
-/* Whether blob (len bytes) is Arrow's binary metadata, every length inside
- * it within the blob and the protocol's limits (the library trusts an
- * ArrowSchema's lengths). */
+/* Whether blob (len bytes) is Arrow's binary metadata with every length
+ * inside it within the blob (the library trusts an ArrowSchema's lengths;
+ * it checks the protocol's limits itself, -E2BIG). */
 static int meta_blob_ok(const unsigned char *p, size_t len)
 {
         size_t at = 4;
@@ -106,15 +103,15 @@ static int meta_blob_ok(const unsigned char *p, size_t len)
         if (len < 4)
                 return 0;
         memcpy(&n, p, 4);
-        if (n < 0 || n > META_MAX_ENTRIES)
+        /* each entry takes 8 bytes of lengths at least: n is bounded */
+        if (n < 0 || (size_t)n > (len - 4) / 8)
                 return 0;
         for (int32_t i = 0; i < 2 * n; i++) {
                 if (len - at < 4)
                         return 0;
                 memcpy(&l, p + at, 4);
                 at += 4;
-                if (l < 0 || l > (i % 2 ? META_VALUE_MAX : META_KEY_MAX) ||
-                    (size_t)l > len - at)
+                if (l < 0 || (size_t)l > len - at)
                         return 0;
                 at += (size_t)l;
         }

@@ -320,7 +320,6 @@ public final class Batch implements AutoCloseable {
                     throw new GpuIpcException(GpuIpcException.EINVAL, op, what + c.buffers().size()
                             + " buffers; format \"" + c.format() + "\" has " + l.buffers.length
                             + " (null for an absent one)");
-                checkMetadata(c, op, what);
                 int n = c.children().size();
                 if (l.children >= 0 && n != l.children)
                     throw new GpuIpcException(GpuIpcException.EINVAL, op, what + n
@@ -353,18 +352,6 @@ public final class Batch implements AutoCloseable {
                                 + c.format() + "\" at length " + c.length() + " needs " + need);
                 }
             }
-        }
-
-        private static void checkMetadata(ColumnSpec c, String op, String what)
-                throws GpuIpcException {
-            if (c.metadata().size() > 32)
-                throw new GpuIpcException(GpuIpcException.E2BIG, op, what + c.metadata().size()
-                        + " metadata entries (batches take at most 32)");
-            for (Map.Entry<String, String> e : c.metadata().entrySet())
-                if (e.getKey().getBytes(StandardCharsets.UTF_8).length > 64
-                        || e.getValue().getBytes(StandardCharsets.UTF_8).length > 1024)
-                    throw new GpuIpcException(GpuIpcException.E2BIG, op, what + "metadata entry "
-                            + e.getKey() + ": keys take at most 64 bytes, values 1024");
         }
 
         byte[][] names() {

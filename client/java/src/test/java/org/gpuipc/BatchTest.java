@@ -505,6 +505,15 @@ class BatchTest {
             /* What only the C library checks comes back with its message. */
             refused(GpuIpcException.EINVAL, "it has 1 nulls but no validity bitmap", b,
                     ColumnSpec.of("nulls", "i", 2, 1, null, bb(ints(1, 2))));
+            /* The metadata limits are the library's: 32 entries, keys of 64 bytes. */
+            Map<String, String> many = new java.util.HashMap<>();
+            for (int i = 0; i < 33; i++)
+                many.put("k" + i, "v");
+            refused(GpuIpcException.E2BIG, "33 metadata entries", b,
+                    ColumnSpec.of("m33", "i", 2, 0, null, bb(ints(1, 2))).withMetadata(many));
+            refused(GpuIpcException.E2BIG, "metadata key", b,
+                    ColumnSpec.of("mkey", "i", 2, 0, null, bb(ints(1, 2)))
+                            .withMetadata(Map.of("k".repeat(65), "v")));
             assertEquals(-1, b.numRows());                   /* nothing was added */
 
             b.addColumn("ok", "i", 2, 0, null, bb(ints(1, 2)));

@@ -541,7 +541,7 @@ class BatchView:
         for i in range(n):
             # one call per column: a batch can have a thousand
             nd = column(self._info_p, i).contents
-            names.append(nd.name.decode("utf-8", "replace") if nd.name else "")
+            names.append(_lib.cstr(nd.name))
             self._column_nodes.append(nd.index)
         self.columns = tuple(names)
         # by name: the first column of each name, as columns.index() finds

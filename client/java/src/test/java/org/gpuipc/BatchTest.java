@@ -113,10 +113,7 @@ class BatchTest {
     }
 
     static byte[] bytes(ByteBuffer b) {
-        ByteBuffer d = b.duplicate();
-        byte[] a = new byte[d.remaining()];
-        d.get(a);
-        return a;
+        return TestSupport.bytes(b);
     }
 
     static byte[] bytes(ColumnBuffer b) {

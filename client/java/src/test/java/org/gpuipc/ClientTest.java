@@ -55,12 +55,6 @@ class ClientTest {
         b.asByteBuffer().put(data);
     }
 
-    private static byte[] bytes(ByteBuffer bb) {
-        byte[] b = new byte[bb.remaining()];
-        bb.duplicate().get(b);
-        return b;
-    }
-
     @Test
     void hostRoundTrip() throws Exception {
         byte[] data = TestSupport.pattern(10000, 1);
@@ -90,7 +84,7 @@ class ClientTest {
                 assertTrue(bb.isDirect());
                 assertTrue(bb.isReadOnly());
                 assertEquals(data.length, bb.capacity());
-                assertArrayEquals(data, bytes(bb));
+                assertArrayEquals(data, TestSupport.bytes(bb));
                 assertThrows(ReadOnlyBufferException.class, () -> bb.put(0, (byte) 1));
             }
             client.awaitRelease(id, Duration.ofSeconds(5));
@@ -162,7 +156,7 @@ class ClientTest {
                 return producer.registerHost("java-test/later", b, null);
             });
             try (View v = client.lookup("java-test/later", Duration.ofSeconds(10))) {
-                assertArrayEquals(TestSupport.pattern(128, 9), bytes(v.asByteBuffer()));
+                assertArrayEquals(TestSupport.pattern(128, 9), TestSupport.bytes(v.asByteBuffer()));
             }
             f.get();
             producer.unregister("java-test/later");
@@ -258,7 +252,7 @@ class ClientTest {
             GpuIpcException e = assertThrows(GpuIpcException.class,
                     () -> client.lookup("java-test/unreg", Duration.ZERO));
             assertEquals(GpuIpcException.ENOENT, e.code());
-            assertArrayEquals(data, bytes(v.asByteBuffer()), "the lease keeps the memory");
+            assertArrayEquals(data, TestSupport.bytes(v.asByteBuffer()), "the lease keeps the memory");
         }
         GpuIpcException e = assertThrows(GpuIpcException.class, () -> client.unregister("java-test/unreg"));
         assertEquals(GpuIpcException.ENOENT, e.code());

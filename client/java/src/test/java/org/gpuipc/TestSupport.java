@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
@@ -16,6 +17,13 @@ import java.util.concurrent.TimeUnit;
 
 /** Test helpers: a real gpuipcd on a temporary socket, child processes, patterns. */
 final class TestSupport {
+    /** The bytes from b's position to its limit (b itself is left as it was). */
+    static byte[] bytes(ByteBuffer b) {
+        byte[] a = new byte[b.remaining()];
+        b.duplicate().get(a);
+        return a;
+    }
+
     private TestSupport() {
     }
 

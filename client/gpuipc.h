@@ -719,6 +719,31 @@ GPUIPC_EXPORT int gpuipc_batch_view_node_buffer(const gpuipc_batch_view *v, size
  * of one array.  Either ret_ may be NULL.  -EINVAL: no such part. */
 GPUIPC_EXPORT int gpuipc_batch_view_part_mapping(const gpuipc_batch_view *v, size_t part,
                                                  void **ret_base, uint64_t *ret_size);
+/* Top-level column i at a glance, for reading many columns in one call. */
+typedef struct gpuipc_batch_values {
+        const char *name;               /* "" when it has none; owned by the view */
+        const char *format;             /* the Arrow format string */
+        uint32_t node;                  /* its node (gpuipc_info_batch_node()) */
+        uint32_t width;                 /* bytes per value when the column is a validity
+                                         * bitmap and one buffer of fixed-width values
+                                         * ("i", "g", "w:16"...); 0 for any other */
+        int64_t length, null_count;
+        void *data;                     /* width > 0: its first value here, the array's
+                                         * offset applied; else (or absent) NULL */
+        void *map;                      /* and the mapping data lies in, as
+                                         * gpuipc_batch_view_part_mapping() gives it */
+        uint64_t map_size;
+        int32_t device;                 /* data's ordinal here; -1: host or none */
+        int32_t part;                   /* data's part; -1: none */
+} gpuipc_batch_values;
+
+/* Fills ret[0], ..., ret[n - 1] with columns first, ..., first + n - 1 in
+ * one call (a table of a thousand columns is one call, not several per
+ * column).  The pointers are valid until the view is released.  -EINVAL
+ * when the range is out of bounds.  The struct keeps this layout in
+ * GPUIPC_1 (another would come with another call). */
+GPUIPC_EXPORT int gpuipc_batch_view_values(const gpuipc_batch_view *v, size_t first, size_t n,
+                                           gpuipc_batch_values *ret);
 /* The registration, as at lookup time (kind GPUIPC_KIND_BATCH).  Owned by v. */
 GPUIPC_EXPORT const gpuipc_info *gpuipc_batch_view_info(const gpuipc_batch_view *v);
 

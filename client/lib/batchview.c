@@ -399,30 +399,80 @@ int gpuipc_batch_view_node_buffer(const gpuipc_batch_view *v, size_t node, unsig
         return 0;
 }
 
+/* The mapping part p lies in: a device part's opened allocation, a host
+ * part's memfd from its start; a device copy, or a part the library did
+ * not map, is itself. */
+static void part_extent(const gpuipc_batch_view *v, const struct gpuipc__bpart *p,
+                        uint8_t **ret_base, uint64_t *ret_size)
+{
+        *ret_base = p->data;
+        *ret_size = p->size;
+        if (p->dv)
+                gpuipc__cuview_extent(p->dv, ret_base, ret_size);
+        else if (p->device < 0 && v->maps[p->fd]) {
+                *ret_base = p->data - p->offset;
+                *ret_size = gpuipc__map_length(v->maps[p->fd]);
+        }
+}
+
 int gpuipc_batch_view_part_mapping(const gpuipc_batch_view *v, size_t part, void **ret_base,
                                    uint64_t *ret_size)
 {
-        const struct gpuipc__bpart *p;
         uint8_t *base;
         uint64_t size;
 
         if (!v || part >= v->desc->n_parts)
                 return -EINVAL;
-        p = &v->parts[part];
-        /* A device copy, or a part the library did not map: itself. */
-        base = p->data;
-        size = p->size;
-        if (p->dv)
-                gpuipc__cuview_extent(p->dv, &base, &size);
-        else if (p->device < 0 && v->maps[p->fd]) {
-                /* the memfd, mapped from its start */
-                base = p->data - p->offset;
-                size = gpuipc__map_length(v->maps[p->fd]);
-        }
+        part_extent(v, &v->parts[part], &base, &size);
         if (ret_base)
                 *ret_base = base;
         if (ret_size)
                 *ret_size = size;
+        return 0;
+}
+
+/* Bytes per value when a node is validity plus one buffer of fixed-width
+ * values with no children; else 0. */
+static uint32_t values_width(const gpuipc_batch_node *n)
+{
+        struct gpuipc__arrow_layout l;
+        const char *why;
+
+        if (n->n_buffers != 2 || n->n_children ||
+            gpuipc__arrow_layout(n->format, &l, &why) < 0 ||
+            l.n_buffers != 2 || l.buf[1] != GPUIPC__AB_FIXED)
+                return 0;
+        return l.width;
+}
+
+int gpuipc_batch_view_values(const gpuipc_batch_view *v, size_t first, size_t n,
+                             gpuipc_batch_values *ret)
+{
+        if (!v || !ret || first > v->desc->n_columns || n > v->desc->n_columns - first)
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++) {
+                uint32_t node = v->desc->columns[first + i];
+                const gpuipc_batch_node *nd = &v->desc->nodes[node];
+                gpuipc_batch_values *o = &ret[i];
+                int32_t k;
+
+                *o = (gpuipc_batch_values){ .name = nd->name, .format = nd->format,
+                                            .node = node, .length = nd->length,
+                                            .null_count = nd->null_count,
+                                            .device = -1, .part = -1 };
+                o->width = values_width(nd);
+                k = o->width ? nd->buffers[1] : -1;
+                if (k >= 0) {
+                        const struct gpuipc__bpart *p = &v->parts[k];
+                        uint8_t *base;
+
+                        part_extent(v, p, &base, &o->map_size);
+                        o->map = base;
+                        o->data = p->data + (uint64_t)nd->offset * o->width;
+                        o->device = p->device;
+                        o->part = k;
+                }
+        }
         return 0;
 }
 

@@ -157,6 +157,64 @@ Test(bscript, host_copied_when_outside_a_hostbuf)
 }
 
 /* Looks "t/b" up on c and checks the view and its export against f. */
+/* Bytes per value of the fixed-width formats the fixtures use; 0 else. */
+static uint32_t fixed_width(const char *f)
+{
+        static const char *const widths[] = { "cC", "sSe", "iIf", "lLg" };
+
+        if (f[0] && !f[1])
+                for (unsigned w = 0; w < 4; w++)
+                        if (strchr(widths[w], f[0]))
+                                return 1u << w;
+        return 0;
+}
+
+/* gpuipc_batch_view_values() says of every column what the export (s, a)
+ * and the accessors say, and refuses ranges past the end. */
+static void values_agree(gpuipc_batch_view *v, const struct ArrowSchema *s,
+                         const struct ArrowArray *a)
+{
+        size_t n = gpuipc_batch_view_columns(v);
+        gpuipc_batch_values got[16];
+
+        cr_assert_leq(n, 16);
+        cr_assert_eq(gpuipc_batch_view_values(v, 0, n, got), 0);
+        for (size_t i = 0; i < n; i++) {
+                const struct ArrowArray *ca = a->children[i];
+                uint32_t w = fixed_width(s->children[i]->format);
+
+                cr_assert_str_eq(got[i].name, s->children[i]->name);
+                cr_assert_str_eq(got[i].format, s->children[i]->format);
+                cr_assert_eq(got[i].node, gpuipc_info_batch_column(gpuipc_batch_view_info(v),
+                                                                   i)->index);
+                cr_assert_eq(got[i].length, ca->length);
+                cr_assert_eq(got[i].null_count, ca->null_count);
+                cr_assert_eq(got[i].width, w, "column %zu (%s): width %u, want %u", i,
+                             got[i].format, got[i].width, w);
+                if (!w) {
+                        cr_assert_null(got[i].data, "column %zu has no fixed-width values", i);
+                        cr_assert_eq(got[i].part, -1);
+                        continue;
+                }
+                /* the first value, the offset applied, inside its mapping */
+                cr_assert_eq(got[i].data, (const uint8_t *)ca->buffers[1] + ca->offset * w);
+                cr_assert_eq(got[i].device, -1);
+                cr_assert_geq(got[i].part, 0);
+                cr_assert(got[i].map && (uint8_t *)got[i].map <= (uint8_t *)got[i].data &&
+                          (uint8_t *)got[i].data + (uint64_t)ca->length * w <=
+                          (uint8_t *)got[i].map + got[i].map_size);
+        }
+        if (n > 1) {
+                gpuipc_batch_values one;
+                cr_assert_eq(gpuipc_batch_view_values(v, n - 1, 1, &one), 0);
+                cr_assert_eq(memcmp(&one, &got[n - 1], sizeof(one)), 0, "a range from n-1");
+        }
+        cr_assert_eq(gpuipc_batch_view_values(v, 0, n + 1, got), -EINVAL);
+        cr_assert_eq(gpuipc_batch_view_values(v, n + 1, 0, got), -EINVAL);
+        cr_assert_eq(gpuipc_batch_view_values(v, n, 0, got), 0, "an empty range at the end");
+        cr_assert_eq(gpuipc_batch_view_values(NULL, 0, 0, got), -EINVAL);
+}
+
 static void consume(gpuipc_client *c, int64_t off)
 {
         gpuipc_batch_view *v = NULL;
@@ -195,6 +253,7 @@ static void consume(gpuipc_client *c, int64_t off)
         r = gpuipc_batch_view_export(v, -1, &s, &a);
         cr_assert_eq(r, 0, "export: %s", gpuipc_errmsg(c));
         cr_assert_eq(fx_check(&s, &a, why, sizeof(why)), 0, "%s", why);
+        values_agree(v, &s, &a);
         /* Zero copy: the buffers are the view's mapped parts. */
         for (int col = 0; col < FX_COLS; col++)
                 for (int k = 0; k < a.children[col]->n_buffers; k++) {
@@ -860,6 +919,7 @@ Test(batch, columns_from_buffers)
         cr_assert_eq(*(const uint8_t *)a.children[0]->buffers[0] & 0x1f, valid);
         cr_assert_eq(memcmp(a.children[1]->buffers[1], dbl, sizeof(dbl)), 0);
         cr_assert_eq(*(const uint8_t *)a.children[2]->buffers[1] & 0x1f, bits);
+        values_agree(v, &s, &a);        /* "b" is bits: no width */
         /* a validity bitmap and three values buffers */
         cr_assert_eq(gpuipc_info_batch_parts(gpuipc_batch_view_info(v)), 4);
         mappings_hold_buffers(v, bases);

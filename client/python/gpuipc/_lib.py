@@ -209,6 +209,22 @@ class gpuipc_batch_node(Structure):
     ]
 
 
+class gpuipc_batch_values(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("format", c_char_p),
+        ("node", c_uint32),
+        ("width", c_uint32),
+        ("length", c_int64),
+        ("null_count", c_int64),
+        ("data", c_void_p),
+        ("map", c_void_p),
+        ("map_size", c_uint64),
+        ("device", ctypes.c_int32),
+        ("part", ctypes.c_int32),
+    ]
+
+
 # Opaque handles are plain void pointers (c_void_p); None is NULL.
 _client_p = c_void_p
 _hostbuf_p = c_void_p
@@ -325,6 +341,8 @@ _PROTOTYPES = {
                                               POINTER(c_int)]),
     "gpuipc_batch_view_part_mapping": (c_int, [c_void_p, ctypes.c_size_t, POINTER(c_void_p),
                                                POINTER(c_uint64)]),
+    "gpuipc_batch_view_values": (c_int, [c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                         POINTER(gpuipc_batch_values)]),
     "gpuipc_batch_view_info": (POINTER(gpuipc_info), [c_void_p]),
     "gpuipc_batch_view_export": (c_int, [c_void_p, c_int, c_void_p, c_void_p]),
     "gpuipc_batch_view_export_device": (c_int, [c_void_p, c_int, c_void_p, c_void_p]),

@@ -477,17 +477,6 @@ class _BatchBuffer(_Memory):
     close = release
 
 
-class _SlotArgs:
-    """The out-parameters of BatchView._slot()'s C calls, made once per call
-    of _arrays() rather than once per column."""
-
-    def __init__(self) -> None:
-        self.data, self.size, self.dev = c_void_p(), c_uint64(), c_int()
-        self.base, self.msize = c_void_p(), c_uint64()
-        self.data_p, self.size_p, self.dev_p = byref(self.data), byref(self.size), byref(self.dev)
-        self.base_p, self.msize_p = byref(self.base), byref(self.msize)
-
-
 class _Span:
     """One mapping of a batch as a 1-D array of one dtype, as the array
     interface describes it (CUDA's for device memory, NumPy's for host), so
@@ -535,14 +524,13 @@ class BatchView:
         self._info: Optional[Info] = None
         self.num_rows = int(lib.gpuipc_batch_view_rows(handle))
         n = int(lib.gpuipc_batch_view_columns(handle))
-        names: List[str] = []
-        self._column_nodes: List[int] = []
-        column = lib.gpuipc_info_batch_column
-        for i in range(n):
-            # one call per column: a batch can have a thousand
-            nd = column(self._info_p, i).contents
-            names.append(_lib.cstr(nd.name))
-            self._column_nodes.append(nd.index)
+        # every column in one call: a batch can have a thousand
+        self._values = (_lib.gpuipc_batch_values * n)()
+        if n and lib.gpuipc_batch_view_values(handle, 0, n, self._values) < 0:
+            raise error_for(-22, "cannot read the batch's columns", "lookup_batch")
+        cstr = _lib.cstr
+        names = [cstr(v.name) for v in self._values]
+        self._column_nodes: List[int] = [v.node for v in self._values]
         self.columns = tuple(names)
         # by name: the first column of each name, as columns.index() finds
         self._by_name: Dict[str, int] = {}
@@ -663,46 +651,25 @@ class BatchView:
         self._check_open()
         out: Dict[str, Any] = {}
         spans: Dict[Tuple[int, str], Any] = {}
-        maps: Dict[int, Tuple[int, int]] = {}
-        out_args = _SlotArgs()
-        for name, node in zip(self.columns, self._column_nodes):
-            slot = self._slot(name, node, device, maps, out_args)
-            if slot is None:
-                out[name] = one(BatchColumn(self, node))
+        dtypes = _FORMAT_DTYPES
+        for name, v in zip(self.columns, self._values):
+            # one gpuipc_batch_values each, read in __init__: no C call here
+            dtype = dtypes.get(v.format) if v.width else None
+            mb, data = v.map, v.data
+            if dtype is None or not mb or not data or (v.device >= 0) != device:
+                out[name] = one(BatchColumn(self, v.node))
                 continue
-            mb, ms, dtype, dev, at, length = slot
+            isz = v.width
+            off = data - mb
+            if off % isz or mb % isz or isz != itemsize(dtype):
+                out[name] = one(BatchColumn(self, v.node))
+                continue
             span = spans.get((mb, dtype))
             if span is None:
-                span = spans[(mb, dtype)] = whole(_Span(self, mb, ms // itemsize(dtype), dtype,
-                                                        dev))
-            out[name] = part(span, at, length)
+                span = spans[(mb, dtype)] = whole(_Span(self, mb, v.map_size // isz, dtype,
+                                                        v.device))
+            out[name] = part(span, off // isz, v.length)
         return out
-
-    def _slot(self, name: str, node: int, device: bool, maps: Dict[int, Tuple[int, int]],
-              o: "_SlotArgs") -> Optional[Tuple[int, int, str, int, int, int]]:
-        """Where node's values lie when it is a fixed-width column on the
-        wanted side: (mapping start, mapping size, dtype, device, element
-        offset in the mapping, length); None otherwise.  maps caches the
-        mapping of each part; o holds the out-parameters."""
-        lib = _lib.lib
-        nd = lib.gpuipc_info_batch_node(self._info_p, node).contents
-        dtype = _FORMAT_DTYPES.get(nd.format)
-        k = nd.buffers[1] if nd.n_buffers == 2 else -1
-        if (dtype is None or k < 0 or nd.n_children or
-                lib.gpuipc_batch_view_node_buffer(self._handle, node, 1, o.data_p, o.size_p,
-                                                  o.dev_p) < 0 or
-                (o.dev.value >= 0) != device):
-            return None
-        if k not in maps:
-            if lib.gpuipc_batch_view_part_mapping(self._handle, k, o.base_p, o.msize_p) < 0:
-                raise error_for(-22, f"part {k} of column {name!r} has no mapping", "to_arrays")
-            maps[k] = (o.base.value or 0, o.msize.value)
-        mb, ms = maps[k]
-        isz = itemsize(dtype)
-        off = (o.data.value or 0) + nd.offset * isz - mb
-        if not mb or off % isz or mb % isz:
-            return None
-        return mb, ms, dtype, o.dev.value, off // isz, nd.length
 
     def keys(self) -> Tuple[str, ...]:
         return self.columns

@@ -652,6 +652,12 @@ GPUIPC_EXPORT int gpuipc_batch_add_column(gpuipc_batch *b, const struct ArrowSch
 GPUIPC_EXPORT int gpuipc_batch_add_buffer(gpuipc_batch *b, const char *name, const char *format,
                                           int64_t length, int64_t null_count,
                                           const void *validity, const void *data, int device);
+/* The same for n columns without nulls, all on one device (-1: host), in
+ * one call: column i is names[i], of formats[i], lengths[i] values at
+ * data[i].  All are added or, on an error, none (b unchanged). */
+GPUIPC_EXPORT int gpuipc_batch_add_buffers(gpuipc_batch *b, size_t n, const char *const *names,
+                                           const char *const *formats, const int64_t *lengths,
+                                           const void *const *data, int device);
 /* Appends the children of a struct array ("+s", e.g. an exported record
  * batch) as columns, host memory, with the struct's offset applied, and
  * takes the schema's metadata as the batch's (unless set already).  The

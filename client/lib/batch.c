@@ -425,6 +425,42 @@ int gpuipc_batch_add_buffer(gpuipc_batch *b, const char *name, const char *forma
         return gpuipc_batch_add_column(b, &s, &a, device);
 }
 
+int gpuipc_batch_add_buffers(gpuipc_batch *b, size_t n, const char *const *names,
+                             const char *const *formats, const int64_t *lengths,
+                             const void *const *data, int device)
+{
+        struct walk w;
+        int r = 0;
+
+        if (!b)
+                return -EINVAL;
+        if (device < -1)
+                return bfail(b, -EINVAL, "invalid device %d", device);
+        if (n == 0)
+                return 0;
+        if (!names || !formats || !lengths || !data)
+                return bfail(b, -EINVAL, "names, formats, lengths or data is NULL");
+        walk_begin(&w, b, device);
+        for (size_t i = 0; i < n && r == 0; i++) {
+                const void *buffers[2] = { NULL, data[i] };
+                struct ArrowSchema s = { .format = formats[i], .name = names[i],
+                                         .release = keep_schema };
+                struct ArrowArray a = { .length = lengths[i], .n_buffers = 2,
+                                        .buffers = buffers, .release = keep_array };
+
+                /* the batch's row count is set at the end: check it here */
+                if (!formats[i])
+                        r = bfail(b, -EINVAL, "column %zu of %zu: format is NULL", i, n);
+                else if (lengths[i] != lengths[0])
+                        r = bfail(b, -EINVAL, "column %zu of %zu (\"%.48s\"): %lld rows; "
+                                  "the first has %lld", i, n, names[i] ? names[i] : "",
+                                  (long long)lengths[i], (long long)lengths[0]);
+                else
+                        r = add_one(&w, &s, &a, 0, lengths[i], 0);
+        }
+        return add_done(&w, r, lengths[0]);
+}
+
 /* The children of struct (s, a) as columns, with its offset applied. */
 static int add_struct(gpuipc_batch *b, const struct ArrowSchema *s, const struct ArrowArray *a,
                       int device)

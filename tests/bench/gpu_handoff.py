@@ -28,8 +28,10 @@ ahead while it makes the tensors of one with ``to_torch()``).
 
 usage: gpu_handoff.py [ROUNDS] > gpu_handoff.csv     (needs $GPUIPC_SOCKET,
        the gpuipc package on PYTHONPATH and libgpuipc; see gpu_run.sh)
-$GPU_HANDOFF_SIZES (e.g. "1MiB,64MiB") limits the sizes; $GPU_HANDOFF_MANY=0
-leaves out the 1000 small tensors; $GPU_HANDOFF_LABEL (e.g. "-busy") is
+$GPU_HANDOFF_SIZES (e.g. "1MiB,64MiB") limits the sizes; $GPU_HANDOFF_MANY=N
+runs N passes of the 1000 small tensors (default 3, 0 none), and
+$GPU_HANDOFF_MANY_ROWS (e.g. "torch.mp,gpuipc-batch-pipelined") picks their
+rows; $GPU_HANDOFF_LABEL (e.g. "-busy") is
 appended to the gpuipc rows' system, and then torch.mp is left out (a
 second pass of gpuipc alone, with other settings).
 
@@ -491,23 +493,26 @@ def main():
                               f"{med['lookup_py_done']:.0f},{med['lookup_driver']:.0f},"
                               f"{p['calls']}", flush=True)
                     case(f"gpuipc {label} {pattern} {idle} vmm={vmm} {lib}", gi_row)
-    for _ in range(3 if os.environ.get("GPU_HANDOFF_MANY", "1") != "0" else 0):
-        if not label_sfx:
-            case("torch.mp many", lambda: print(
-                f"torch.mp,cuda-ipc,1000x64KiB,0,64KiB,1000,{many_mp(ctx, 1000):.0f},,,,,,,,,,",
-                flush=True))
-        case("gpuipc many", lambda: print(
-            f"gpuipc{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,{many_gpuipc(ctx, 1000):.0f}"
-            ",,,,,,,,,,", flush=True))
-        case("gpuipc batch many", lambda: print(
-            f"gpuipc-batch{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
-            f"{many_gpuipc(ctx, 1000, batch=True):.0f},,,,,,,,,,", flush=True))
-        case("gpuipc batch many, pipelined", lambda: print(
-            f"gpuipc-batch-pipelined{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
-            f"{many_gpuipc(ctx, 1000, batch=True, prefetch=True):.0f},,,,,,,,,,", flush=True))
-        case("gpuipc batch many, views", lambda: print(
-            f"gpuipc-batch-views{label_sfx},cuda-ipc,1000x64KiB,0,64KiB,1000,"
-            f"{many_gpuipc(ctx, 1000, batch=True, views=True):.0f},,,,,,,,,,", flush=True))
+    # 1000 x 64 KiB: GPU_HANDOFF_MANY passes (default 3; 0: none) of the
+    # rows named in GPU_HANDOFF_MANY_ROWS (default all), each pass in turn.
+    many_rows = {
+        "torch.mp": lambda: many_mp(ctx, 1000),
+        "gpuipc": lambda: many_gpuipc(ctx, 1000),
+        "gpuipc-batch": lambda: many_gpuipc(ctx, 1000, batch=True),
+        "gpuipc-batch-pipelined": lambda: many_gpuipc(ctx, 1000, batch=True, prefetch=True),
+        "gpuipc-batch-views": lambda: many_gpuipc(ctx, 1000, batch=True, views=True),
+    }
+    want = os.environ.get("GPU_HANDOFF_MANY_ROWS")
+    unknown = set(want.split(",")) - set(many_rows) if want else set()
+    if unknown:
+        raise SystemExit(f"gpu_handoff: GPU_HANDOFF_MANY_ROWS names unknown rows {sorted(unknown)}")
+    for _ in range(int(os.environ.get("GPU_HANDOFF_MANY", "3"))):
+        for row, fn in many_rows.items():
+            if (want and row not in want.split(",")) or (label_sfx and row == "torch.mp"):
+                continue
+            label = row + ("" if row == "torch.mp" else label_sfx)
+            case(f"{row} 1000x64KiB", lambda: print(
+                f"{label},cuda-ipc,1000x64KiB,0,64KiB,1000,{fn():.0f},,,,,,,,,,", flush=True))
 
 
 if __name__ == "__main__":

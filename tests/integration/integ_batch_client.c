@@ -906,10 +906,29 @@ Test(batch, columns_from_buffers)
         cr_assert_eq(gpuipc_batch_add_buffer(b, "x", "i", 4, 0, NULL, ints, -1), -EINVAL,
                      "a column of another row count");
         cr_assert_eq(gpuipc_batch_add_buffer(b, "x", NULL, 5, 0, NULL, ints, -1), -EINVAL);
+        {
+                /* many at once: all, or on an error none */
+                const char *names[2] = { "i2", "d2" }, *fmts[2] = { "i", "g" };
+                const void *data[2] = { ints, dbl };
+                int64_t lens[2] = { 5, 5 }, short_lens[2] = { 5, 4 };
+                const char *bad_fmts[2] = { "i", "u" };
+
+                r = gpuipc_batch_add_buffers(b, 2, names, fmts, short_lens, data, -1);
+                cr_assert_eq(r, -EINVAL, "a column of another row count: %d", r);
+                cr_assert(strstr(gpuipc_batch_errmsg(b), "d2"), "%s", gpuipc_batch_errmsg(b));
+                r = gpuipc_batch_add_buffers(b, 2, names, bad_fmts, lens, data, -1);
+                cr_assert_eq(r, -EINVAL, "utf8 in a run: %d", r);
+                cr_assert_eq(gpuipc_batch_add_buffers(b, 2, names, fmts, lens, NULL, -1),
+                             -EINVAL);
+                cr_assert_eq(gpuipc_batch_add_buffers(b, 0, NULL, NULL, NULL, NULL, -1), 0);
+                cr_assert_eq(gpuipc_batch_add_buffers(b, 2, names, fmts, lens, data, -1), 0,
+                             "%s", gpuipc_batch_errmsg(b));
+        }
         cr_assert_eq(gpuipc_batch_register(c, "t/f", b, 0, NULL), 0, "%s", gpuipc_errmsg(c));
         gpuipc_batch_free(b);
         cr_assert_eq(gpuipc_batch_view_lookup(c, "t/f", 0, 0, &v), 0, "%s", gpuipc_errmsg(c));
-        cr_assert_eq(gpuipc_batch_view_columns(v), 3, "the refused columns are not in it");
+        cr_assert_eq(gpuipc_batch_view_columns(v), 5, "the refused columns are not in it");
+        cr_assert_str_eq(gpuipc_batch_view_column_name(v, 3), "i2");
         cr_assert_eq(gpuipc_batch_view_export(v, -1, &s, &a), 0, "%s", gpuipc_errmsg(c));
         cr_assert_str_eq(s.children[0]->format, "i");
         cr_assert_eq(s.children[0]->flags & ARROW_FLAG_NULLABLE, ARROW_FLAG_NULLABLE);
@@ -920,7 +939,10 @@ Test(batch, columns_from_buffers)
         cr_assert_eq(memcmp(a.children[1]->buffers[1], dbl, sizeof(dbl)), 0);
         cr_assert_eq(*(const uint8_t *)a.children[2]->buffers[1] & 0x1f, bits);
         values_agree(v, &s, &a);        /* "b" is bits: no width */
-        /* a validity bitmap and three values buffers */
+        cr_assert_eq(memcmp(a.children[3]->buffers[1], ints, sizeof(ints)), 0);
+        cr_assert_eq(memcmp(a.children[4]->buffers[1], dbl, sizeof(dbl)), 0);
+        cr_assert_eq(a.children[3]->null_count, 0);
+        /* a validity bitmap and three values buffers (i2 and d2 share theirs) */
         cr_assert_eq(gpuipc_info_batch_parts(gpuipc_batch_view_info(v)), 4);
         mappings_hold_buffers(v, bases);
         cr_assert(bases[0] && bases[0] == bases[1] && bases[1] == bases[2] &&

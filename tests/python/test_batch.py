@@ -11,7 +11,7 @@ import pytest
 import gpuipc
 from gpuipc import arrow as A
 from conftest import mapped, run_py
-from test_device import FakeCudaArray, driver  # noqa: F401  (a fixture)
+from test_device import FakeCudaArray, Tensor, driver  # noqa: F401  (a fixture)
 
 
 def table():
@@ -162,6 +162,35 @@ def test_device_batch_against_double(client, driver):  # noqa: F811
         with pytest.raises(gpuipc.Error):
             bv.__arrow_c_array__()                      # device memory is not host
         del sc, dc
+    driver.free(p)
+
+
+def test_torch_columns_added_in_runs(client, driver):  # noqa: F811
+    """torch tensors are added a run at a time (one C call): a host column
+    between two runs keeps its place, and a run with a wrong row count adds
+    nothing."""
+    n = 16
+    p = driver.alloc(4 * 4096)
+    for k in range(4):
+        ctypes.memmove(p + 4096 * k, (np.arange(n, dtype=np.int32) + 10 * k).tobytes(), 4 * n)
+    cols = {"t0": Tensor(p, (n,), "int32", 4), "t1": Tensor(p + 4096, (n,), "int32", 4),
+            "h": np.arange(n, dtype=np.int16),
+            "t2": Tensor(p + 8192, (n,), "int32", 4), "t3": Tensor(p + 12288, (n,), "int32", 4)}
+    client.register_batch("bt/runs", cols, ephemeral=True)
+    with client.lookup_batch("bt/runs") as bv:
+        assert bv.columns == ("t0", "t1", "h", "t2", "t3")
+        for k in range(4):
+            col = bv[f"t{k}"]
+            assert col.is_device and col.format == "i" and col.length == n
+            got = np.frombuffer(ctypes.string_at(col.ptr, 4 * n), dtype=np.int32)
+            assert (got == np.arange(n) + 10 * k).all()
+        assert not bv["h"].is_device and list(bv["h"].array) == list(range(n))
+    bad = {"t0": Tensor(p, (n,), "int32", 4), "t1": Tensor(p + 4096, (n - 1,), "int32", 4)}
+    with pytest.raises(gpuipc.Error) as e:
+        client.register_batch("bt/runs-bad", bad)
+    assert "rows" in str(e.value) and "t1" in str(e.value)
+    with pytest.raises(gpuipc.NotFound):
+        client.stat("bt/runs-bad")
     driver.free(p)
 
 

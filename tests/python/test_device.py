@@ -116,6 +116,9 @@ class Tensor:
     def data_ptr(self):
         return self._ptr
 
+    def get_device(self):
+        return 0                        # the double's one device
+
     @property
     def __cuda_array_interface__(self):
         raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")

@@ -37,6 +37,10 @@ class _Batch:
         self.events: List[int] = []
         self.synced: Set[int] = set()   # the streams of device columns, synchronized
         self.device = -1                # a device column's ordinal, for the event
+        # torch tensors' columns not added yet: names, formats, lengths,
+        # addresses, all on device run_device (flush() adds them in one call)
+        self.run: Tuple[List[bytes], List[bytes], List[int], List[int]] = ([], [], [], [])
+        self.run_device = -1
 
     def check(self, r: int, what: str) -> None:
         if r < 0:
@@ -56,8 +60,9 @@ class _Batch:
         # A torch tensor first: the common case, and it exports no capsules.
         lay = _torch_layout(obj)
         if lay is not None:
-            self._add_leaf(name, _device_leaf(name, lay, obj.get_device(), self.synced))
+            self._queue(name, _device_leaf(name, lay, obj.get_device(), self.synced))
             return
+        self.flush()
         exp = _exported(obj)
         if exp is not None:
             schema, array, da, caps = exp
@@ -76,6 +81,33 @@ class _Batch:
         self.keep.append(built)
         self._add_structs(name, ctypes.addressof(built.schema), ctypes.addressof(built.array),
                           device)
+
+    def _queue(self, name: str, leaf: "Leaf") -> None:
+        """A column of a torch tensor (no nulls), added with the next ones of
+        its device by flush(): one C call for the run, not one per column."""
+        fmt, n, _, _, data, device = leaf
+        if device != self.run_device:
+            self.flush()
+            self.run_device = device
+        names, fmts, lens, ptrs = self.run
+        names.append(name.encode("utf-8"))
+        fmts.append(fmt)
+        lens.append(n)
+        ptrs.append(data)
+
+    def flush(self) -> None:
+        """Adds the queued columns (see _queue); the order of columns stays
+        the order of add() calls."""
+        names, fmts, lens, ptrs = self.run
+        n = len(names)
+        if not n:
+            return
+        self.run = ([], [], [], [])
+        if self.run_device >= 0:
+            self.device = self.run_device
+        self.check(_lib.lib.gpuipc_batch_add_buffers(
+            self.ptr, n, (c_char_p * n)(*names), (c_char_p * n)(*fmts),
+            (ctypes.c_int64 * n)(*lens), (c_void_p * n)(*ptrs), self.run_device), "columns")
 
     def _add_leaf(self, name: str, leaf: "Leaf") -> None:
         """Fixed-width values and a validity bitmap: no structs to build."""
@@ -283,6 +315,7 @@ def build(columns: Any, meta: Optional[Mapping[str, str]], event: Optional[int])
                 raise ValueError("a batch needs at least one column")
             for cname, obj in columns.items():
                 b.add(cname, obj)
+            b.flush()
         else:
             b.add_record_batch(columns)
         if meta:

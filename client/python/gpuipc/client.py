@@ -513,6 +513,8 @@ class Client:
                 stop.append(True)
                 raise
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuipc-register") as ex:
+            # the thread starts now, while the first batch is built
+            ex.submit(lambda: None)
             try:
                 for name, columns in batches:
                     if stop:

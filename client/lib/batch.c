@@ -448,12 +448,13 @@ int gpuipc_batch_add_buffers(gpuipc_batch *b, size_t n, const char *const *names
                 struct ArrowArray a = { .length = lengths[i], .n_buffers = 2,
                                         .buffers = buffers, .release = keep_array };
 
-                /* the batch's row count is set at the end: check it here */
+                /* the batch's row count is set at the end: check it here,
+                 * naming the column by its place in the batch, as add_one() */
                 if (!formats[i])
-                        r = bfail(b, -EINVAL, "column %zu of %zu: format is NULL", i, n);
+                        r = bfail(b, -EINVAL, "column %u: format is NULL", b->n_columns);
                 else if (lengths[i] != lengths[0])
-                        r = bfail(b, -EINVAL, "column %zu of %zu (\"%.48s\"): %lld rows; "
-                                  "the first has %lld", i, n, names[i] ? names[i] : "",
+                        r = bfail(b, -EINVAL, "column %u (\"%.48s\"): %lld rows; the batch "
+                                  "has %lld", b->n_columns, names[i] ? names[i] : "",
                                   (long long)lengths[i], (long long)lengths[0]);
                 else
                         r = add_one(&w, &s, &a, 0, lengths[i], 0);

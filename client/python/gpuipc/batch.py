@@ -37,7 +37,7 @@ class _Batch:
         self.events: List[int] = []
         self.synced: Set[int] = set()   # the streams of device columns, synchronized
         self.device = -1                # a device column's ordinal, for the event
-        # torch tensors' columns not added yet: names, formats, lengths,
+        # columns without nulls not added yet: names, formats, lengths,
         # addresses, all on device run_device (flush() adds them in one call)
         self.run: Tuple[List[bytes], List[bytes], List[int], List[int]] = ([], [], [], [])
         self.run_device = -1
@@ -60,31 +60,32 @@ class _Batch:
         # A torch tensor first: the common case, and it exports no capsules.
         lay = _torch_layout(obj)
         if lay is not None:
-            self._queue(name, _device_leaf(name, lay, obj.get_device(), self.synced))
-            return
-        self.flush()
-        exp = _exported(obj)
-        if exp is not None:
-            schema, array, da, caps = exp
-            device, event = _device_and_event(da)
-            s, keep = A.renamed(schema, name)
-            self.keep += caps + keep + [s]
-            if event:
-                self.events.append(event)
-            self._add_structs(name, ctypes.addressof(s), array, device)
-            return
-        leaf = _leaf(name, obj, self.keep, self.synced)
-        if leaf is not None:
-            self._add_leaf(name, leaf)
-            return
-        built, device = _build(name, obj, self.keep, self.synced)
-        self.keep.append(built)
-        self._add_structs(name, ctypes.addressof(built.schema), ctypes.addressof(built.array),
-                          device)
+            leaf: Optional[Leaf] = _device_leaf(name, lay, obj.get_device(), self.synced)
+        else:
+            exp = _exported(obj)
+            if exp is not None:
+                schema, array, da, caps = exp
+                device, event = _device_and_event(da)
+                s, keep = A.renamed(schema, name)
+                self.keep += caps + keep + [s]
+                if event:
+                    self.events.append(event)
+                self._add_structs(name, ctypes.addressof(s), array, device)
+                return
+            leaf = _array_leaf(name, obj, self.keep, self.synced)
+        if leaf is None:
+            built, device = _build(name, obj, self.keep, self.synced)
+            self.keep.append(built)
+            self._add_structs(name, ctypes.addressof(built.schema),
+                              ctypes.addressof(built.array), device)
+        elif leaf[3]:
+            self._add_leaf(name, leaf)      # a validity bitmap: a call of its own
+        else:
+            self._queue(name, leaf)
 
     def _queue(self, name: str, leaf: "Leaf") -> None:
-        """A column of a torch tensor (no nulls), added with the next ones of
-        its device by flush(): one C call for the run, not one per column."""
+        """A column without a validity bitmap, added with the next ones of its
+        device by flush(): one C call for the run, not one per column."""
         fmt, n, _, _, data, device = leaf
         if device != self.run_device:
             self.flush()
@@ -111,6 +112,7 @@ class _Batch:
 
     def _add_leaf(self, name: str, leaf: "Leaf") -> None:
         """Fixed-width values and a validity bitmap: no structs to build."""
+        self.flush()
         fmt, n, nulls, validity, data, device = leaf
         if device >= 0:
             self.device = device
@@ -120,6 +122,7 @@ class _Batch:
             self.check(r, f"column {name!r}")
 
     def _add_structs(self, name: str, schema: int, array: int, device: int) -> None:
+        self.flush()
         if device >= 0:
             self.device = device
         self.check(_lib.lib.gpuipc_batch_add_column(self.ptr, schema, array, device),
@@ -190,6 +193,11 @@ def _leaf(name: str, obj: Column, keep: List[Any], synced: Set[int]) -> Optional
     if lay is not None:
         # A torch tensor knows its device: no driver call for it.
         return _device_leaf(name, lay, obj.get_device(), synced)
+    return _array_leaf(name, obj, keep, synced)
+
+
+def _array_leaf(name: str, obj: Column, keep: List[Any], synced: Set[int]) -> Optional[Leaf]:
+    """_leaf() of anything but a torch tensor."""
     if isinstance(obj, HostBuffer) or isinstance(obj, DeviceBuffer):
         obj._check_open()
         d = obj.dtype if obj.dtype in A.DTYPE_FORMATS else "uint8"

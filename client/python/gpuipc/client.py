@@ -472,7 +472,7 @@ class Client:
         ``ttl`` as for :meth:`register`.
         """
         from . import batch
-        flags = (_lib.REGISTER_EPHEMERAL if ephemeral else 0) | (_lib.REGISTER_COPY if copy else 0)
+        flags = _batch_flags(ephemeral, copy)
         ttl_ms = _ttl_ms(ttl)
         bname = _name(name)
         # Built outside the connection's lock: host copies and stream syncs
@@ -498,7 +498,7 @@ class Client:
         from concurrent.futures import Future, ThreadPoolExecutor
 
         from . import batch
-        flags = (_lib.REGISTER_EPHEMERAL if ephemeral else 0) | (_lib.REGISTER_COPY if copy else 0)
+        flags = _batch_flags(ephemeral, copy)
         sent: "List[Future[int]]" = []
         failed: Optional[BaseException] = None
         stop: List[bool] = []           # a request failed: send no later one
@@ -566,11 +566,10 @@ class Client:
         from concurrent.futures import Future, ThreadPoolExecutor
         if prefetch < 0:
             raise ValueError("prefetch is 0 or more")
-        it = iter(names)
         ahead: "collections.deque[Future[Any]]" = collections.deque()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuipc-lookup") as ex:
             try:
-                for n in it:
+                for n in names:
                     ahead.append(ex.submit(self.lookup_batch, n, timeout))
                     if len(ahead) > prefetch:
                         yield ahead.popleft().result()
@@ -837,6 +836,11 @@ def _cai_layout(cai: Dict[str, Any]) -> _DeviceLayout:
     ptr = int(cai["data"][0] or 0)
     return (ptr, extent(sh, st, int(typestr[2:])), typestr_to_dtype(typestr), sh, st,
             cai.get("stream"))
+
+
+def _batch_flags(ephemeral: bool, copy: bool) -> int:
+    """register_batch()'s and register_batches()'s flags."""
+    return (_lib.REGISTER_EPHEMERAL if ephemeral else 0) | (_lib.REGISTER_COPY if copy else 0)
 
 
 def _torch_layout(obj: Any) -> Optional[_DeviceLayout]:

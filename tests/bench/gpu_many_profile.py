@@ -198,11 +198,15 @@ def pipe_producer(prefix, res, go):
         c.wait_released(rid, timeout=120)
 
 
-def pipelined(ctx):
-    prefix = "pipe/" + uuid.uuid4().hex[:8]
+def run_pair(ctx, prefix, cons_fn, cons_args, prod_fn, prod_args):
+    """Runs cons_fn(prefix, res, ready, *cons_args) and prod_fn(prefix, res,
+    go, *prod_args) as two processes, lets the producer go 0.5 s after the
+    consumer is ready, and returns {"producer": ..., "consumer": ...}: the
+    rest of the message each put on res."""
+    prefix += uuid.uuid4().hex[:8]
     res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    cons = ctx.Process(target=pipe_consumer, args=(prefix, res, ready))
-    prod = ctx.Process(target=pipe_producer, args=(prefix, res, go))
+    cons = ctx.Process(target=cons_fn, args=(prefix, res, ready) + cons_args)
+    prod = ctx.Process(target=prod_fn, args=(prefix, res, go) + prod_args)
     cons.start()
     prod.start()
     ready.wait(120)
@@ -214,6 +218,11 @@ def pipelined(ctx):
         got[m[0]] = m[1:]
     prod.join(120)
     cons.join(120)
+    return got
+
+
+def pipelined(ctx):
+    got = run_pair(ctx, "pipe/", pipe_consumer, (), pipe_producer, ())
     start, sent, built = got["producer"]
     crows, bad = got["consumer"]
     if bad:
@@ -228,21 +237,7 @@ def pipelined(ctx):
 
 
 def one(ctx, profile):
-    prefix = "prof/" + uuid.uuid4().hex[:8]
-    res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    cons = ctx.Process(target=consumer, args=(prefix, res, ready, profile))
-    prod = ctx.Process(target=producer, args=(prefix, res, go, profile))
-    cons.start()
-    prod.start()
-    ready.wait(120)
-    time.sleep(0.5)
-    go.set()
-    got = {}
-    while len(got) < 2:
-        m = res.get(timeout=600)
-        got[m[0]] = m[1:]
-    prod.join(120)
-    cons.join(120)
+    got = run_pair(ctx, "prof/", consumer, (profile,), producer, (profile,))
     prows, ptop = got["producer"]
     crows, bad, ctop = got["consumer"]
     if bad:

@@ -340,16 +340,6 @@ JNIEXPORT jint FN(batchViewNodeCount)(JNIEnv *env, jclass cls, jlong v)
         return (jint)gpuipc_info_batch_nodes(gpuipc_batch_view_info(BVIEW(v)));
 }
 
-/* Sets a[i] to o and drops the local reference; -1 with an exception pending. */
-static int set_elem(JNIEnv *env, jobjectArray a, uint32_t i, jobject o)
-{
-        if (!o)
-                return -1;
-        (*env)->SetObjectArrayElement(env, a, (jsize)i, o);
-        (*env)->DeleteLocalRef(env, o);
-        return (*env)->ExceptionCheck(env) ? -1 : 0;
-}
-
 JNIEXPORT void FN(batchViewNodes)(JNIEnv *env, jclass cls, jlong jv, jlongArray jnodes,
                                   jlongArray jbufs, jobjectArray jnames, jobjectArray jformats,
                                   jobjectArray jkeys, jobjectArray jvalues)
@@ -396,12 +386,12 @@ JNIEXPORT void FN(batchViewNodes)(JNIEnv *env, jclass cls, jlong jv, jlongArray 
                 (*env)->SetLongArrayRegion(env, jbufs, (jsize)i * VIEW_BUF_LONGS,
                                            VIEW_BUF_LONGS, bf);
                 if ((*env)->ExceptionCheck(env) ||
-                    set_elem(env, jnames, i, gpuipc_jni_bytes(env, x->name)) < 0 ||
-                    set_elem(env, jformats, i, gpuipc_jni_bytes(env, x->format)) < 0 ||
-                    set_elem(env, jkeys, i, gpuipc_jni_bytes_array(env, x->meta_keys,
-                                                                   x->n_meta)) < 0 ||
-                    set_elem(env, jvalues, i, gpuipc_jni_bytes_array(env, x->meta_values,
-                                                                     x->n_meta)) < 0)
+                    gpuipc_jni_set_elem(env, jnames, i, gpuipc_jni_bytes(env, x->name)) < 0 ||
+                    gpuipc_jni_set_elem(env, jformats, i, gpuipc_jni_bytes(env, x->format)) < 0 ||
+                    gpuipc_jni_set_elem(env, jkeys, i,
+                                        gpuipc_jni_bytes_array(env, x->meta_keys, x->n_meta)) < 0 ||
+                    gpuipc_jni_set_elem(env, jvalues, i,
+                                        gpuipc_jni_bytes_array(env, x->meta_values, x->n_meta)) < 0)
                         return;
         }
 }

@@ -188,23 +188,26 @@ static jlongArray to_longs(JNIEnv *env, const int64_t *v, uint32_t n)
         return a;
 }
 
+int gpuipc_jni_set_elem(JNIEnv *env, jobjectArray a, uint32_t i, jobject o)
+{
+        if (!o)
+                return -1;
+        (*env)->SetObjectArrayElement(env, a, (jsize)i, o);
+        (*env)->DeleteLocalRef(env, o);
+        return (*env)->ExceptionCheck(env) ? -1 : 0;
+}
+
 jobjectArray gpuipc_jni_bytes_array(JNIEnv *env, const char *const *s, uint32_t n)
 {
         jobjectArray a = (*env)->NewObjectArray(env, (jsize)n, bytes_class, NULL);
 
         for (uint32_t i = 0; a && i < n; i++) {
-                jbyteArray b = gpuipc_jni_bytes(env, s[i]);
-                if (!b)
-                        goto fail;
-                (*env)->SetObjectArrayElement(env, a, (jsize)i, b);
-                (*env)->DeleteLocalRef(env, b);
-                if ((*env)->ExceptionCheck(env))
-                        goto fail;
+                if (gpuipc_jni_set_elem(env, a, i, gpuipc_jni_bytes(env, s[i])) < 0) {
+                        (*env)->DeleteLocalRef(env, a);         /* the partly filled array */
+                        return NULL;
+                }
         }
         return a;
-fail:
-        (*env)->DeleteLocalRef(env, a);         /* the partly filled array */
-        return NULL;
 }
 
 /* An org.gpuipc.BufferInfo for *in; NULL with an exception pending. */
@@ -535,14 +538,8 @@ JNIEXPORT jobjectArray FN(list)(JNIEnv *env, jclass cls, jlong c, jbyteArray jpr
         n = gpuipc_list_count(l);
         a = (*env)->NewObjectArray(env, (jsize)n, info_class, NULL);
         for (size_t i = 0; a && i < n; i++) {
-                jobject o = gpuipc_jni_info(env, gpuipc_list_get(l, i));
-                if (!o) {
-                        a = NULL;
-                        break;
-                }
-                (*env)->SetObjectArrayElement(env, a, (jsize)i, o);
-                (*env)->DeleteLocalRef(env, o);
-                if ((*env)->ExceptionCheck(env)) {
+                if (gpuipc_jni_set_elem(env, a, (uint32_t)i,
+                                        gpuipc_jni_info(env, gpuipc_list_get(l, i))) < 0) {
                         a = NULL;
                         break;
                 }

@@ -19,6 +19,9 @@ jbyteArray gpuipc_jni_bytes(JNIEnv *env, const char *s);
 /* A malloc'd NUL-terminated copy of a byte[] (which Java checked for NULs);
  * NULL for a null array, or with an exception pending. */
 char *gpuipc_jni_cstr(JNIEnv *env, jbyteArray a);
+/* Sets a[i] to o (NULL: its maker failed) and drops the local reference;
+ * -1 with an exception pending. */
+int gpuipc_jni_set_elem(JNIEnv *env, jobjectArray a, uint32_t i, jobject o);
 /* A new byte[][] of the n strings s; NULL with an exception pending. */
 jobjectArray gpuipc_jni_bytes_array(JNIEnv *env, const char *const *s, uint32_t n);
 /* An org.gpuipc.BufferInfo for *in; NULL with an exception pending. */

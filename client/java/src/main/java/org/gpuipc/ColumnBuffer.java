@@ -1,8 +1,6 @@
 package org.gpuipc;
 
 import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
-import java.util.Objects;
 
 /**
  * One buffer of a looked-up batch's column ({@link BatchColumn#buffer(int)}):
@@ -84,10 +82,7 @@ public final class ColumnBuffer {
      *         bytes: use {@link #asByteBuffer(long, int)}
      */
     public ByteBuffer asByteBuffer() {
-        if (size > Integer.MAX_VALUE)
-            throw new UnsupportedOperationException("buffer of " + size
-                    + " bytes exceeds a ByteBuffer's limit; use asByteBuffer(offset, length)");
-        return asByteBuffer(0, (int) size);
+        return asByteBuffer(0, Native.wholeLength(size));
     }
 
     /**
@@ -106,9 +101,7 @@ public final class ColumnBuffer {
             if (device >= 0)
                 throw new IllegalStateException("device memory (device " + device
                         + "); use address() with a CUDA API");
-            Objects.checkFromIndexSize(offset, len, size);
-            return Native.directBuffer(address + offset, len).asReadOnlyBuffer()
-                    .order(ByteOrder.nativeOrder());
+            return Native.window(address, size, offset, len, false);
         }
     }
 }

@@ -1,9 +1,7 @@
 package org.gpuipc;
 
 import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.util.Map;
-import java.util.Objects;
 import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -124,10 +122,7 @@ public final class HostBuffer implements AutoCloseable {
      *         {@link Integer#MAX_VALUE} bytes: use {@link #asByteBuffer(long, int)}
      */
     public ByteBuffer asByteBuffer() {
-        if (size > Integer.MAX_VALUE)
-            throw new UnsupportedOperationException("buffer of " + size
-                    + " bytes exceeds a ByteBuffer's limit; use asByteBuffer(offset, length)");
-        return asByteBuffer(0, (int) size);
+        return asByteBuffer(0, Native.wholeLength(size));
     }
 
     /**
@@ -142,8 +137,7 @@ public final class HostBuffer implements AutoCloseable {
      */
     public synchronized ByteBuffer asByteBuffer(long offset, int length) {
         checkOpen();
-        Objects.checkFromIndexSize(offset, length, size);
-        return Native.directBuffer(address + offset, length).order(ByteOrder.nativeOrder());
+        return Native.window(address, size, offset, length, true);
     }
 
     /**

@@ -3,11 +3,13 @@ package org.gpuipc;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
 import java.util.Locale;
+import java.util.Objects;
 
 /**
  * The JNI entry points of libgpuipc_jni. Handles are the C pointers as
@@ -128,6 +130,31 @@ final class Native {
     static native void hostbufFree(long b);
 
     static native ByteBuffer directBuffer(long address, long length);
+
+    /**
+     * Bytes [offset, offset + len) of the size bytes at address as a new
+     * direct ByteBuffer in native byte order, read-only unless writable: the
+     * windows of {@link HostBuffer}, {@link View} and {@link ColumnBuffer}.
+     *
+     * @throws IndexOutOfBoundsException if the window is not inside the size bytes
+     */
+    static ByteBuffer window(long address, long size, long offset, int len, boolean writable) {
+        Objects.checkFromIndexSize(offset, len, size);
+        ByteBuffer b = directBuffer(address + offset, len);
+        return (writable ? b : b.asReadOnlyBuffer()).order(ByteOrder.nativeOrder());
+    }
+
+    /**
+     * size as the length of a ByteBuffer over a whole buffer.
+     *
+     * @throws UnsupportedOperationException past {@link Integer#MAX_VALUE}
+     */
+    static int wholeLength(long size) {
+        if (size > Integer.MAX_VALUE)
+            throw new UnsupportedOperationException("buffer of " + size
+                    + " bytes exceeds a ByteBuffer's limit; use asByteBuffer(offset, length)");
+        return (int) size;
+    }
 
     static native long registerHost(long c, byte[] name, long b, byte[][] keys, byte[][] values,
                                     int flags) throws GpuIpcException;

@@ -1,9 +1,7 @@
 package org.gpuipc;
 
 import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.util.Map;
-import java.util.Objects;
 
 /**
  * A consumer's mapping of a registered buffer, from
@@ -168,10 +166,7 @@ public final class View implements AutoCloseable {
      *         {@link Integer#MAX_VALUE} bytes: use {@link #asByteBuffer(long, int)}
      */
     public ByteBuffer asByteBuffer() {
-        if (length > Integer.MAX_VALUE)
-            throw new UnsupportedOperationException("buffer of " + length
-                    + " bytes exceeds a ByteBuffer's limit; use asByteBuffer(offset, length)");
-        return asByteBuffer(0, (int) length);
+        return asByteBuffer(0, Native.wholeLength(length));
     }
 
     /**
@@ -191,9 +186,7 @@ public final class View implements AutoCloseable {
             if (info.kind().isDevice())
                 throw new IllegalStateException(name() + " is device memory (" + info.kind().wireName()
                         + "); use address() with a CUDA API");
-            Objects.checkFromIndexSize(offset, len, length);
-            ByteBuffer b = Native.directBuffer(address + offset, len).order(ByteOrder.nativeOrder());
-            return writable ? b : b.asReadOnlyBuffer().order(ByteOrder.nativeOrder());
+            return Native.window(address, length, offset, len, writable);
         }
     }
 

@@ -28,6 +28,7 @@ public final class BatchColumn {
     private final Map<String, String> metadata;
     private final ColumnBuffer[] buffers;
     private final int device;
+    private final int offsetsIndex;     /* the offsets buffer's index, or -1 */
     private List<BatchColumn> children = List.of();
 
     BatchColumn(String name, String format, long flags, long length, long nullCount, long offset,
@@ -45,6 +46,20 @@ public final class BatchColumn {
             if (b != null && b.isDevice())
                 d = b.deviceOrdinal();
         this.device = d;
+        this.offsetsIndex = offsetsIndex(format, buffers.length);
+    }
+
+    /* The index of format's offsets buffer, once per column; -1 for a format
+     * batches do not take, one without offsets, or one whose layout has
+     * another number of buffers than nbuffers. */
+    private static int offsetsIndex(String format, int nbuffers) {
+        ArrowLayout l = ArrowLayout.tryParse(format);
+        if (l == null || l.buffers.length != nbuffers)
+            return -1;
+        for (int i = 0; i < nbuffers; i++)
+            if (l.isOffsets(i))
+                return i;
+        return -1;
     }
 
     void setChildren(List<BatchColumn> kids) {
@@ -153,13 +168,7 @@ public final class BatchColumn {
      * @return the buffer, or null for other types
      */
     public ColumnBuffer offsets() {
-        ArrowLayout l = ArrowLayout.tryParse(format);
-        if (l == null || l.buffers.length != buffers.length)
-            return null;
-        for (int i = 0; i < buffers.length; i++)
-            if (l.isOffsets(i))
-                return buffers[i];
-        return null;
+        return offsetsIndex < 0 ? null : buffers[offsetsIndex];
     }
 
     /**

@@ -12,6 +12,7 @@ import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
 
 /**
  * A table of Arrow columns being put together for
@@ -53,9 +54,8 @@ public final class Batch implements AutoCloseable {
 
     private long handle;
     private final List<ColumnSpec> columns = new ArrayList<>();
-    private final List<String> names = new ArrayList<>();
     /* The HostBuffers the columns lie in, each once: kept open while in use. */
-    private final Map<HostBuffer, Boolean> hostBuffers = new IdentityHashMap<>();
+    private final Set<HostBuffer> hostBuffers = identitySet();
     private long rows = -1;
     private int device = -1;            /* a device column's ordinal, for the event */
 
@@ -114,15 +114,14 @@ public final class Batch implements AutoCloseable {
         if (rows >= 0 && column.length() != rows)
             throw new GpuIpcException(GpuIpcException.EINVAL, op, column.length()
                     + " rows; the batch has " + rows);
-        withOpen(f.hostBuffers.keySet(), () -> {
+        withOpen(f.hostBuffers, () -> {
             f.check(column, op);
             Native.batchAddColumn(b, f.device, f.names(), f.formats(), f.metas(), f.nodeArray(),
                     f.bufferArray());
             return 0L;
         });
         columns.add(column);
-        names.add(column.name());
-        hostBuffers.putAll(f.hostBuffers);
+        hostBuffers.addAll(f.hostBuffers);
         rows = column.length();
         if (f.device >= 0)
             device = f.device;
@@ -182,7 +181,10 @@ public final class Batch implements AutoCloseable {
      * @return an unmodifiable copy
      */
     public synchronized List<String> columnNames() {
-        return Collections.unmodifiableList(new ArrayList<>(names));
+        List<String> names = new ArrayList<>(columns.size());
+        for (ColumnSpec c : columns)
+            names.add(c.name());
+        return Collections.unmodifiableList(names);
     }
 
     /**
@@ -231,7 +233,11 @@ public final class Batch implements AutoCloseable {
         if (columns.isEmpty())
             throw new GpuIpcException(GpuIpcException.EINVAL, "register batch "
                     + new String(name, StandardCharsets.UTF_8), "a batch needs at least one column");
-        return withOpen(hostBuffers.keySet(), () -> Native.batchRegister(c, name, b, flags));
+        return withOpen(hostBuffers, () -> Native.batchRegister(c, name, b, flags));
+    }
+
+    private static Set<HostBuffer> identitySet() {
+        return Collections.newSetFromMap(new IdentityHashMap<>());
     }
 
     private long handle() {
@@ -274,7 +280,7 @@ public final class Batch implements AutoCloseable {
     /** A column flattened in pre-order for Native.batchAddColumn (see batch_jni.c). */
     private static final class Flat {
         final List<ColumnSpec> order = new ArrayList<>();
-        final Map<HostBuffer, Boolean> hostBuffers = new IdentityHashMap<>();
+        final Set<HostBuffer> hostBuffers = identitySet();
         int nodes;
         int device = -2;                /* -2: no buffer yet */
         String firstMemory;
@@ -299,7 +305,7 @@ public final class Batch implements AutoCloseable {
                             + ": a column's buffers are in one memory");
                 }
                 if (b.hostBuffer() != null)
-                    hostBuffers.put(b.hostBuffer(), Boolean.TRUE);
+                    hostBuffers.add(b.hostBuffer());
             }
             for (ColumnSpec k : c.children())
                 add(k, op, depth + 1);

@@ -21,6 +21,7 @@ import java.util.HashMap;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
+import java.util.function.ObjIntConsumer;
 
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -46,39 +47,32 @@ class BatchTest {
         return ByteBuffer.allocateDirect(Math.max(n, 1)).order(ByteOrder.nativeOrder());
     }
 
-    static ByteBuffer ints(int... v) {
-        ByteBuffer b = direct(4 * v.length);
-        for (int x : v)
-            b.putInt(x);
+    /** n values of width bytes, value i written by put(buffer, i). */
+    static ByteBuffer values(int width, int n, ObjIntConsumer<ByteBuffer> put) {
+        ByteBuffer b = direct(width * n);
+        for (int i = 0; i < n; i++)
+            put.accept(b, i);
         return b.flip();
+    }
+
+    static ByteBuffer ints(int... v) {
+        return values(4, v.length, (b, i) -> b.putInt(v[i]));
     }
 
     static ByteBuffer longs(long... v) {
-        ByteBuffer b = direct(8 * v.length);
-        for (long x : v)
-            b.putLong(x);
-        return b.flip();
+        return values(8, v.length, (b, i) -> b.putLong(v[i]));
     }
 
     static ByteBuffer shorts(short... v) {
-        ByteBuffer b = direct(2 * v.length);
-        for (short x : v)
-            b.putShort(x);
-        return b.flip();
+        return values(2, v.length, (b, i) -> b.putShort(v[i]));
     }
 
     static ByteBuffer floats(float... v) {
-        ByteBuffer b = direct(4 * v.length);
-        for (float x : v)
-            b.putFloat(x);
-        return b.flip();
+        return values(4, v.length, (b, i) -> b.putFloat(v[i]));
     }
 
     static ByteBuffer doubles(double... v) {
-        ByteBuffer b = direct(8 * v.length);
-        for (double x : v)
-            b.putDouble(x);
-        return b.flip();
+        return values(8, v.length, (b, i) -> b.putDouble(v[i]));
     }
 
     /** Arrow's bitmap: bit i of byte i/8, least significant first. */

@@ -82,6 +82,7 @@ const char *cuda_path(const struct cuda *cu);
         X(cuCtxGetDevice) X(cuCtxDestroy_v2) X(cuDeviceTotalMem_v2)               \
         X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2)               \
         X(cuMemcpyDtoH_v2) X(cuMemcpyHtoD_v2) X(cuPointerGetAttribute)            \
+        X(cuPointerGetAttributes)                                                 \
         X(cuIpcGetMemHandle) X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle)       \
         X(cuEventCreate) X(cuEventRecord) X(cuEventDestroy_v2)                    \
         X(cuEventSynchronize) X(cuStreamWaitEvent)                                \

@@ -23,6 +23,8 @@
 
 #define TIMED(X)                                                                        \
         X(cuPointerGetAttribute, (void *a, CUpointer_attribute b, CUdeviceptr c), (a, b, c)) \
+        X(cuPointerGetAttributes, (unsigned a, CUpointer_attribute *b, void **c, CUdeviceptr d), \
+          (a, b, c, d))                                                                 \
         X(cuMemGetAddressRange_v2, (CUdeviceptr *a, size_t *b, CUdeviceptr c), (a, b, c)) \
         X(cuIpcGetMemHandle, (CUipcMemHandle *a, CUdeviceptr b), (a, b))               \
         X(cuIpcOpenMemHandle_v2, (CUdeviceptr *a, CUipcMemHandle b, unsigned c), (a, b, c)) \

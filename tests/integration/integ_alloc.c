@@ -438,7 +438,7 @@ Test(alloc, known_allocation_costs_one_driver_call)
         gpuipc_client *c = connect_client();
         CUcontext ctx;
         CUdeviceptr p;
-        long ranges, handles, attrs;
+        long ranges, handles, attrs, retains;
         char name[32];
 
         cr_assert_not_null(dl);
@@ -451,8 +451,14 @@ Test(alloc, known_allocation_costs_one_driver_call)
         cr_assert_eq(retain(&ctx, 0), 0);
         cr_assert_eq(set(ctx), 0);
         cr_assert_eq(alloc(&p, 8u << 20), 0);
+        retains = dcount("cuMemRetainAllocationHandle");
+        attrs = dcount("cuPointerGetAttribute");
         cr_assert_eq(gpuipc_cuda_register(c, "fp/0", p + 100, 4096, NULL, NULL, 0, NULL), 0,
                      "%s", gpuipc_errmsg(c));
+        /* The first register of cuMemAlloc memory: one cuPointerGetAttributes
+         * says it is legacy-IPC capable, with its buffer id; no VMM probe. */
+        cr_assert_eq(dcount("cuMemRetainAllocationHandle"), retains, "no VMM probe");
+        cr_assert_eq(dcount("cuPointerGetAttribute"), attrs + 1, "the device ordinal only");
         ranges = dcount("cuMemGetAddressRange_v2");
         handles = dcount("cuIpcGetMemHandle");
         attrs = dcount("cuPointerGetAttribute");

@@ -24,12 +24,17 @@
  *            cuMemAlloc's, cuda-vmm memory gpuipc_cudabuf_new's.
  *   pinned   cuMemcpyDtoH to pinned memory, the bytes over the socket in
  *            1 MiB writes into the consumer's pinned buffer, cuMemcpyHtoD.
+ *   relay    the floor with a forwarding process between the two (a forked
+ *            poll() loop that passes each message and fd on): the least a
+ *            handoff through any broker costs, with no broker work.
  * Patterns: "fresh", new memory every round, freed after the consumer let
  * go of it; "reused", the same memory every round (the floor's consumer
  * keeps its mapping and the producer its handle; gpuipc registers cuda-ipc
  * memory GPUIPC_REGISTER_CACHEABLE, so the library keeps it mapped).
- * rtt is the socketpair's ping-pong (floor) or gpuipc_client_ping (gpuipc), median
- * of 1000, measured before the rounds.
+ * rtt is the socketpair's ping-pong (floor; through the relay for relay) or
+ * gpuipc_client_ping (gpuipc), median of 1000 back to back, measured before
+ * the rounds; rtt_idle the same, median of ROUNDS, each after the case's idle
+ * time (the answering side blocked in read all along, as a consumer is).
  *
  * usage: gpu_bench all [ROUNDS]       CSV on stdout (ROUNDS 2..64, default 16)
  *        gpu_bench role ...            (internal)
@@ -57,9 +62,9 @@ extern char **environ;
 #define SEED 91u
 #define MAXR 64
 
-enum { S_FLOOR, S_GPUIPC, S_PINNED };
+enum { S_FLOOR, S_GPUIPC, S_PINNED, S_RELAY };
 enum { K_IPC, K_VMM, K_HOST };
-static const char *const sys_name[] = { "floor", "gpuipc", "pinned" };
+static const char *const sys_name[] = { "floor", "gpuipc", "pinned", "relay" };
 static const char *const kind_name[] = { "cuda-ipc", "cuda-vmm", "host" };
 
 enum { R_READY = 1, R_T0, R_DONE };
@@ -76,6 +81,12 @@ struct cfg {
         uint64_t size;
         int rounds;
 };
+
+/* The driver floor, straight or through the relay: the same two roles. */
+static bool floorish(const struct cfg *g)
+{
+        return g->sys == S_FLOOR || g->sys == S_RELAY;
+}
 
 /* What the floor's producer sends each round. */
 struct floor_msg {
@@ -181,6 +192,34 @@ static double rtt_p50(gpuipc_client *c, int sock, bool start)
         return t[500];
 }
 
+/* Median of ROUNDS round trips, each after IDLE us asleep: the socketpair
+ * (straight or through the relay) or a gpuipc_client_ping.  The answering
+ * side of a socket waits in read() all along, as a consumer waits. */
+static double rtt_idle_p50(gpuipc_client *c, int sock, bool start, unsigned idle, int rounds)
+{
+        double t[MAXR];
+        char b = 'q';
+
+        for (int i = 0; i < rounds; i++) {
+                double t0;
+                if (!start) {
+                        if (read(sock, &b, 1) != 1 || write(sock, &b, 1) != 1)
+                                return NAN;
+                        continue;
+                }
+                usleep(idle);
+                t0 = now_us();
+                if (c ? gpuipc_client_ping(c) < 0
+                      : write(sock, &b, 1) != 1 || read(sock, &b, 1) != 1)
+                        return NAN;
+                t[i] = now_us() - t0;
+        }
+        if (!start)
+                return 0;
+        qsort(t, (size_t)rounds, sizeof(double), cmp_d);
+        return t[rounds / 2];
+}
+
 /* ---- VMM memory of the floor ---------------------------------------- */
 
 struct vmm {
@@ -237,7 +276,7 @@ struct pmem {
 
 static int pmem_new(const struct cfg *g, struct pmem *m)
 {
-        if (g->kind == K_VMM && g->sys == S_FLOOR) {
+        if (g->kind == K_VMM && floorish(g)) {
                 if (vmm_new(&m->vm, g->size))
                         return 1;
                 m->d = m->vm.va;
@@ -256,7 +295,7 @@ static int pmem_free(const struct cfg *g, struct pmem *m)
 {
         if (m->host)
                 CK(cuMemFreeHost(m->host));
-        if (g->kind == K_VMM && g->sys == S_FLOOR) {
+        if (g->kind == K_VMM && floorish(g)) {
                 if (vmm_free(&m->vm))
                         return 1;
         } else if (m->b) {
@@ -276,9 +315,10 @@ static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
         bool exported = false;
         char name[64], b;
 
-        if (g->sys == S_FLOOR) {        /* answer the consumer's two ping-pong runs */
+        if (floorish(g)) {      /* answer the consumer's ping-pong runs */
                 rtt_p50(NULL, sock, false);
                 rtt_p50(NULL, sock, false);
+                rtt_idle_p50(NULL, sock, false, g->idle_us, g->rounds);
         }
         send_rec(R_READY, -1, 0, 0, 0);
         if (read(go, &b, 1) != 1)
@@ -348,7 +388,7 @@ static int consumer(gpuipc_client *c, const struct cfg *g, int sock)
         CUdeviceptr p = 0, dd = 0;
         struct vmm vm = { 0 };
         void *hh = NULL;
-        double rtt;
+        double rtt, rtt_idle = NAN;
         char b = 'a';
 
         /* Warm the kernels, the socket and the daemon path first. */
@@ -360,17 +400,21 @@ static int consumer(gpuipc_client *c, const struct cfg *g, int sock)
                         return fail("warm-up kernel read wrong bytes");
                 CK(cuMemFree(w));
         }
-        if (g->sys == S_FLOOR) {
+        if (floorish(g)) {
                 rtt = rtt_p50(NULL, sock, true);
                 rtt = rtt_p50(NULL, sock, true);
+                rtt_idle = rtt_idle_p50(NULL, sock, true, g->idle_us, g->rounds);
+        } else if (g->sys == S_GPUIPC) {
+                rtt = rtt_p50(c, -1, true);
+                rtt_idle = rtt_idle_p50(c, -1, true, g->idle_us, g->rounds);
         } else {
-                rtt = g->sys == S_GPUIPC ? rtt_p50(c, -1, true) : NAN;
+                rtt = NAN;
         }
         if (g->sys == S_PINNED) {
                 CK(cuMemAlloc(&dd, g->size));
                 CK(cuMemAllocHost(&hh, g->size));
         }
-        send_rec(R_READY, -1, rtt, 0, 0);
+        send_rec(R_READY, -1, rtt, rtt_idle, 0);
         for (int i = 0; i < g->rounds; i++) {
                 gpuipc_view *v = NULL;
                 struct floor_msg msg;
@@ -425,7 +469,7 @@ static int consumer(gpuipc_client *c, const struct cfg *g, int sock)
                                     kind_name[g->kind], i, bad);
                 if (v)
                         GK(gpuipc_view_release(v));
-                if (g->fresh && g->sys == S_FLOOR) {
+                if (g->fresh && floorish(g)) {
                         if (g->kind == K_IPC && p) {
                                 CK(cuIpcCloseMemHandle(p));
                                 p = 0;
@@ -439,7 +483,7 @@ static int consumer(gpuipc_client *c, const struct cfg *g, int sock)
         }
         if (g->sys == S_GPUIPC)
                 gpuipc_cache_trim(c);
-        if (g->sys == S_FLOOR && g->kind == K_IPC && p)
+        if (floorish(g) && g->kind == K_IPC && p)
                 CK(cuIpcCloseMemHandle(p));
         if (vmm_free(&vm))
                 return 1;
@@ -534,34 +578,92 @@ static int next_rec(int fd, struct rec *r, pid_t *kids)
 
 struct result {
         double t0[MAXR], call[MAXR], t1[MAXR], t2[MAXR];
-        double rtt;
+        double rtt, rtt_idle;
 };
+
+/* The relay: a forked process between the floor's producer and consumer
+ * that forwards every message, with its fd, from one side to the other, as
+ * a broker would with no work of its own.  Exits at the first EOF. */
+static void relay(int a, int b)
+{
+        struct pollfd p[2] = { { a, POLLIN, 0 }, { b, POLLIN, 0 } };
+        char buf[512], cbuf[CMSG_SPACE(sizeof(int))];
+
+        for (;;) {
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        _exit(1);
+                }
+                for (int i = 0; i < 2; i++) {
+                        struct iovec iov = { buf, sizeof(buf) };
+                        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                                             .msg_control = cbuf,
+                                             .msg_controllen = sizeof(cbuf) };
+                        struct cmsghdr *cm;
+                        int fd = -1;
+                        ssize_t n;
+
+                        if (!p[i].revents)
+                                continue;
+                        n = recvmsg(p[i].fd, &mh, MSG_CMSG_CLOEXEC);
+                        if (n <= 0)
+                                _exit(n == 0 ? 0 : 1);
+                        cm = mh.msg_controllen ? CMSG_FIRSTHDR(&mh) : NULL;
+                        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+                                memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+                        else
+                                mh.msg_control = NULL, mh.msg_controllen = 0;
+                        iov.iov_len = (size_t)n;
+                        if (sendmsg(p[1 - i].fd, &mh, MSG_NOSIGNAL) != n)
+                                _exit(1);
+                        if (fd >= 0)
+                                close(fd);
+                }
+        }
+}
 
 static int run_case(const char *self, const struct cfg *g, struct result *res)
 {
-        int rp[2], gp[2], sp[2];
-        pid_t kids[2];
+        /* The relay's two socketpairs keep message bounds (SEQPACKET), so
+         * that it forwards each message whole, with its fd. */
+        int type = g->sys == S_RELAY ? SOCK_SEQPACKET : SOCK_STREAM;
+        int rp[2], gp[2], sp[2], sq[2] = { -1, -1 };
+        pid_t kids[2], rly = -1;
         struct rec r;
         int ok = 0, ready = 0, got = 0;
 
         if (pipe2(rp, O_CLOEXEC) < 0 || pipe2(gp, O_CLOEXEC) < 0 ||
-            socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
+            socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, sp) < 0 ||
+            (g->sys == S_RELAY && socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, sq) < 0)) {
                 fprintf(stderr, "gpu_bench: pipe: %s\n", strerror(errno));
                 return -1;
         }
-        int *fds[] = { &rp[0], &rp[1], &gp[0], &gp[1], &sp[0], &sp[1] };
-        for (int i = 0; i < 6; i++)
+        int *fds[] = { &rp[0], &rp[1], &gp[0], &gp[1], &sp[0], &sp[1], &sq[0], &sq[1] };
+        for (int i = 0; i < (g->sys == S_RELAY ? 8 : 6); i++)
                 if ((*fds[i] = hi_fd(*fds[i])) < 0) {
                         fprintf(stderr, "gpu_bench: fcntl: %s\n", strerror(errno));
                         return -1;
                 }
+        if (g->sys == S_RELAY) {
+                rly = fork();
+                if (rly == 0) {
+                        int keep[] = { rp[0], rp[1], gp[0], gp[1], sp[0], sq[1] };
+                        for (int i = 0; i < 6; i++)
+                                close(keep[i]);
+                        relay(sp[1], sq[0]);
+                }
+                close(sp[1]);
+                close(sq[0]);
+                sp[1] = sq[1];          /* the consumer's end */
+        }
         kids[0] = spawn_role(self, "producer", g, rp[1], gp[0], sp[0]);
         kids[1] = spawn_role(self, "consumer", g, rp[1], gp[0], sp[1]);
         close(sp[0]);
         close(sp[1]);
         close(gp[0]);
         close(rp[1]);
-        if (kids[0] < 0 || kids[1] < 0) {
+        if (kids[0] < 0 || kids[1] < 0 || (g->sys == S_RELAY && rly < 0)) {
                 fprintf(stderr, "gpu_bench: cannot spawn %s\n", self);
                 ok = -1;
         }
@@ -573,6 +675,8 @@ static int run_case(const char *self, const struct cfg *g, struct result *res)
                 if (r.tag == R_READY) {
                         if (r.v[0] != 0)
                                 res->rtt = r.v[0];
+                        if (r.v[1] != 0)
+                                res->rtt_idle = r.v[1];
                         if (++ready == 2) {
                                 usleep(50000);  /* the consumer waits now */
                                 if (write(gp[1], "g", 1) != 1)
@@ -604,6 +708,16 @@ static int run_case(const char *self, const struct cfg *g, struct result *res)
                 if (waitpid(kids[i], &st, 0) == kids[i] && (!WIFEXITED(st) || WEXITSTATUS(st)))
                         ok = -1;
         }
+        if (rly > 0) {          /* both ends are closed now: it sees EOF */
+                int st;
+                if (ok < 0)
+                        kill(rly, SIGKILL);
+                if (waitpid(rly, &st, 0) == rly && ok == 0 &&
+                    (!WIFEXITED(st) || WEXITSTATUS(st))) {
+                        fprintf(stderr, "gpu_bench: the relay failed\n");
+                        ok = -1;
+                }
+        }
         return ok;
 }
 
@@ -628,11 +742,12 @@ static void report(const struct cfg *g, const char *sname, const struct result *
                 us[i] = res->t1[i] - res->t0[i];
                 ker[i] = res->t2[i] - res->t0[i];
         }
-        printf("%s,%s,%s,%g,%s,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", sys_name[g->sys],
+        printf("%s,%s,%s,%g,%s,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", sys_name[g->sys],
                kind_name[g->kind], g->sys == S_PINNED ? "-" : g->fresh ? "fresh" : "reused",
                g->idle_us / 1e3, sname, g->rounds - 1, quant(us, g->rounds, 0.5),
                quant(us, g->rounds, 0.99), quant(ker, g->rounds, 0.5),
-               quant(ker, g->rounds, 0.99), quant(res->call, g->rounds, 0.5), res->rtt);
+               quant(ker, g->rounds, 0.99), quant(res->call, g->rounds, 0.5), res->rtt,
+               res->rtt_idle);
         fflush(stdout);
 }
 
@@ -663,16 +778,17 @@ int main(int argc, char **argv)
         }
         signal(SIGPIPE, SIG_IGN);
         printf("system,kind,pattern,idle_ms,size,rounds,usable_p50_us,usable_p99_us,"
-               "kernel_p50_us,kernel_p99_us,call_p50_us,rtt_p50_us\n");
+               "kernel_p50_us,kernel_p99_us,call_p50_us,rtt_p50_us,rtt_idle_p50_us\n");
         fflush(stdout);
         for (int s = 0; s < 3; s++)
                 for (int w = 0; w < 2; w++)
-                        for (int sys = S_FLOOR; sys <= S_PINNED; sys++)
+                        for (int sys = S_FLOOR; sys <= S_RELAY; sys++)
                                 for (int k = K_IPC; k <= K_VMM; k++)
                                         for (int f = 0; f < 2; f++) {
                                                 struct cfg g = { sys, sys == S_PINNED ? K_HOST : k,
                                                                  f, idles[w], sizes[s], rounds };
-                                                struct result res = { .rtt = NAN };
+                                                struct result res = { .rtt = NAN,
+                                                                      .rtt_idle = NAN };
                                                 char label[96];
                                                 if (sys == S_PINNED && (k || f))
                                                         continue;

@@ -33,13 +33,16 @@ runs N passes of the 1000 small tensors (default 3, 0 none), and
 $GPU_HANDOFF_MANY_ROWS (e.g. "torch.mp,gpuipc-batch-pipelined") picks their
 rows; $GPU_HANDOFF_LABEL (e.g. "-busy") is
 appended to the gpuipc rows' system, and then torch.mp is left out (a
-second pass of gpuipc alone, with other settings).
+second pass of gpuipc alone, with other settings); $GPU_HANDOFF_TENSOR=dlpack
+makes the torch consumers use ``torch.from_dlpack(view)`` instead of
+``torch.as_tensor(view, device="cuda")``.
 
 Profile columns (gpuipc rows): the C call under Python's register, the
 driver time inside it (when $GPUIPC_LIBCUDA is the timecuda shim, as
 gpu_run.sh sets it), when the consumer's C lookup and its Python lookup
-returned (from the producer's call), the driver time inside the lookup, and
-the driver calls of the last round.
+returned (from the producer's call), the driver time inside the lookup,
+the driver calls of the last round, and the Python time of the register
+before its C call began.
 """
 import os
 import statistics
@@ -51,6 +54,10 @@ import torch
 import torch.multiprocessing as mp
 
 P = 91
+# The torch consumer's constructor: torch.as_tensor(view) (the
+# __cuda_array_interface__) by default, torch.from_dlpack(view) with
+# GPU_HANDOFF_TENSOR=dlpack.
+DLPACK = os.environ.get("GPU_HANDOFF_TENSOR", "as_tensor") == "dlpack"
 try:
     import cupy  # noqa: F401  (CuPy consumers, when it imports)
     HAVE_CUPY = True
@@ -151,6 +158,8 @@ def gi_consumer(prefix, n, res, ready, lib="torch"):
         t_lk = time.monotonic()
         if lib == "cupy":
             t = cupy.asarray(v)
+        elif DLPACK:
+            t = torch.from_dlpack(v)
         else:
             t = torch.as_tensor(v, device="cuda")
         t1 = time.monotonic()
@@ -186,7 +195,9 @@ def gi_producer(prefix, n, size, pattern, idle, res, go):
         rid = c.register(f"{prefix}/{i}", x, cacheable=(pattern == "reused"))
         t_reg = time.monotonic()
         drv, calls = driver_delta(d0, pr.driver())
-        res.put(("t0", i, t0, t_reg - t0, pr.dur["gpuipc_cuda_register"], drv, calls))
+        c_start = pr.t_end["gpuipc_cuda_register"] - pr.dur["gpuipc_cuda_register"]
+        res.put(("t0", i, t0, t_reg - t0, pr.dur["gpuipc_cuda_register"], drv, calls,
+                 c_start - t0))
         c.wait_released(rid, timeout=120)
         if pattern == "fresh":
             c.unregister(f"{prefix}/{i}")
@@ -222,7 +233,8 @@ def run_gpuipc(ctx, size, pattern, idle, rounds, vmm, lib="torch"):
         m = res.get(timeout=600)
         if m[0] == "t0":
             t0[m[1]], reg[m[1]] = m[2], m[3]
-            prof.setdefault(m[1], {}).update(reg_c=m[4] * 1e6, reg_drv=m[5], reg_calls=m[6])
+            prof.setdefault(m[1], {}).update(reg_c=m[4] * 1e6, reg_drv=m[5], reg_calls=m[6],
+                                             reg_pre=m[7] * 1e6)
         elif m[0] == "done":
             kind = m[1] or "cuda-ipc"
         else:
@@ -236,6 +248,7 @@ def run_gpuipc(ctx, size, pattern, idle, rounds, vmm, lib="torch"):
     keep = range(1, rounds)     # round 0 warms up
     p = {
         "register_c": [prof[i]["reg_c"] for i in keep],
+        "register_pre_c": [prof[i]["reg_pre"] for i in keep],
         "register_driver": [prof[i]["reg_drv"] for i in keep],
         "lookup_c_done": [(prof[i]["lkc"] - t0[i]) * 1e6 for i in keep],
         "lookup_py_done": [(prof[i]["lk"] - t0[i]) * 1e6 for i in keep],
@@ -453,7 +466,7 @@ def main():
     print("system,kind,pattern,idle_ms,size,rounds,tensor_p50_us,tensor_p99_us,"
           "kernel_p50_us,kernel_p99_us,register_p50_us,register_c_p50_us,"
           "register_driver_p50_us,lookup_c_done_p50_us,lookup_py_done_p50_us,"
-          "lookup_driver_p50_us,last_round_driver_calls")
+          "lookup_driver_p50_us,last_round_driver_calls,register_pre_c_p50_us")
     def case(what, fn):
         try:
             fn()
@@ -472,7 +485,7 @@ def main():
                     lat, ker = run_mp(ctx, size, pattern, idle, n)
                     print(f"torch.mp,cuda-ipc,{pattern},{idle * 1e3:g},{label},{len(lat)},"
                           f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
-                          f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,",
+                          f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,,",
                           flush=True)
                 if not label_sfx:
                     case(f"torch.mp {label} {pattern} {idle}", mp_row)
@@ -491,7 +504,7 @@ def main():
                               f"{statistics.median(reg):.0f},{med['register_c']:.0f},"
                               f"{med['register_driver']:.0f},{med['lookup_c_done']:.0f},"
                               f"{med['lookup_py_done']:.0f},{med['lookup_driver']:.0f},"
-                              f"{p['calls']}", flush=True)
+                              f"{p['calls']},{med['register_pre_c']:.0f}", flush=True)
                     case(f"gpuipc {label} {pattern} {idle} vmm={vmm} {lib}", gi_row)
     # 1000 x 64 KiB: GPU_HANDOFF_MANY passes (default 3; 0: none) of the
     # rows named in GPU_HANDOFF_MANY_ROWS (default all), each pass in turn.
@@ -512,7 +525,7 @@ def main():
                 continue
             label = row + ("" if row == "torch.mp" else label_sfx)
             case(f"{row} 1000x64KiB", lambda: print(
-                f"{label},cuda-ipc,1000x64KiB,0,64KiB,1000,{fn():.0f},,,,,,,,,,", flush=True))
+                f"{label},cuda-ipc,1000x64KiB,0,64KiB,1000,{fn():.0f},,,,,,,,,,,", flush=True))
 
 
 if __name__ == "__main__":

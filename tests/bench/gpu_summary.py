@@ -3,10 +3,12 @@
 Reads the C CSV (gpu_bench: floor, gpuipc, pinned) and the Python CSV
 (gpu_handoff.py: gpuipc from Python against torch.multiprocessing) of one
 tests/bench/gpu_run.sh run and prints, per idle time, size and pattern:
-the C library against the driver floor (target: at most 2x), Python
-against torch.mp (target: at most 0.5x), reused Python handoffs against the
-socket round trip (target: at most 3x), and 1000 x 64 KiB (target: torch.mp
-at least 3x slower).
+the C library against the driver floor (target: at most 2x) and against
+the relay floor (the driver floor through one forwarding process: the
+least any brokered handoff costs), Python against torch.mp (target: at most
+0.5x), with the relay floor beside each target, reused Python handoffs
+against the socket round trip, warm and after the same idle (target: at
+most 3x), and 1000 x 64 KiB (target: torch.mp at least 3x slower).
 
 usage: python3 tests/bench/gpu_summary.py GPU_CSV HANDOFF_CSV
 """
@@ -43,8 +45,8 @@ def ratio(a, b):
 def c_table(c):
     print("### C library against the driver floor (usable pointer, p50 µs; target ≤ 2×)\n")
     print("| idle, size | kind | pattern | floor | gpuipc | ratio | gpuipc busy-poll | ratio "
-          "| floor kernel | gpuipc kernel | pinned copy kernel |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| relay floor | gpuipc / relay | floor kernel | gpuipc kernel | pinned copy kernel |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for idle in ("2", "50"):
         for s in SIZES:
             pin = pick(c, system="pinned", idle_ms=idle, size=s)
@@ -60,11 +62,48 @@ def c_table(c):
                     bv = f(bu, "usable_p50_us") if bu else float("nan")
                     br = ratio(bv, f(fl, "usable_p50_us"))
                     bmark = "**" if br <= 2 else ""
+                    rl = pick(c, system="relay", kind=kind, pattern=pat, idle_ms=idle, size=s)
+                    rv = f(rl, "usable_p50_us") if rl else float("nan")
                     print(f"| {idle} ms, {s} | {kind} | {pat} | {f(fl, 'usable_p50_us'):.0f} | "
                           f"{f(gi, 'usable_p50_us'):.0f} | {mark}{r:.2f}{mark} | "
                           f"{bv:.0f} | {bmark}{br:.2f}{bmark} | "
+                          f"{rv:.0f} | {ratio(f(gi, 'usable_p50_us'), rv):.2f} | "
                           f"{f(fl, 'kernel_p50_us'):.0f} | {f(gi, 'kernel_p50_us'):.0f} | "
                           f"{f(pin, 'kernel_p50_us') if pin else float('nan'):.0f} |")
+    print()
+
+
+def med(rs, system, idle, key):
+    v = [f(r, key) for r in rs if r["system"] == system and r["idle_ms"] == idle]
+    v = [x for x in v if x == x]
+    return statistics.median(v) if v else float("nan")
+
+
+def bound_table(py, c):
+    """The Python target (half of torch.mp's time) beside the relay floor:
+    the driver calls and one forwarding process, no daemon and no Python.
+    Where the target is below that floor, no brokered handoff can meet it."""
+    print("### The Python target against the relay floor (p50 µs)\n")
+    print("The relay floor is the C driver floor through one forwarding process: the "
+          "least a handoff through any broker costs, with no daemon work and no Python. "
+          "Where half of torch.mp's time is below it, the target is out of reach of any "
+          "brokered design by the difference.\n")
+    print("| idle, size | pattern | torch.mp | target (0.5×) | relay floor, cuda-ipc | "
+          "target − relay floor | gpuipc Python | gpuipc − relay floor |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for idle in ("2", "50"):
+        for s in SIZES:
+            for pat in ("reused", "fresh"):
+                mp = pick(py, system="torch.mp", pattern=pat, idle_ms=idle, size=s)
+                rl = pick(c, system="relay", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
+                g = pick(py, system="gpuipc", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
+                if not mp or not rl:
+                    continue
+                t = f(mp, "tensor_p50_us") / 2
+                r = f(rl, "usable_p50_us")
+                gv = f(g, "tensor_p50_us") if g else float("nan")
+                print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
+                      f"{t - r:+.0f} | {gv:.0f} | {gv - r:+.0f} |")
     print()
 
 
@@ -92,6 +131,7 @@ def py_table(py, c):
                     cells.append(f"{v:.0f} | {mark}{r:.2f}{mark}")
                 print(f"| {idle} ms, {s} | {pat} | {m:.0f} | " + " | ".join(cells) + " |")
     print()
+    bound_table(py, c)
     rtts = [f(r, "rtt_p50_us") for r in c if r["system"] == "floor"]
     pings = [f(r, "rtt_p50_us") for r in c if r["system"] == "gpuipc"]
     sock = statistics.median([x for x in rtts if x == x]) if rtts else float("nan")
@@ -99,8 +139,18 @@ def py_table(py, c):
     print(f"### Reused blocks from Python against the socket round trip (target ≤ 3×)\n\n"
           f"Socketpair round trip {sock:.1f} µs; gpuipc_client_ping {ping:.1f} µs (medians of the "
           f"C cases).\n")
-    print("| idle, size | system | cuda-ipc reused | / socket rtt | / gpuipc ping |")
-    print("| --- | --- | --- | --- | --- |")
+    idle_rtt = {idle: (med(c, "floor", idle, "rtt_idle_p50_us"),
+                       med(c, "relay", idle, "rtt_idle_p50_us"),
+                       med(c, "gpuipc", idle, "rtt_idle_p50_us")) for idle in ("2", "50")}
+    print("After the same idle as the handoff (medians of the C cases), the socketpair "
+          "round trip, the round trip through the relay and gpuipc_client_ping:\n")
+    print("| idle | socketpair | through the relay | gpuipc ping |\n| --- | --- | --- | --- |")
+    for idle, (a, b, g) in idle_rtt.items():
+        print(f"| {idle} ms | {a:.1f} | {b:.1f} | {g:.1f} |")
+    print()
+    print("| idle, size | system | cuda-ipc reused | / socket rtt | / gpuipc ping "
+          "| / socket rtt after idle | / gpuipc ping after idle |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for idle in ("2", "50"):
         for s in SIZES:
             for system in ("gpuipc", "gpuipc-busy"):
@@ -108,8 +158,11 @@ def py_table(py, c):
                          size=s)
                 if g:
                     v = f(g, "tensor_p50_us")
+                    a, _, gp = idle_rtt[idle]
+                    ri = ratio(v, a)
+                    mark = "**" if ri <= 3 else ""
                     print(f"| {idle} ms, {s} | {system} | {v:.0f} | {ratio(v, sock):.1f} | "
-                          f"{ratio(v, ping):.1f} |")
+                          f"{ratio(v, ping):.1f} | {mark}{ri:.1f}{mark} | {ratio(v, gp):.1f} |")
     print()
     many = {}
     for r in py:

@@ -18,7 +18,7 @@ endif
 BUILDDIR ?= build
 # What `make deps` installs (.ci/run too, adding DEPS_EXTRA=clang).
 DEB_DEPS := build-essential pkg-config libuv1-dev libmsgpack-dev libcriterion-dev python3 python3-pytest \
-            python3-numpy python3-msgpack python3-venv python3-pip python3-setuptools python3-wheel mypy \
+            python3-numpy python3-msgpack python3-yaml python3-venv python3-pip python3-setuptools python3-wheel mypy \
             default-jdk-headless junit5 dpkg-dev debhelper fakeroot dh-python pybuild-plugin-pyproject lintian
 PKG_CONFIG ?= pkg-config
 MSGPACK_PC := $(shell $(PKG_CONFIG) --exists msgpack-c && echo msgpack-c || echo msgpack)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,12 @@ static const struct key {
         { { "admin-group", "GROUP", "members may run admin ops such as revoke (root always "
             "may; default: none)" }, T_GROUP, F(admin_group), 0, 0 },
         { { "metrics-listen", "ADDR", "serve GET /metrics on 127.0.0.1:PORT, [::1]:PORT or "
-            "unix:PATH (default: off)" }, T_LISTEN, F(metrics_listen), 0, 0 },
+            "unix:PATH, or with metrics-public on any IPv4 or [IPv6] address (default: off)" },
+          T_LISTEN, F(metrics_listen), 0, 0 },
+        { { "metrics-public", "yes|no", "let metrics-listen take an address that is not "
+            "loopback, such as 0.0.0.0:PORT or [::]:PORT: whoever reaches it reads the "
+            "metrics, unauthenticated (default no)" },
+          T_BOOL, F(metrics_public), 0, 1 },
         { { "fdstore", "yes|no", "under systemd, keep registrations, leases and buffer fds in "
             "the service's fd store so that they survive a restart (default yes)" },
           T_BOOL, F(fdstore), 0, 1 },
@@ -228,15 +234,27 @@ int config_parse_listen(const char *value, bool *ret_unix, char *ret_host, size_
         host[hl] = '\0';
         if (strcmp(host, "localhost") == 0) {
                 snprintf(host, sizeof(host), "127.0.0.1");
-        } else if (strcmp(host, "[::1]") == 0) {
-                snprintf(host, sizeof(host), "::1");
+        } else if (host[0] == '[') {
+                struct in6_addr a6;
+                /* "[ADDR]", numeric, without a zone: nothing resolved. */
+                if (host[hl - 1] != ']') {
+                        snprintf(err, len, "'%s': an IPv6 address needs its closing bracket, "
+                                 "as in [::1]:PORT", value);
+                        return -EINVAL;
+                }
+                memmove(host, host + 1, hl - 2);
+                host[hl - 2] = '\0';
+                if (inet_pton(AF_INET6, host, &a6) != 1) {
+                        snprintf(err, len, "'%s': '%s' is not a numeric IPv6 address", value,
+                                 host);
+                        return -EINVAL;
+                }
         } else {
                 struct in_addr a;
-                /* Metrics carry names and pids: never expose them beyond
-                 * this host. */
-                if (inet_pton(AF_INET, host, &a) != 1 || (ntohl(a.s_addr) >> 24) != 127) {
-                        snprintf(err, len, "'%s': only loopback addresses (127.0.0.0/8, "
-                                 "localhost, [::1]) or unix:PATH are allowed", value);
+                if (inet_pton(AF_INET, host, &a) != 1) {
+                        snprintf(err, len, "'%s': the host must be a numeric IPv4 address, "
+                                 "localhost or a bracketed IPv6 address%s", value,
+                                 strchr(host, ':') ? " (such as [::1]:PORT)" : "");
                         return -EINVAL;
                 }
         }
@@ -244,6 +262,19 @@ int config_parse_listen(const char *value, bool *ret_unix, char *ret_host, size_
         *ret_unix = false;
         *ret_port = (int)port;
         return 0;
+}
+
+bool config_host_is_loopback(const char *host)
+{
+        struct in6_addr a6;
+        struct in_addr a;
+
+        if (inet_pton(AF_INET, host, &a) == 1)
+                return (ntohl(a.s_addr) >> 24) == 127;
+        if (inet_pton(AF_INET6, host, &a6) == 1)
+                return IN6_IS_ADDR_LOOPBACK(&a6) ||
+                       (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+        return false;
 }
 
 int config_set(struct config *cfg, const char *key, const char *value, char *err, size_t len)
@@ -492,6 +523,25 @@ int config_check(const struct config *cfg, char *err, size_t len)
                          "(%" PRIu64 ")", cfg->max_output, PROTO_HDR_LEN,
                          (uint64_t)cfg->max_frame + PROTO_HDR_LEN);
                 return -EINVAL;
+        }
+        /* Checked here, not as metrics-listen is set: metrics-public may
+         * come after it, in a later file or flag. */
+        if (cfg->metrics_listen[0] && !cfg->metrics_public) {
+                char host[CONFIG_PATH_MAX], why[200];
+                bool is_unix;
+                int port;
+
+                if (config_parse_listen(cfg->metrics_listen, &is_unix, host, sizeof(host),
+                                        &port, why, sizeof(why)) < 0) {
+                        snprintf(err, len, "metrics-listen: %s", why);
+                        return -EINVAL;
+                }
+                if (!is_unix && !config_host_is_loopback(host)) {
+                        snprintf(err, len, "metrics-listen: '%s': not a loopback address; set "
+                                 "metrics-public=yes to serve metrics beyond this host",
+                                 cfg->metrics_listen);
+                        return -EINVAL;
+                }
         }
         return 0;
 }

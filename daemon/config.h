@@ -42,6 +42,7 @@ struct config {
         int log_level;                  /* 0-7, syslog priorities */
         char admin_group[CONFIG_GROUP_MAX + 1];   /* "" for none: root only */
         char metrics_listen[CONFIG_LISTEN_MAX + 1]; /* "" for off */
+        bool metrics_public;            /* metrics_listen may be other than loopback */
         bool fdstore;                   /* keep state in systemd's fd store */
         uint32_t resume_grace_ms;       /* for sessions whose pid cannot be watched */
         uint32_t busy_poll_us;          /* keep polling this long after input; 0: off */
@@ -76,13 +77,20 @@ int config_load_file(struct config *cfg, const char *path, bool must_exist, char
 int config_load(struct config *cfg, const char *main_path, bool must_exist, char *err,
                 size_t len);
 
-/* Rules between keys (max-output must hold a largest frame). */
+/* Rules between keys: max-output must hold a largest frame, and
+ * metrics-listen must be loopback or unix:PATH unless metrics-public. */
 int config_check(const struct config *cfg, char *err, size_t len);
 
 /* Parses a metrics-listen value: "unix:/path" (ret_unix true, ret_host the
- * path) or "HOST:PORT" with HOST a loopback IPv4 address, "localhost" or
- * "[::1]".  -EINVAL with err otherwise. */
+ * path) or "HOST:PORT" with HOST a numeric IPv4 address, "localhost" (as
+ * 127.0.0.1) or a numeric IPv6 address in brackets (ret_host without them),
+ * and PORT 1 to 65535.  -EINVAL with err otherwise.  Whether HOST may be
+ * other than loopback is config_check's business (metrics-public). */
 int config_parse_listen(const char *value, bool *ret_unix, char *ret_host, size_t host_len,
                         int *ret_port, char *err, size_t len);
+
+/* Whether host (as config_parse_listen returns it) is a loopback address:
+ * 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104. */
+bool config_host_is_loopback(const char *host);
 
 #endif

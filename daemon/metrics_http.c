@@ -211,6 +211,9 @@ int mhttp_start(struct daemon *d, const char *addr, char *err, size_t len)
                 if (r == 0)
                         snprintf(unix_path, sizeof(unix_path), "%s", host);
         } else {
+                /* host is numeric (config_parse_listen): IPv4, else IPv6.
+                 * libuv clears IPV6_V6ONLY, so [::] takes IPv4 too,
+                 * whatever net.ipv6.bindv6only says. */
                 r = uv_ip4_addr(host, port, (struct sockaddr_in *)&sa);
                 if (r < 0)
                         r = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&sa);

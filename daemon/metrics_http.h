@@ -1,7 +1,8 @@
-/* metrics_http.h: a minimal HTTP/1.0 responder for GET /metrics on a
- * loopback TCP port or an AF_UNIX socket (metrics-listen).  One request per
- * connection; requests are capped in size, idle connections time out, and
- * at most MHTTP_CONNS are open at once. */
+/* metrics_http.h: a minimal HTTP/1.0 responder for GET /metrics on a TCP
+ * port (loopback unless metrics-public) or an AF_UNIX socket
+ * (metrics-listen).  One request per connection; requests are capped in
+ * size, idle connections time out, and at most MHTTP_CONNS are open at
+ * once. */
 #ifndef GPUIPCD_METRICS_HTTP_H
 #define GPUIPCD_METRICS_HTTP_H
 

@@ -1,5 +1,6 @@
 # packaging/packaging.mk: the Debian packages (README.md): deb, lint-deb, check-deb
-# (installs them: root, not in make check), symbols and check-symbols (libgpuipc1.symbols).
+# (installs them: root, not in make check), symbols and check-symbols (libgpuipc1.symbols);
+# check-kubernetes (packaging/kubernetes/gpuipcd.yaml's structure, python3-yaml).
 LINTIAN_FLAGS ?= --fail-on error,warning --display-info --pedantic --show-overrides
 deb:
 	packaging/build-deb.sh
@@ -12,4 +13,8 @@ check-deb: lint-deb
 symbols check-symbols: $(BUILDDIR)/$(LIBREAL)
 	packaging/gen-symbols.sh $(if $(filter check-%,$@),--check) $<
 CHECK_EXTRA += check-symbols
-.PHONY: deb lint-deb check-deb symbols check-symbols
+PYTHON ?= /usr/bin/python3
+check-kubernetes: $(DAEMON)
+	$(PYTHON) tests/kubernetes/check.py $(BUILDDIR)
+CHECK_EXTRA += check-kubernetes
+.PHONY: deb lint-deb check-deb symbols check-symbols check-kubernetes

@@ -1,7 +1,9 @@
 /* integ_ops.c: the operator's ops against a real daemon: metrics (parsed
  * strictly, and over HTTP), watch, revoke and owner.exe. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <grp.h>
 #include <signal.h>
@@ -295,12 +297,54 @@ static int unix_connect(const char *path)
         return fd;
 }
 
-/* Sends req (may be NULL) and reads until EOF within timeout_ms. */
-static char *http(const char *path, const char *req, size_t reqlen, int timeout_ms)
+/* A TCP connection to addr (numeric, of family af) and port. */
+static int tcp_connect(int af, const char *addr, int port)
+{
+        struct sockaddr_in6 s6 = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+        struct sockaddr_in s4 = { .sin_family = AF_INET, .sin_port = htons(port) };
+        int fd = socket(af, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int r;
+
+        cr_assert_geq(fd, 0);
+        if (af == AF_INET) {
+                cr_assert_eq(inet_pton(AF_INET, addr, &s4.sin_addr), 1);
+                r = connect(fd, (struct sockaddr *)&s4, sizeof(s4));
+        } else {
+                cr_assert_eq(inet_pton(AF_INET6, addr, &s6.sin6_addr), 1);
+                r = connect(fd, (struct sockaddr *)&s6, sizeof(s6));
+        }
+        cr_assert_eq(r, 0, "%s port %d: %s", addr, port, strerror(errno));
+        return fd;
+}
+
+/* A TCP port of family af that was free a moment ago; -1 when this host
+ * has no such loopback (af AF_INET6 without IPv6). */
+static int free_port(int af)
+{
+        struct sockaddr_storage ss = { .ss_family = (sa_family_t)af };
+        socklen_t len = sizeof(ss);
+        int fd = socket(af, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+
+        if (af == AF_INET6)
+                ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_loopback;
+        else
+                ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&ss, af == AF_INET6 ?
+                            sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) == 0 &&
+            getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+                port = ntohs(af == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                            : ((struct sockaddr_in *)&ss)->sin_port);
+        if (fd >= 0)
+                close(fd);
+        return port;
+}
+
+/* Sends req (may be NULL) on fd and reads until EOF within timeout_ms;
+ * closes fd. */
+static char *http_fd(int fd, const char *req, size_t reqlen, int timeout_ms)
 {
         size_t cap = 1 << 20, n = 0;
         char *buf = malloc(cap);
-        int fd = unix_connect(path);
         int64_t deadline = h_now_ms() + timeout_ms;
 
         if (req)
@@ -319,6 +363,23 @@ static char *http(const char *path, const char *req, size_t reqlen, int timeout_
         buf[n] = '\0';
         close(fd);
         return buf;
+}
+
+static char *http(const char *path, const char *req, size_t reqlen, int timeout_ms)
+{
+        return http_fd(unix_connect(path), req, reqlen, timeout_ms);
+}
+
+/* GET /metrics over TCP: a 200 with the exposition. */
+static void get_tcp(int af, const char *addr, int port)
+{
+        static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+        char *r = http_fd(tcp_connect(af, addr, port), req, sizeof(req) - 1, 5000);
+
+        cr_assert(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0, "%s port %d: %s", addr, port, r);
+        cr_assert_not_null(strstr(r, "\r\n\r\n# HELP gpuipcd_build_info"), "%s", r);
+        check_exposition(strstr(r, "\r\n\r\n") + 4);
+        free(r);
 }
 
 Test(ops, metrics_http)
@@ -415,7 +476,39 @@ Test(ops, metrics_listen_loopback_only)
                             err, sizeof(err));
 
         cr_assert_eq(rc, 2, "%s", err);
-        cr_assert_not_null(strstr(err, "loopback"), "%s", err);
+        cr_assert_not_null(strstr(err, "not a loopback address"), "%s", err);
+        cr_assert_not_null(strstr(err, "set metrics-public=yes"), "%s", err);
+}
+
+/* With metrics-public, 0.0.0.0 is served, and the any address takes
+ * loopback connections too. */
+Test(ops, metrics_public_any_ipv4)
+{
+        char arg[32];
+        int port = free_port(AF_INET);
+
+        cr_assert_gt(port, 0);
+        snprintf(arg, sizeof(arg), "0.0.0.0:%d", port);
+        start((const char *const[]){ "--metrics-listen", arg, "--metrics-public", "yes", NULL });
+        get_tcp(AF_INET, "127.0.0.1", port);
+        cr_assert(h_daemon_alive(&h_d));
+        h_daemon_stop(&h_d);
+}
+
+/* [::] is dual-stack: libuv clears IPV6_V6ONLY. */
+Test(ops, metrics_public_any_ipv6)
+{
+        char arg[32];
+        int port = free_port(AF_INET6);
+
+        if (port < 0)
+                cr_skip_test("no IPv6 loopback on this host");
+        snprintf(arg, sizeof(arg), "[::]:%d", port);
+        start((const char *const[]){ "--metrics-public=yes", "--metrics-listen", arg, NULL });
+        get_tcp(AF_INET6, "::1", port);
+        get_tcp(AF_INET, "127.0.0.1", port);
+        cr_assert(h_daemon_alive(&h_d));
+        h_daemon_stop(&h_d);
 }
 
 Test(ops, config_file_error_exits_1)

@@ -133,10 +133,16 @@ Test(config, bad_values)
                 { "socket-mode", "10000" }, { "log-level", "8" }, { "log-level", "loud" },
                 { "admin-group", "a b" }, { "admin-group", "-x" },
                 { "admin-group", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" },
-                { "socket", "" }, { "metrics-listen", "0.0.0.0:9464" },
-                { "metrics-listen", "10.1.2.3:9464" }, { "metrics-listen", "127.0.0.1:0" },
+                { "socket", "" }, { "metrics-listen", "127.0.0.1:0" },
                 { "metrics-listen", "127.0.0.1:70000" }, { "metrics-listen", "127.0.0.1" },
                 { "metrics-listen", "unix:relative" }, { "metrics-listen", "example.com:80" },
+                { "metrics-listen", "0.0.0.0:0" }, { "metrics-listen", "[::]:65536" },
+                { "metrics-listen", "[::]:" }, { "metrics-listen", "[::]:-1" },
+                { "metrics-listen", "::1:80" }, { "metrics-listen", "[::1:80" },
+                { "metrics-listen", "::1]:80" }, { "metrics-listen", "[]:80" },
+                { "metrics-listen", "[10.0.0.1]:80" }, { "metrics-listen", "[fe80::1%eth0]:80" },
+                { "metrics-listen", "10.1.2:80" }, { "metrics-listen", ":80" },
+                { "metrics-public", "maybe" }, { "metrics-public", "" },
                 { "hello-timeout-ms", "0" }, { "hello-timeout-ms", "3600001" },
                 { "max-fds-per-uid", "0" }, { "max-fdstore-per-uid", "0" },
                 { "max-watches-per-uid", "0" }, { "max-watches-per-uid", "65" },
@@ -182,9 +188,103 @@ Test(config, metrics_listen)
                                          err, sizeof(err)), 0);
         cr_assert(is_unix);
         cr_assert_str_eq(host, "/run/m.sock");
+        cr_assert_eq(config_parse_listen("[::ffff:127.0.0.1]:80", &is_unix, host, sizeof(host),
+                                         &port, err, sizeof(err)), 0);
+        cr_assert_str_eq(host, "::ffff:127.0.0.1");
+        cr_assert(config_host_is_loopback(host));
+        /* Any numeric address parses; whether it may be served is
+         * config_check's question (metrics-public). */
         cr_assert_eq(config_parse_listen("[::]:80", &is_unix, host, sizeof(host), &port, err,
+                                         sizeof(err)), 0);
+        cr_assert_str_eq(host, "::");
+        cr_assert_eq(port, 80);
+        cr_assert(!config_host_is_loopback(host));
+        cr_assert_eq(config_parse_listen("0.0.0.0:65535", &is_unix, host, sizeof(host), &port,
+                                         err, sizeof(err)), 0);
+        cr_assert_str_eq(host, "0.0.0.0");
+        cr_assert_eq(port, 65535);
+        cr_assert(!config_host_is_loopback(host));
+        cr_assert(config_host_is_loopback("127.1.2.3"));
+        cr_assert(config_host_is_loopback("::1"));
+        cr_assert(!config_host_is_loopback("128.0.0.1"));
+        cr_assert(!config_host_is_loopback("::2"));
+        cr_assert(!config_host_is_loopback("::ffff:10.0.0.1"));
+        cr_assert_eq(config_parse_listen("[::]", &is_unix, host, sizeof(host), &port, err,
                                          sizeof(err)), -EINVAL);
-        cr_assert_not_null(strstr(err, "loopback"));
+        cr_assert_not_null(strstr(err, "port"), "%s", err);
+}
+
+/* Without metrics-public, config_check refuses an address beyond loopback,
+ * naming both keys. */
+Test(config, metrics_public_needed)
+{
+        static const char *const public[] = {
+                "0.0.0.0:9464", "10.1.2.3:9464", "[::]:9464", "[2001:db8::1]:1",
+                "[::ffff:10.0.0.1]:80", "128.0.0.1:80",
+        };
+        static const char *const local[] = {
+                "127.0.0.1:9464", "127.255.255.254:1", "localhost:80", "[::1]:9464",
+                "[::ffff:127.0.0.1]:80", "unix:/run/gpuipcd/metrics.sock",
+        };
+        struct config c;
+
+        for (size_t i = 0; i < sizeof(public) / sizeof(public[0]); i++) {
+                config_defaults(&c);
+                cr_assert_eq(config_set(&c, "metrics-listen", public[i], err, sizeof(err)), 0,
+                             "%s: %s", public[i], err);
+                err[0] = '\0';
+                cr_assert_eq(config_check(&c, err, sizeof(err)), -EINVAL, "%s passed",
+                             public[i]);
+                cr_assert_not_null(strstr(err, "metrics-listen"), "%s", err);
+                cr_assert_not_null(strstr(err, public[i]), "%s", err);
+                cr_assert_not_null(strstr(err, "not a loopback address"), "%s", err);
+                cr_assert_not_null(strstr(err, "metrics-public=yes"), "%s", err);
+                /* "no" says the same as leaving it out */
+                cr_assert_eq(config_set(&c, "metrics-public", "no", err, sizeof(err)), 0);
+                cr_assert_eq(config_check(&c, err, sizeof(err)), -EINVAL);
+                cr_assert_eq(config_set(&c, "metrics-public", "yes", err, sizeof(err)), 0);
+                cr_assert_eq(config_check(&c, err, sizeof(err)), 0, "%s: %s", public[i], err);
+                cr_assert(c.metrics_public);
+        }
+        for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++) {
+                config_defaults(&c);
+                cr_assert_eq(config_set(&c, "metrics-listen", local[i], err, sizeof(err)), 0,
+                             "%s: %s", local[i], err);
+                cr_assert_eq(config_check(&c, err, sizeof(err)), 0, "%s: %s", local[i], err);
+        }
+        config_defaults(&c);
+        cr_assert(!c.metrics_public);
+        /* Alone it changes nothing. */
+        cr_assert_eq(config_set(&c, "metrics-public", "yes", err, sizeof(err)), 0);
+        cr_assert_eq(config_check(&c, err, sizeof(err)), 0, "%s", err);
+}
+
+/* metrics-public may come before or after metrics-listen, in any file. */
+Test(config, metrics_public_in_any_order)
+{
+        char d[256];
+        struct config c;
+
+        put("main.conf", "metrics-listen = [::]:9464\n");
+        snprintf(d, sizeof(d), "%s/main.conf.d", dir);
+        cr_assert_eq(mkdir(d, 0755), 0);
+        config_defaults(&c);
+        cr_assert_eq(config_load(&c, path("main.conf"), true, err, sizeof(err)), 0, "%s", err);
+        cr_assert_eq(config_check(&c, err, sizeof(err)), -EINVAL);
+        cr_assert_not_null(strstr(err, "metrics-public"), "%s", err);
+
+        put("main.conf.d/50-public.conf", "metrics-public = yes\n");
+        config_defaults(&c);
+        cr_assert_eq(config_load(&c, path("main.conf"), true, err, sizeof(err)), 0, "%s", err);
+        cr_assert_eq(config_check(&c, err, sizeof(err)), 0, "%s", err);
+        cr_assert_str_eq(c.metrics_listen, "[::]:9464");
+        cr_assert(c.metrics_public);
+
+        put("main.conf", "metrics-public = true\nmetrics-listen = 0.0.0.0:9464\n");
+        put("main.conf.d/50-public.conf", "\n");
+        config_defaults(&c);
+        cr_assert_eq(config_load(&c, path("main.conf"), true, err, sizeof(err)), 0, "%s", err);
+        cr_assert_eq(config_check(&c, err, sizeof(err)), 0, "%s", err);
 }
 
 Test(config, file_syntax)

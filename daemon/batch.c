@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "batch.h"
+#include "closer.h"
 #include "host.h"
 
 struct reg_batch *batch_new(uint32_t n_parts, uint32_t n_memfds)
@@ -39,10 +40,8 @@ void batch_free(struct alloc_table *T, struct reg_batch *b)
         for (uint32_t i = 0; i < b->n_parts; i++)
                 reg_cuda_free(T, b->parts[i].cuda);
         for (uint32_t i = 0; i < b->n_memfds; i++) {
-                if (b->memfds[i].fd >= 0)
-                        close(b->memfds[i].fd);
-                if (b->memfds[i].ro_fd >= 0)
-                        close(b->memfds[i].ro_fd);
+                closer_close(b->memfds[i].fd);
+                closer_close(b->memfds[i].ro_fd);
         }
         rel_events_done(&b->rel);
         free(b->parts);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "busypoll.h"
+#include "closer.h"
 #include "conn.h"
 #include "holds.h"
 #include "ledger.h"
@@ -375,7 +376,7 @@ static void read_some(struct conn *c)
                         /* A half-close: the peer may still read the replies
                          * to what it sent, so flush them before closing. */
                         for (unsigned k = 0; k < nfds; k++)
-                                close(fds[k]);
+                                closer_close(fds[k]);
                         log_debug("connection %" PRIu64 " (pid %u): end of input", c->id,
                                   c->party.pid);
                         conn_doom(c);
@@ -386,7 +387,7 @@ static void read_some(struct conn *c)
                         r = proto_fdq_push(&c->fdq, fds[k], proto_reader_received(&c->rd));
                         if (r < 0) {
                                 for (k++; k < nfds; k++)
-                                        close(fds[k]);
+                                        closer_close(fds[k]);
                                 fatal(c, -ENOBUFS, "too many unclaimed fds");
                                 return;
                         }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "cuda_alloc.h"
 #include "proto.h"
 
@@ -35,8 +36,7 @@ static void alloc_destroy(struct alloc_table *T, struct alloc *a)
         struct alloc *pool = a->pool;
 
         hmap_remove(&T->map, &a->node);
-        if (a->fd >= 0)
-                close(a->fd);
+        closer_close(a->fd);
         T->n--;
         free(a->holders);
         free(a);
@@ -182,7 +182,7 @@ static int get_keyed(struct alloc_table *T, uint8_t kind, const uint8_t device[P
         if (created)
                 a->fd = *fd;
         else
-                close(*fd);     /* the entry's fd stands for this one */
+                closer_close(*fd);      /* the entry's fd stands for this one */
         *fd = -1;
         *ret = a;
         return 0;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "dispatch.h"
 #include "holds.h"
 #include "log.h"
@@ -135,7 +136,6 @@ void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t of
         }
 out:
         for (unsigned i = 0; i < q.nfds; i++)
-                if (q.fds[i] >= 0)
-                        close(q.fds[i]);
+                closer_close(q.fds[i]);
         proto_msg_free(&m);
 }

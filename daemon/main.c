@@ -15,6 +15,7 @@
 
 #include "access.h"
 #include "busypoll.h"
+#include "closer.h"
 #include "config.h"
 #include "daemon.h"
 #include "ledger.h"
@@ -389,6 +390,7 @@ int main(int argc, char **argv)
                 return 1;
         }
         d->loop = &loop;
+        closer_start(&loop);
         if (resolve_admin_group(&d->cfg) < 0)
                 return 1;
         r = daemon_init(d);
@@ -410,6 +412,7 @@ int main(int argc, char **argv)
                 session_stop(d);
                 /* Let the handles that did open finish closing. */
                 uv_run(&loop, UV_RUN_DEFAULT);
+                closer_stop();
                 daemon_done(d);
                 watch_done();
                 ledger_done();
@@ -417,6 +420,7 @@ int main(int argc, char **argv)
                 return 1;
         }
         uv_run(&loop, UV_RUN_DEFAULT);
+        closer_stop();          /* the loop is done: what is left closes now */
         daemon_done(d);
         persist_done();
         watch_done();

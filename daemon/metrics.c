@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "daemon.h"
 #include "ledger.h"
 #include "metrics.h"
@@ -263,6 +264,9 @@ int metrics_render(struct daemon *d, char **ret_text, size_t *ret_len)
                 (double)(uv_now(d->loop) - d->start_ms) / 1000.0);
         process_metrics(f);
         fdstore_metrics(f);
+        head(f, "gpuipcd_fd_closes_pending", "gauge",
+             "File descriptors let go of whose close is still running off the event loop.");
+        fprintf(f, "gpuipcd_fd_closes_pending %u\n", closer_pending());
         head(f, "gpuipcd_connections", "gauge", "Open client connections.");
         fprintf(f, "gpuipcd_connections %" PRIu32 "\n", d->n_conns);
         head(f, "gpuipcd_watchers", "gauge", "Connections subscribed to registry events.");

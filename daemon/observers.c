@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "batch.h"
+#include "closer.h"
 #include "conn.h"
 #include "cuda_reg.h"
 #include "holds.h"
@@ -106,11 +107,10 @@ static void on_freed(struct reg *r, void *userdata)
                 /* A cuda-vmm fd is the allocation entry's, shared. */
                 reg_cuda_free(&d->allocs, r->cuda);
                 r->cuda = NULL;
-        } else if (r->fd >= 0) {
-                close(r->fd);
+        } else {
+                closer_close(r->fd);
         }
-        if (r->ro_fd >= 0)
-                close(r->ro_fd);
+        closer_close(r->ro_fd);
         r->fd = r->ro_fd = -1;
 }
 

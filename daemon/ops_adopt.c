@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "closer.h"
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
 #include "log.h"
@@ -53,13 +54,13 @@ int op_adopt(struct req *q)
          * pool is ready, which is long past by the time a client adopts. */
         if (getrandom(key, sizeof(key), GRND_NONBLOCK) != (ssize_t)sizeof(key)) {
                 k = errno;
-                close(fd);
+                closer_close(fd);
                 return req_fail(q, -EIO, "cannot draw a key for the new allocation: %s",
                                 strerror(k));
         }
         k = alloc_get_vmm(&d->allocs, rc->device, key, &fd, alloc_size, &a);
         if (k < 0) {
-                close(fd);
+                closer_close(fd);
                 return req_fail(q, k, "cannot record the new allocation: %s", strerror(-k));
         }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "cuda_reg.h"
 #include "access.h"
 #include "host.h"
@@ -183,8 +184,7 @@ int op_register(struct req *q)
         k = 0;
 out:
         free(p.access);
-        if (ro_fd >= 0)
-                close(ro_fd);
+        closer_close(ro_fd);
         msgpack_sbuffer_destroy(&sb);
         return k;
 }

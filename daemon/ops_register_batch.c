@@ -11,6 +11,7 @@
 
 #include "access.h"
 #include "batch.h"
+#include "closer.h"
 #include "host.h"
 #include "log.h"
 #include "ops.h"
@@ -207,8 +208,7 @@ static int build_part(struct build *x, uint32_t i)
                 k = claim_allocs(x, i, idx, n);
 out:
         for (unsigned j = 0; kind != PROTO_KIND_HOST && j < n; j++)
-                if (fds[j] >= 0)
-                        close(fds[j]);
+                closer_close(fds[j]);
         return k;
 }
 

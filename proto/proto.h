@@ -342,6 +342,12 @@ void proto_fdq_clear(struct proto_fdq *q);
 
 /* ---- AF_UNIX transport -------------------------------------------------- */
 
+/* How the fds that proto drops (what a peer sent and no frame took) are
+ * closed: close() by default; the daemon sets a closer that works off its
+ * event loop (daemon/closer.h).  NULL restores close(). */
+void proto_set_fd_closer(void (*close_fd)(int fd));
+void proto_close_fd(int fd);
+
 /* recvmsg() with MSG_CMSG_CLOEXEC.  Returns the bytes read (0 at EOF) and the
  * fds received in fds[0..*ret_nfds).  If the control data was truncated
  * (more fds than max_fds were sent), closes what arrived and returns

@@ -97,7 +97,7 @@ void proto_fdq_init(struct proto_fdq *q)
 int proto_fdq_push(struct proto_fdq *q, int fd, uint64_t stamp)
 {
         if (q->n == PROTO_MAX_PENDING_FDS) {
-                close(fd);
+                proto_close_fd(fd);
                 return -EMFILE;
         }
         q->fd[q->n] = fd;
@@ -119,7 +119,7 @@ unsigned proto_fdq_drop_stale(struct proto_fdq *q, uint64_t frame_off)
 
         /* Stamps only grow along the queue. */
         while (k < q->n && q->stamp[k] <= frame_off)
-                close(q->fd[k++]);
+                proto_close_fd(q->fd[k++]);
         fdq_remove_front(q, k);
         return k;
 }
@@ -164,6 +164,6 @@ void proto_fdq_drop_frame(struct proto_fdq *q, uint64_t frame_off, uint64_t fram
 void proto_fdq_clear(struct proto_fdq *q)
 {
         for (unsigned i = 0; i < q->n; i++)
-                close(q->fd[i]);
+                proto_close_fd(q->fd[i]);
         q->n = 0;
 }

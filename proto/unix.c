@@ -7,6 +7,21 @@
 
 #include "proto.h"
 
+static void (*fd_closer)(int fd);
+
+void proto_set_fd_closer(void (*close_fd)(int fd))
+{
+        fd_closer = close_fd;
+}
+
+void proto_close_fd(int fd)
+{
+        if (fd_closer)
+                fd_closer(fd);
+        else
+                close(fd);
+}
+
 ssize_t proto_recv(int sock, void *buf, size_t len, int *fds, unsigned max_fds, unsigned *ret_nfds)
 {
         union {
@@ -46,14 +61,14 @@ ssize_t proto_recv(int sock, void *buf, size_t len, int *fds, unsigned max_fds, 
                         if (nfds < max_fds && !truncated) {
                                 fds[nfds++] = fd;
                         } else {
-                                close(fd);
+                                proto_close_fd(fd);
                                 truncated = true;
                         }
                 }
         }
         if (truncated) {
                 for (unsigned i = 0; i < nfds; i++)
-                        close(fds[i]);
+                        proto_close_fd(fds[i]);
                 *ret_nfds = 0;
                 return -EMSGSIZE;
         }

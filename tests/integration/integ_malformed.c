@@ -2,8 +2,10 @@
  * daemon answers as docs/protocol.md says, keeps serving a well-behaved
  * client connected through the library, and leaks no fds, nor passes the
  * fds of a refused frame on to the next. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -619,4 +621,70 @@ Test(malformed, undecodable_frame_fds_are_not_taken_by_the_next)
 {
         static const char body[] = "\xc1\xc1\xc1";
         refused_then_register(body, sizeof(body) - 1, "bad_frame");
+}
+
+/* A TCP socket whose last close() blocks: data it sent sits unread in its
+ * peer (returned in *ret_peer, never read), and SO_LINGER makes close wait
+ * up to secs for it to go. */
+static int lingering_socket(int secs, int *ret_peer)
+{
+        struct sockaddr_in a = { .sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        struct linger lg = { .l_onoff = 1, .l_linger = secs };
+        socklen_t al = sizeof(a);
+        int small = 4096, l, s, p;
+        char buf[4096] = { 0 };
+
+        l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert(l >= 0 && s >= 0, "socket: %s", strerror(errno));
+        cr_assert_eq(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+        cr_assert_eq(setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+        cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0, "bind: %s", strerror(errno));
+        cr_assert_eq(listen(l, 1), 0);
+        cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
+        cr_assert_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
+                     strerror(errno));
+        p = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        cr_assert(p >= 0, "accept: %s", strerror(errno));
+        while (send(s, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+                ;
+        cr_assert_eq(setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+        close(l);
+        *ret_peer = p;
+        return s;
+}
+
+/* The daemon holds the last reference to many fds (a buffer whose producer
+ * exited, an fd sent with a refused request), and the last close can take
+ * long: a GiB memfd's pages are freed then, a lingering socket waits.  One
+ * client's such fd must not stall the daemon for another (daemon/closer.h). */
+Test(malformed, an_fd_slow_to_close_does_not_stall_other_clients)
+{
+        /* {"op": "ping", "fds": 1}: no seq, refused, its fd dropped. */
+        static const uint8_t frame[] = "\0\0\0\x0e\x82\xa2op\xa4ping\xa3" "fds\x01";
+        int fd = hello_conn(), base = h_daemon_fd_count(&h_d), peer;
+        int s = lingering_socket(4, &peer);
+        gpuipc_client *c = NULL;
+        int64_t t0, took;
+
+        /* The fd rides on the frame's first byte; the daemon queues it until
+         * the frame is whole, and by then holds its last reference. */
+        cr_assert_eq(h_raw_send(fd, frame, 1, &s, 1), 0);
+        close(s);
+        cr_assert_eq(h_daemon_fd_settle(&h_d, base + 1, 2000), base + 1, "the fd did not arrive");
+        cr_assert_eq(h_raw_send(fd, frame + 1, sizeof(frame) - 2, NULL, 0), 0);
+        h_sleep_ms(200);        /* the daemon has the frame: it drops the fd */
+        t0 = h_now_ms();
+        cr_assert_eq(gpuipc_client_connect(h_d.sock, &c), 0);
+        cr_assert_eq(gpuipc_client_ping(c), 0);
+        took = h_now_ms() - t0;
+        gpuipc_client_free(c);
+        cr_expect_lt(took, 1500, "another client waited %lld ms for the daemon, which closed "
+                     "a lingering socket on its loop", (long long)took);
+        h_raw_expect_event(fd, "bad_request", false);
+        raw_ping_ok(fd, 10);
+        close(peer);    /* the unsent data goes: the close in the pool ends */
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base, 6000), base, "the socket's fd leaked");
+        close(fd);
 }

@@ -270,6 +270,8 @@ Test(ops, metrics_process)
         cr_assert_geq(sample(text, "process_cpu_seconds_total"), 0);
         cr_assert_eq(sample(text, "gpuipcd_fdstore_enabled"), 0, "no NOTIFY_SOCKET here");
         cr_assert(isnan(sample(text, "gpuipcd_fdstore_entries")), "no store: no entries");
+        cr_assert_eq(sample(text, "gpuipcd_fd_closes_pending"), 0, "nothing let go yet: %s",
+                     text);
         free(text);
 
         /* Each host registration holds fds in the daemon: the count moves. */

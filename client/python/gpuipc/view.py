@@ -567,19 +567,25 @@ class View(_Memory):
         self._synced = synced
         # Only what the exports need is read now; the whole Info is decoded
         # on first use (or before the release frees the C record).
+        # This runs right after a lookup's wait, with cold caches: each field
+        # is read once, the arrays are sliced in one ctypes call each, and
+        # the size comes from the record, not from gpuipc_view_size().
         i = lib.gpuipc_view_info(handle).contents
-        self._kind = _lib.KIND_NAMES.get(int(i.kind), str(int(i.kind)))
-        is_device = self._kind != "host"
-        nd = int(i.ndim)
-        shape = tuple(i.shape[k] for k in range(nd)) if nd and i.shape else None
-        strides = tuple(i.strides[k] for k in range(nd)) if nd and i.strides else None
+        kind = i.kind
+        self._kind = _lib.KIND_NAMES.get(kind) or str(kind)
+        is_device = kind != _lib.KIND_HOST
+        nd = i.ndim
+        sp, tp = (i.shape, i.strides) if nd else (None, None)
+        shape = tuple(sp[:nd]) if sp else None
+        strides = tuple(tp[:nd]) if tp else None
+        dt = i.dtype
         self._box: List[Optional[Info]] = [None]
         device = lib.gpuipc_view_device(handle) if is_device else -1
         # Device mappings are read-write for the device whatever was asked.
         readonly = not writable and not is_device
-        self._setup(lib.gpuipc_view_data(handle) or 0, lib.gpuipc_view_size(handle),
-                    _lib.cstr(i.dtype) or None, shape, strides, device, readonly,
-                    _ViewRelease(conn, handle, box=self._box))
+        self._setup(lib.gpuipc_view_data(handle) or 0, i.size,
+                    dt.decode("utf-8", "replace") if dt else None, shape, strides, device,
+                    readonly, _ViewRelease(conn, handle, box=self._box))
 
     @property
     def info(self) -> Info:

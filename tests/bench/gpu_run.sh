@@ -1,8 +1,8 @@
 #!/bin/sh
 # GPU handoff benchmark, side by side in one run (issue 13): starts gpuipcd
-# on a temporary socket, runs gpu_bench (C: the driver floor, the C library
-# and the pinned copy; cuda-ipc and cuda-vmm, fresh and reused, 2 and 50 ms
-# idle) and gpu_handoff.py (Python: gpuipc with torch and CuPy consumers
+# on a temporary socket, runs gpu_bench (C: the driver floor, direct and
+# through a relay process, the C library and the pinned copy; cuda-ipc and
+# cuda-vmm, fresh and reused, 2 and 50 ms idle) and gpu_handoff.py (Python: gpuipc with torch and CuPy consumers
 # against torch.multiprocessing) when torch imports, then gpu_summary.py's
 # ratio tables.  Prints the CSVs on stdout and keeps copies in
 # BUILDDIR/bench/gpu.csv, gpu_handoff.csv and gpu_summary.md.

@@ -8,14 +8,19 @@
  * request and then closed.  Closed on the loop, each would stall every
  * client.  closer_close() hands the close to libuv's thread pool instead;
  * before closer_start(), after closer_stop(), with CLOSER_MAX_PENDING closes
- * in flight already or when memory is short, it closes at once. */
+ * in flight already or when memory is short, it closes at once, a socket
+ * with its lingering turned off (so that this close cannot wait). */
 #ifndef GPUIPCD_CLOSER_H
 #define GPUIPCD_CLOSER_H
 
 #include <uv.h>
 
-/* Closes in flight at most; past it the caller closes (and waits). */
-#define CLOSER_MAX_PENDING 1024
+/* Closes in flight at most; past it the caller closes (and waits).  An fd
+ * whose close is in flight still counts against RLIMIT_NOFILE though no
+ * budget holds it any more: 64 is what the daemon keeps back for its own
+ * files (docs/security.md), and more than the thread pool's 4 workers get
+ * through in a burst. */
+#define CLOSER_MAX_PENDING 64
 
 /* From now on closer_close() closes on loop's thread pool, and so does
  * proto for the fds it drops (proto_set_fd_closer). */

@@ -2,10 +2,8 @@
  * daemon answers as docs/protocol.md says, keeps serving a well-behaved
  * client connected through the library, and leaks no fds, nor passes the
  * fds of a refused frame on to the next. */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +15,7 @@
 
 #include "gpuipc.h"
 #include "harness.h"
+#include "../lingering.h"
 
 #define GOOD_SIZE 4096u
 #define GOOD_SEED 42u
@@ -621,38 +620,6 @@ Test(malformed, undecodable_frame_fds_are_not_taken_by_the_next)
 {
         static const char body[] = "\xc1\xc1\xc1";
         refused_then_register(body, sizeof(body) - 1, "bad_frame");
-}
-
-/* A TCP socket whose last close() blocks: data it sent sits unread in its
- * peer (returned in *ret_peer, never read), and SO_LINGER makes close wait
- * up to secs for it to go. */
-static int lingering_socket(int secs, int *ret_peer)
-{
-        struct sockaddr_in a = { .sin_family = AF_INET,
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-        struct linger lg = { .l_onoff = 1, .l_linger = secs };
-        socklen_t al = sizeof(a);
-        int small = 4096, l, s, p;
-        char buf[4096] = { 0 };
-
-        l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        cr_assert(l >= 0 && s >= 0, "socket: %s", strerror(errno));
-        cr_assert_eq(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
-        cr_assert_eq(setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
-        cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0, "bind: %s", strerror(errno));
-        cr_assert_eq(listen(l, 1), 0);
-        cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
-        cr_assert_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s",
-                     strerror(errno));
-        p = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-        cr_assert(p >= 0, "accept: %s", strerror(errno));
-        while (send(s, buf, sizeof(buf), MSG_DONTWAIT) > 0)
-                ;
-        cr_assert_eq(setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
-        close(l);
-        *ret_peer = p;
-        return s;
 }
 
 /* The daemon holds the last reference to many fds (a buffer whose producer

@@ -58,10 +58,8 @@ class _Batch:
         if not isinstance(name, str):
             raise TypeError(f"column names are str, not {type(name).__name__}")
         # A torch tensor first: the common case, and it exports no capsules.
-        lay = _torch_layout(obj)
-        if lay is not None:
-            leaf: Optional[Leaf] = _device_leaf(name, lay, obj.get_device(), self.synced)
-        else:
+        leaf = _torch_leaf(name, obj, self.synced)
+        if leaf is None:
             exp = _exported(obj)
             if exp is not None:
                 schema, array, da, caps = exp
@@ -189,11 +187,15 @@ def _leaf(name: str, obj: Column, keep: List[Any], synced: Set[int]) -> Optional
     """obj as fixed-width values when it is an array of them (keeping what
     the addresses point into alive in keep); None for strings, structs and
     anything else that takes Arrow structs."""
+    leaf = _torch_leaf(name, obj, synced)
+    return leaf if leaf is not None else _array_leaf(name, obj, keep, synced)
+
+
+def _torch_leaf(name: str, obj: Column, synced: Set[int]) -> Optional[Leaf]:
+    """_leaf() of a plain torch CUDA tensor; None for anything else."""
     lay = _torch_layout(obj)
-    if lay is not None:
-        # A torch tensor knows its device: no driver call for it.
-        return _device_leaf(name, lay, obj.get_device(), synced)
-    return _array_leaf(name, obj, keep, synced)
+    # A torch tensor knows its device: no driver call for it.
+    return _device_leaf(name, lay, obj.get_device(), synced) if lay is not None else None
 
 
 def _array_leaf(name: str, obj: Column, keep: List[Any], synced: Set[int]) -> Optional[Leaf]:

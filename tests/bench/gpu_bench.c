@@ -168,46 +168,27 @@ static int cmp_d(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-/* Median of 1000 round trips over the socketpair (the side that starts
- * them) or through the daemon. */
-static double rtt_p50(gpuipc_client *c, int sock, bool start)
+#define RTT_WARM 1000     /* round trips back to back */
+
+/* Median of n round trips (at most RTT_WARM), each after idle us asleep (0:
+ * back to back), over the socketpair (straight or through the relay) from
+ * the side that starts them, or through the daemon (gpuipc_client_ping).
+ * The answering side of a socket waits in read() all along, as a consumer
+ * waits, and returns 0. */
+static double rtt_p50(gpuipc_client *c, int sock, bool start, unsigned idle, int n)
 {
-        static double t[1000];
+        static double t[RTT_WARM];
         char b = 'p';
 
-        for (int i = 0; i < 1000; i++) {
-                double t0 = now_us();
-                if (c) {
-                        if (gpuipc_client_ping(c) < 0)
-                                return NAN;
-                } else if (start) {
-                        if (write(sock, &b, 1) != 1 || read(sock, &b, 1) != 1)
-                                return NAN;
-                } else if (read(sock, &b, 1) != 1 || write(sock, &b, 1) != 1) {
-                        return NAN;
-                }
-                t[i] = now_us() - t0;
-        }
-        qsort(t, 1000, sizeof(double), cmp_d);
-        return t[500];
-}
-
-/* Median of ROUNDS round trips, each after IDLE us asleep: the socketpair
- * (straight or through the relay) or a gpuipc_client_ping.  The answering
- * side of a socket waits in read() all along, as a consumer waits. */
-static double rtt_idle_p50(gpuipc_client *c, int sock, bool start, unsigned idle, int rounds)
-{
-        double t[MAXR];
-        char b = 'q';
-
-        for (int i = 0; i < rounds; i++) {
+        for (int i = 0; i < n; i++) {
                 double t0;
                 if (!start) {
                         if (read(sock, &b, 1) != 1 || write(sock, &b, 1) != 1)
                                 return NAN;
                         continue;
                 }
-                usleep(idle);
+                if (idle)
+                        usleep(idle);
                 t0 = now_us();
                 if (c ? gpuipc_client_ping(c) < 0
                       : write(sock, &b, 1) != 1 || read(sock, &b, 1) != 1)
@@ -216,8 +197,8 @@ static double rtt_idle_p50(gpuipc_client *c, int sock, bool start, unsigned idle
         }
         if (!start)
                 return 0;
-        qsort(t, (size_t)rounds, sizeof(double), cmp_d);
-        return t[rounds / 2];
+        qsort(t, (size_t)n, sizeof(double), cmp_d);
+        return t[n / 2];
 }
 
 /* ---- VMM memory of the floor ---------------------------------------- */
@@ -316,9 +297,9 @@ static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
         char name[64], b;
 
         if (floorish(g)) {      /* answer the consumer's ping-pong runs */
-                rtt_p50(NULL, sock, false);
-                rtt_p50(NULL, sock, false);
-                rtt_idle_p50(NULL, sock, false, g->idle_us, g->rounds);
+                rtt_p50(NULL, sock, false, 0, RTT_WARM);
+                rtt_p50(NULL, sock, false, 0, RTT_WARM);
+                rtt_p50(NULL, sock, false, g->idle_us, g->rounds);
         }
         send_rec(R_READY, -1, 0, 0, 0);
         if (read(go, &b, 1) != 1)
@@ -401,12 +382,12 @@ static int consumer(gpuipc_client *c, const struct cfg *g, int sock)
                 CK(cuMemFree(w));
         }
         if (floorish(g)) {
-                rtt = rtt_p50(NULL, sock, true);
-                rtt = rtt_p50(NULL, sock, true);
-                rtt_idle = rtt_idle_p50(NULL, sock, true, g->idle_us, g->rounds);
+                rtt = rtt_p50(NULL, sock, true, 0, RTT_WARM);
+                rtt = rtt_p50(NULL, sock, true, 0, RTT_WARM);
+                rtt_idle = rtt_p50(NULL, sock, true, g->idle_us, g->rounds);
         } else if (g->sys == S_GPUIPC) {
-                rtt = rtt_p50(c, -1, true);
-                rtt_idle = rtt_idle_p50(c, -1, true, g->idle_us, g->rounds);
+                rtt = rtt_p50(c, -1, true, 0, RTT_WARM);
+                rtt_idle = rtt_p50(c, -1, true, g->idle_us, g->rounds);
         } else {
                 rtt = NAN;
         }

@@ -73,8 +73,9 @@ def c_table(c):
     print()
 
 
-def med(rs, system, idle, key):
-    v = [f(r, key) for r in rs if r["system"] == system and r["idle_ms"] == idle]
+def med(rs, system, key, idle=None):
+    """The median of key over system's rows (of one idle time, or all)."""
+    v = [f(r, key) for r in rs if r["system"] == system and idle in (None, r["idle_ms"])]
     v = [x for x in v if x == x]
     return statistics.median(v) if v else float("nan")
 
@@ -132,16 +133,14 @@ def py_table(py, c):
                 print(f"| {idle} ms, {s} | {pat} | {m:.0f} | " + " | ".join(cells) + " |")
     print()
     bound_table(py, c)
-    rtts = [f(r, "rtt_p50_us") for r in c if r["system"] == "floor"]
-    pings = [f(r, "rtt_p50_us") for r in c if r["system"] == "gpuipc"]
-    sock = statistics.median([x for x in rtts if x == x]) if rtts else float("nan")
-    ping = statistics.median([x for x in pings if x == x]) if pings else float("nan")
+    sock = med(c, "floor", "rtt_p50_us")
+    ping = med(c, "gpuipc", "rtt_p50_us")
     print(f"### Reused blocks from Python against the socket round trip (target ≤ 3×)\n\n"
           f"Socketpair round trip {sock:.1f} µs; gpuipc_client_ping {ping:.1f} µs (medians of the "
           f"C cases).\n")
-    idle_rtt = {idle: (med(c, "floor", idle, "rtt_idle_p50_us"),
-                       med(c, "relay", idle, "rtt_idle_p50_us"),
-                       med(c, "gpuipc", idle, "rtt_idle_p50_us")) for idle in ("2", "50")}
+    idle_rtt = {idle: (med(c, "floor", "rtt_idle_p50_us", idle),
+                       med(c, "relay", "rtt_idle_p50_us", idle),
+                       med(c, "gpuipc", "rtt_idle_p50_us", idle)) for idle in ("2", "50")}
     print("After the same idle as the handoff (medians of the C cases), the socketpair "
           "round trip, the round trip through the relay and gpuipc_client_ping:\n")
     print("| idle | socketpair | through the relay | gpuipc ping |\n| --- | --- | --- | --- |")

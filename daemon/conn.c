@@ -23,6 +23,7 @@
 #include "log.h"
 #include "outq.h"
 #include "quota.h"
+#include "trace.h"
 #include "waits.h"
 #include "watch.h"
 
@@ -408,6 +409,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
                 conn_close(c);
                 return;
         }
+        TRACE("d.poll", c->id);
         c->busy = true;
         busypoll_kick();
         if (c->paused)
@@ -418,6 +420,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
                 return;
         c->busy = false;
         conn_flush(c);
+        TRACE("d.poll_done", c->id);
 }
 
 /* Shutdown: what did not flush within the grace period is dropped. */

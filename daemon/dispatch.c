@@ -11,6 +11,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
+#include "trace.h"
 #include "watch.h"
 
 static const struct op {
@@ -110,6 +111,7 @@ void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t of
         uint64_t t0;
         int r;
 
+        TRACE("d.frame", c->id);
         r = proto_decode(body, len, &m, &why);
         if (r < 0) {
                 drop_refused_fds(&q, off);
@@ -126,7 +128,9 @@ void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t of
         /* Requests are timed from here: decoding is the same for all. */
         t0 = uv_hrtime();
         watch_set_actor(&c->party);
+        TRACE("d.run", c->id);
         r = prepare_and_run(&q, off);
+        TRACE("d.ran", c->id);
         watch_set_actor(NULL);
         metrics_request(q.op, r, uv_hrtime() - t0);
         if (r < 0) {

@@ -11,6 +11,7 @@
 #include "conn.h"
 #include "log.h"
 #include "outq.h"
+#include "trace.h"
 
 #define IOV_BATCH 64
 #define CHUNK_SIZE 4096         /* the usual chunk, header included */
@@ -179,6 +180,7 @@ int conn_send_fds(struct conn *c, struct proto_out *o, struct reg *pin, const in
                         c->out_head = k;
                 c->out_tail = k;
         }
+        TRACE("d.queued", c->id);
         memcpy(k->buf + k->len, o->sb.data, o->sb.size);
         k->len += o->sb.size;
         c->out_bytes += o->sb.size;
@@ -273,7 +275,9 @@ int outq_write(struct conn *c)
                         if (nfds > 0)
                                 break;
                 }
+                TRACE("d.write", c->id);
                 w = proto_send(c->fd, iov, n, fds, nfds);
+                TRACE("d.written", c->id);
                 if (w < 0)
                         return (int)w;
                 c->out_bytes -= (uint64_t)w;

@@ -32,6 +32,7 @@
 
 #include "batchint.h"
 #include "cudaint.h"
+#include "trace.h"
 
 #ifdef GPUIPC_HAVE_CUDA_H
 
@@ -63,6 +64,8 @@ int gpuipc__cumap_open(gpuipc_client *c, struct cuda *cu, const int *fds, struct
 {
         CUipcMemHandle h;
         CUresult res;
+
+        TRACE("c.cumap_open", k->kind);
 
         if (k->kind != GPUIPC_KIND_CUDA_VMM &&
             gpuipc__cuown_find(k->uuid, k->handle, k->buffer_id, &k->base, &k->size)) {
@@ -283,6 +286,7 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
                 if (r < 0)
                         return r;
         }
+        TRACE("c.cv_begin", 0);
         r = gpuipc__cu_ordinal(c, cu, info->device, k.uuid, &home);
         if (r < 0)
                 return r;
@@ -293,11 +297,14 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         r = view_key(c, reg, nfds, info, &k);
         if (r < 0)
                 goto out;
+        TRACE("c.cv_keyed", 0);
         r = gpuipc__cu_enter(c, cu, k.ordinal, &saved);
+        TRACE("c.cv_entered", 0);
         if (r < 0)
                 goto out;
         k.alloc_id = info->alloc_id;
         r = gpuipc__cumap_get(c, cu, fds, &k, held, &v->cumap);
+        TRACE("c.cv_mapped", 0);
         if (r < 0)
                 goto leave;
         v->device = k.ordinal;
@@ -313,6 +320,7 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
                 r = gpuipc__cuview_copy(c, cu, device, v);
 leave:
         gpuipc__cu_leave(cu, saved);
+        TRACE("c.cv_left", 0);
 out:
         free(k.keys);
         free(k.sizes);

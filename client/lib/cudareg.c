@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cudaint.h"
+#include "trace.h"
 
 #ifdef GPUIPC_HAVE_CUDA_H
 
@@ -328,6 +329,7 @@ int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint
         struct cuda *cu;
         int r;
 
+        TRACE("c.cureg", size);
         r = gpuipc__register_begin(c, name, meta, args_ok, "invalid pointer, size or flags");
         if (r < 0)
                 return r;
@@ -344,6 +346,7 @@ int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint
                 r = register_copy(c, cu, name, dptr, size, meta, event, flags, d, ret_id);
                 goto out;
         }
+        TRACE("c.cureg_shared", d->path);
         r = send_register(c, name, size, meta, flags, d, NULL, ret_id);
 out:
         free(d);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "batchint.h"
+#include "trace.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010      /* Linux 5.1 */
@@ -210,6 +211,7 @@ int gpuipc_fd_register(gpuipc_client *c, const char *name, int fd, uint64_t offs
 int gpuipc_hostbuf_register(gpuipc_client *c, const char *name, const gpuipc_hostbuf *b,
                          const gpuipc_meta *meta, unsigned flags, uint64_t *ret_id)
 {
+        TRACE("c.hostreg", 0);
         if (!c || !b)
                 return -EINVAL;
         return gpuipc_fd_register(c, name, b->fd, 0, b->size, meta, flags, ret_id);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "trace.h"
 
 /* ---- frames ------------------------------------------------------------ */
 
@@ -194,6 +195,7 @@ static int client_recv(gpuipc_client *c, int timeout_ms)
         int r;
 
         r = wait_readable(c, &p, timeout_ms);
+        TRACE("c.woke", r);
         if (r < 0)
                 return errno == EINTR ? 1 : -errno;
         if (r == 0)
@@ -209,6 +211,7 @@ static int client_recv(gpuipc_client *c, int timeout_ms)
         if (n < 0)
                 return gpuipc__client_kill(c, (int)n);
         proto_reader_commit(&c->rd, (size_t)n);
+        TRACE("c.recv", n);
         for (unsigned i = 0; i < nfds; i++)
                 if (proto_fdq_push(&c->fdq, fds[i], proto_reader_received(&c->rd)) < 0)
                         return gpuipc__client_kill(c, -EMFILE);
@@ -273,6 +276,7 @@ int gpuipc__send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fd
 {
         size_t done = 0;
 
+        TRACE("c.send", len);
         /* The fds ride on the first sendmsg(), which carries the first byte. */
         while (done < len) {
                 struct iovec iov = { .iov_base = (void *)(buf + done), .iov_len = len - done };
@@ -284,6 +288,7 @@ int gpuipc__send(gpuipc_client *c, const uint8_t *buf, size_t len, const int *fd
                         return gpuipc__client_kill(c, (int)n);
                 done += (size_t)n;
         }
+        TRACE("c.sent", len);
         return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "trace.h"
 
 /* Gone already, after a reconnect, means the first attempt did it. */
 const struct gpuipc__op gpuipc__op_release = {
@@ -89,6 +90,7 @@ static int view_from_reply(gpuipc_client *c, struct gpuipc__reply *rp, unsigned 
                 return gpuipc__fail(c, -EMEDIUMTYPE, "%s is a batch: look it up with "
                                     "gpuipc_batch_view_lookup()", v->info->name);
         /* Only device records touch the CUDA driver. */
+        TRACE("c.decoded", 0);
         if (v->info->kind != GPUIPC_KIND_HOST) {
                 bool held = false;
                 (void)proto_get_bool(rp->msg.root, "held", &held);
@@ -141,6 +143,7 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
         bool writable = flags & GPUIPC_LOOKUP_WRITABLE;
         int r;
 
+        TRACE("c.lookup", 0);
         r = gpuipc__lookup_begin(c, name, flags, GPUIPC_LOOKUP_WRITABLE | GPUIPC_LOOKUP_NO_SYNC |
                                  GPUIPC_LOOKUP_COPY_TO_DEVICE, "unknown lookup flags", ret_view);
         if (r < 0)
@@ -174,7 +177,9 @@ int gpuipc_view_lookup_device(gpuipc_client *c, const char *name, int timeout_ms
                 free(v);
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's lookup reply has no lease");
         }
+        TRACE("c.lookup_reply", 0);
         r = view_from_reply(c, &rp, flags, device, v, have_id, &have_map);
+        TRACE("c.lookup_view", r);
         gpuipc__reply_free(&rp);
         gpuipc__map_put(have_map);
         if (r < 0) {

@@ -397,6 +397,19 @@ static void read_some(struct conn *c)
         }
 }
 
+/* The other connections that c's frames queued output for (outq.c). */
+static void flush_others(struct daemon *d)
+{
+        struct conn *o;
+
+        d->in_read = false;
+        while ((o = d->to_flush)) {
+                d->to_flush = o->flush_next;
+                o->flush_queued = false;
+                conn_flush(o);
+        }
+}
+
 static void on_poll(uv_poll_t *h, int status, int events)
 {
         struct conn *c = h->data;
@@ -411,11 +424,13 @@ static void on_poll(uv_poll_t *h, int status, int events)
         }
         TRACE("d.poll", c->id);
         c->busy = true;
+        c->d->in_read = true;
         busypoll_kick();
         if (c->paused)
                 process_frames(c);
         if ((events & UV_READABLE) && !c->doomed)
                 read_some(c);
+        flush_others(c->d);
         if (c->closed)
                 return;
         c->busy = false;

@@ -41,6 +41,7 @@ struct conn {
         struct daemon *d;
         struct conn *prev, *next;
         struct conn *hprev, *hnext;     /* accepted, no hello yet: by deadline */
+        struct conn *flush_next;        /* in d->to_flush (flush_queued) */
         uint64_t hello_deadline;        /* uv_now() by which hello must come */
         uv_poll_t poll;
         int fd;
@@ -63,6 +64,7 @@ struct conn {
         bool busy : 1;                  /* inside its own read callback */
         bool discard : 1;               /* doomed for its backlog: do not flush */
         bool paused : 1;                /* frames left in rd by backpressure */
+        bool flush_queued : 1;          /* in d->to_flush */
 };
 
 static inline struct conn *conn_from_party(struct reg_party *p)

@@ -40,6 +40,10 @@ struct daemon {
         bool stopping;
         uv_timer_t *grace;              /* shutdown: ends connections slow to flush */
         struct conn *prehello, *prehello_tail; /* no hello yet, oldest first */
+        /* Inside a connection's read callback, the others that frames were
+         * queued for: flushed before the callback returns (conn.c). */
+        struct conn *to_flush;
+        bool in_read;
         uv_timer_t *hello_timer;        /* for the oldest one's deadline */
         uint64_t out_total;             /* unsent reply bytes of all connections */
         uint64_t out_peak;              /* out_total's high-water mark since the last trim */

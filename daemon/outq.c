@@ -187,10 +187,22 @@ int conn_send_fds(struct conn *c, struct proto_out *o, struct reg *pin, const in
         c->d->out_total += o->sb.size;
         if (c->d->out_total > c->d->out_peak)
                 c->d->out_peak = c->d->out_total;
-        /* Our own read callback flushes once its batch is done; anyone
-         * else's reply waits for the socket to be writable. */
-        if (!c->busy)
+        /* Our own read callback flushes once its batch is done.  Another
+         * connection's (a waiting consumer woken by a register) is flushed
+         * at the end of the read callback that queued it, before that
+         * one's own replies: a handoff waits for the consumer's answer,
+         * and a writable wakeup would cost another turn of the loop.
+         * Outside read callbacks (timers), it waits for the socket to be
+         * writable. */
+        if (c->busy)
+                return 0;
+        if (!c->d->in_read) {
                 conn_set_events(c, c->events | UV_WRITABLE);
+        } else if (!c->flush_queued) {
+                c->flush_queued = true;
+                c->flush_next = c->d->to_flush;
+                c->d->to_flush = c;
+        }
         return 0;
 }
 

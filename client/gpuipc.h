@@ -371,8 +371,11 @@ GPUIPC_EXPORT int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint6
                                        unsigned flags, uint64_t *ret_id);
 
 /* After the last registration of a GPUIPC_REGISTER_CACHEABLE allocation
- * (id: one of c's registrations of it) is gone: waits until no consumer
- * maps it, so that it may be freed.  -ETIMEDOUT; -ENOENT: not known. */
+ * (id: one of c's registrations of it) is gone: tells the daemon that the
+ * memory is about to be freed, then waits until no consumer maps it.
+ * Until then, consumers keep it mapped, so registering the same block again
+ * costs them a warm lookup.  -ETIMEDOUT; -ENOENT: not known; -EEXIST: the
+ * allocation is registered again. */
 GPUIPC_EXPORT int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms);
 
 /* Bounds of this process's mapping cache: device allocations kept mapped

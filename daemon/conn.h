@@ -54,6 +54,8 @@ struct conn {
         struct waiter *waits;
         struct alloc **holds;           /* allocations it keeps mapped (holds.c) */
         uint32_t n_holds, cap_holds;
+        struct alloc **lingers;         /* its unregistered, still held allocations */
+        uint32_t n_lingers, cap_lingers;
         struct wgroup *wgroups;         /* its waiters, by name (waits.c) */
         uint32_t n_waits;
         uint32_t n_groups;

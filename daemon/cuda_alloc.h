@@ -56,8 +56,14 @@ struct alloc {
          * Each connection that does is a holder (holds.c); the entry stays,
          * ended, while holders remain after its last registration. */
         bool cacheable;
+        /* With cacheable, register's `linger`: the producer sends `unmap`
+         * before it frees, so holders need not let go when the last
+         * registration goes (holds.h).  While they keep it so, the entry
+         * is in that producer's connection's list (linger_owner). */
+        bool linger;
         uint32_t n_holders, cap_holders;
         void **holders;                 /* struct conn *, in no order */
+        void *linger_owner;             /* struct conn * */
         uint64_t owner_conn;            /* ended: the connection to tell `unmapped` */
 };
 

@@ -33,6 +33,7 @@ static const struct op {
         { "revoke",     op_revoke,     true },
         { "metrics",    op_metrics,    true },
         { "unhold",     op_unhold,     true },
+        { "unmap",      op_unmap,      true },
 };
 
 static void error_event(struct conn *c, int err, const char *why)

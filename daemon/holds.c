@@ -54,9 +54,51 @@ static void tell_unmapped(struct daemon *d, const struct alloc *a)
                 send_alloc_event(owner, "unmapped", a->id);
 }
 
+/* a no longer lingers for its producer (if it did). */
+static void linger_remove(struct alloc *a)
+{
+        struct conn *o = a->linger_owner;
+
+        if (!o)
+                return;
+        for (uint32_t i = 0; i < o->n_lingers; i++)
+                if (o->lingers[i] == a) {
+                        o->lingers[i] = o->lingers[--o->n_lingers];
+                        break;
+                }
+        a->linger_owner = NULL;
+}
+
+/* a, without registrations, stays mapped by its holders until its
+ * producer o says `unmap`.  -ENOBUFS past max-leases of them. */
+static int linger_add(struct conn *o, struct alloc *a)
+{
+        if (o->n_lingers >= o->d->cfg.max_leases)
+                return -ENOBUFS;
+        if (o->n_lingers == o->cap_lingers) {
+                uint32_t cap = o->cap_lingers ? o->cap_lingers * 2 : 8;
+                struct alloc **p = realloc(o->lingers, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                o->lingers = p;
+                o->cap_lingers = cap;
+        }
+        o->lingers[o->n_lingers++] = a;
+        a->linger_owner = o;
+        return 0;
+}
+
+/* Every holder of a is to let go of it. */
+static void uncache_all(struct alloc *a)
+{
+        for (uint32_t i = 0; i < a->n_holders; i++)
+                send_alloc_event(a->holders[i], "uncache", a->id);
+}
+
 /* a has ended: no registration, no holder.  Tells its owner and frees it. */
 static void ended(struct daemon *d, struct alloc *a)
 {
+        linger_remove(a);
         tell_unmapped(d, a);
         alloc_put_ended(&d->allocs, a);
 }
@@ -99,13 +141,18 @@ int holds_take(struct conn *c, struct reg *r)
  * about to lose its last registration. */
 static void alloc_freeing(struct daemon *d, const struct reg *r, struct alloc *a)
 {
-        a->owner_conn = r->owner && !r->owner->detached ? conn_from_party(r->owner)->id : 0;
+        struct conn *owner = r->owner && !r->owner->detached ? conn_from_party(r->owner) : NULL;
+
+        a->owner_conn = owner ? owner->id : 0;
+        linger_remove(a);
         if (a->n_holders == 0) {
                 tell_unmapped(d, a);
                 return;         /* alloc_put() frees it */
         }
-        for (uint32_t i = 0; i < a->n_holders; i++)
-                send_alloc_event(a->holders[i], "uncache", a->id);
+        /* Its producer will say `unmap` before it frees. */
+        if (a->linger && owner && !owner->closed && linger_add(owner, a) == 0)
+                return;
+        uncache_all(a);
 }
 
 void holds_reg_freeing(struct daemon *d, struct reg *r)
@@ -135,6 +182,17 @@ static void drop(struct conn *c, uint32_t i)
 
 void holds_conn_closed(struct conn *c)
 {
+        /* Its lingering allocations first: dropping holds may end them.
+         * One registered again is told when that registration goes. */
+        while (c->n_lingers > 0) {
+                struct alloc *a = c->lingers[c->n_lingers - 1];
+                linger_remove(a);
+                if (a->regs == 0)
+                        uncache_all(a);
+        }
+        free(c->lingers);
+        c->lingers = NULL;
+        c->cap_lingers = 0;
         while (c->n_holds > 0)
                 drop(c, c->n_holds - 1);
         free(c->holds);
@@ -175,5 +233,34 @@ int op_unhold(struct req *q)
         (void)reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);
         log_debug("connection %" PRIu64 ": %" PRIu64 " holds dropped", c->id, n);
+        return 0;
+}
+
+int op_unmap(struct req *q)
+{
+        struct conn *c = q->c;
+        struct alloc *a = NULL;
+        struct proto_out o;
+        uint64_t id, n = 0;
+
+        if (proto_get_u64(q->m, "alloc", &id) < 0)
+                return req_fail(q, -EINVAL, "alloc must be a uint (an allocation id)");
+        for (uint32_t i = 0; i < c->n_lingers && !a; i++)
+                if (c->lingers[i]->id == id)
+                        a = c->lingers[i];
+        /* Not lingering here: ended already (`unmapped` was sent), its
+         * holders were told, or not this connection's.  Nothing to do. */
+        if (a && a->regs > 0)
+                return req_fail(q, -EEXIST, "allocation %" PRIu64 " is registered again; "
+                                "unregister it before freeing it", id);
+        if (a) {
+                linger_remove(a);
+                uncache_all(a);
+                n = a->n_holders;
+        }
+        reply_start(&o, q->seq, 1);
+        proto_pack_ku64(&o.pk, "holders", n);
+        (void)reply_send(c, q->seq, &o, NULL);
+        proto_out_free(&o);
         return 0;
 }

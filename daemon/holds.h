@@ -9,6 +9,13 @@
  * gets `uncache {alloc}` and answers with `unhold`; once no holder is left
  * the producer gets `unmapped {alloc}` and may free the memory (CUDA wants
  * importers closed first).  A holder that disconnects lets go of its holds.
+ *
+ * A producer that registered with `linger` as well says when it is about to
+ * free: `unmap {alloc}`.  Until then (or until it disconnects) holders keep
+ * the allocation mapped after its last registration, so that a block its
+ * caching allocator hands back and registers again is a warm lookup.  Such
+ * lingering allocations are listed on the producer's connection, at most
+ * max-leases of them; past that, holders are told at once, as without it.
  * Holds are not kept over a daemon restart; libgpuipc closes such cached
  * mappings when it reconnects. */
 #ifndef GPUIPCD_HOLDS_H
@@ -32,9 +39,13 @@ int holds_take_part(struct conn *c, unsigned kind, struct reg_cuda *rc);
  * parts) whose last registration r is, when it is cacheable, tell its
  * holders to let go, or its owner that nobody maps it. */
 void holds_reg_freeing(struct daemon *d, struct reg *r);
-/* c is closing: drops its holds. */
+/* c is closing: tells the holders of the allocations that linger for it to
+ * let go, and drops its holds. */
 void holds_conn_closed(struct conn *c);
 /* unhold {allocs: [id...]}: c lets go of those allocations. */
 int op_unhold(struct req *q);
+/* unmap {alloc: id}: c, the producer, is about to free a lingering
+ * allocation: its holders are told to let go (`unmapped` follows). */
+int op_unmap(struct req *q);
 
 #endif

@@ -140,7 +140,7 @@ int register_cuda_params(struct req *q, const msgpack_object *m, int *fds, unsig
         uint64_t alloc_size = 0, buffer_id = 0;
         const char *s, *copied = NULL;
         size_t len, copied_len = 0;
-        bool cacheable = false;
+        bool cacheable = false, linger = false;
         struct reg_cuda *rc;
         int r;
 
@@ -167,6 +167,10 @@ int register_cuda_params(struct req *q, const msgpack_object *m, int *fds, unsig
         if (r == -EINVAL || (cacheable && !bound))
                 return req_fail(q, -EINVAL, "cacheable must be a bool, and applies to cuda-ipc "
                                 "and cuda-pool only (cuda-vmm memory may always stay mapped)");
+        r = proto_get_bool(m, "linger", &linger);
+        if (r == -EINVAL || (linger && !cacheable))
+                return req_fail(q, -EINVAL, "linger must be a bool, and applies with cacheable "
+                                "only");
         r = proto_get_str(m, "copied", &copied, &copied_len);
         if (r == -EINVAL || (r == 0 && (copied_len == 0 || copied_len > REG_CUDA_COPIED_MAX)))
                 return req_fail(q, -EINVAL, "copied must be a str of 1 to %u bytes (why the "
@@ -225,6 +229,8 @@ int register_cuda_params(struct req *q, const msgpack_object *m, int *fds, unsig
         /* A promise about the allocation, which every registration shares. */
         if (cacheable)
                 rc->alloc->cacheable = true;
+        if (linger)
+                rc->alloc->linger = true;
         p->cuda = rc;
         p->fd = p->kind == PROTO_KIND_CUDA_VMM ? rc->alloc->fd : -1;
         p->ephemeral = bound ? true : p->ephemeral;

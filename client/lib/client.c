@@ -470,6 +470,24 @@ static int released_sync(gpuipc_client *c, uint64_t id)
         return gpuipc__end(c, r);
 }
 
+/* Tells the daemon that the producer is about to free allocation alloc,
+ * so that its holders let go of it now (docs/protocol.md, `unmap`). */
+static int send_unmap(gpuipc_client *c, uint64_t alloc)
+{
+        static const struct gpuipc__op op_unmap = { .name = "unmap" };
+        struct gpuipc__reply rp;
+        struct gpuipc__req rq;
+        int r;
+
+        gpuipc__request(c, &rq, &op_unmap, 1);
+        proto_pack_ku64(&rq.o.pk, "alloc", alloc);
+        r = gpuipc__call(c, &rq, NULL, 0, &rp);
+        if (r == 0)
+                gpuipc__reply_free(&rp);
+        /* A daemon without `unmap` tells holders at the last unregister. */
+        return r == -ENOSYS ? 0 : r;
+}
+
 int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
 {
         unsigned n;
@@ -491,6 +509,11 @@ int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
         if (timeout_ms < 0)
                 timeout_ms = PROTO_WAIT_MAX_MS;
         deadline = now_ms() + timeout_ms;
+        if (!gpuipc__unmapped_seen(c, alloc)) {
+                r = send_unmap(c, alloc);
+                if (r < 0)
+                        return gpuipc__end(c, r);
+        }
         while (!gpuipc__unmapped_seen(c, alloc)) {
                 int64_t left = deadline - now_ms();
                 if (left <= 0)

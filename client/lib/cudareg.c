@@ -149,9 +149,9 @@ uint32_t gpuipc__cu_devreg_fields(const struct gpuipc__devreg *d, const char *co
         case GPUIPC_PATH_CUDA_VMM:      /* chunks or alloc_key, copied */
                 return 6 + (copied != NULL) + d->has_event;
         case GPUIPC_PATH_CUDA_POOL:     /* pool_key, handle, buffer_id */
-                return 8 + d->has_event + d->cacheable;
+                return 8 + d->has_event + 2 * d->cacheable;
         default:                        /* handle, buffer_id */
-                return 7 + d->has_event + d->cacheable;
+                return 7 + d->has_event + 2 * d->cacheable;
         }
 }
 
@@ -201,8 +201,12 @@ void gpuipc__cu_pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d,
                 proto_pack_str(pk, "event");
                 msgpack_pack_bin_with_body(pk, d->event.reserved, CUDA_IPC_HANDLE_LEN);
         }
-        if (d->cacheable)
+        /* linger: gpuipc_reg_wait_unmapped() says `unmap` before the
+         * producer frees, so consumers keep the mapping until then. */
+        if (d->cacheable) {
                 proto_pack_kbool(pk, "cacheable", true);
+                proto_pack_kbool(pk, "linger", true);
+        }
 }
 
 /* Sends the register request of a described pointer. */

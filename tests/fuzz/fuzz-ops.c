@@ -86,7 +86,7 @@ static uint64_t u64(struct src *s)
 
 static const char *const op_names[] = {
         "hello", "ping", "register", "lookup", "release", "unregister", "list", "stat",
-        "stats", "adopt", "watch", "revoke", "metrics",
+        "stats", "adopt", "watch", "revoke", "metrics", "unhold", "unmap",
 };
 
 static const char *const keys[] = {
@@ -95,6 +95,7 @@ static const char *const keys[] = {
         "alloc_size", "handle", "buffer_id", "alloc_key", "wait_ms", "writable", "stop",
         "dtype", "shape", "strides", "user", "shared_write", "access", "group", "group_gid",
         "resume", "public", "uids", "gids", "chunks", "pool_key", "copied", "key",
+        "alloc", "allocs", "cacheable", "linger",
 };
 
 static const char *const strs[] = {

@@ -31,9 +31,10 @@
  *     cuMemAlloc's 8 MiB and registers NAME/a (4 MiB at 0) and NAME/b
  *     (4 MiB at 4 MiB) with GPUIPC_REGISTER_CACHEABLE.  "ready", then
  *     "released R" once NAME/a's lease went (R the result of
- *     gpuipc_reg_wait_released); on the line "unregister" it unregisters both
- *     and waits for unmapped:
- *     "unmapped R" (R the result), then frees the memory.
+ *     gpuipc_reg_wait_released).  On the line "again" it unregisters both
+ *     and registers the same 4 MiB at 0 again as NAME/c: "again R".  On the
+ *     line "unregister" it unregisters what is registered and waits for
+ *     unmapped: "unmapped R" (R the result), then frees the memory.
  *   helper-alloc lookup NAME
  *     A consumer: "ok KIND" when the lookup works and the first bytes are
  *     h_pattern(j, 0) at the view (the test checks the rest), else
@@ -238,9 +239,21 @@ static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
         /* A lookup and release of NAME/a by the test comes first. */
         printf("released %d\n", gpuipc_reg_wait_released(c, ida, 5000));
         fflush(stdout);
-        if (!fgets(line, sizeof(line), stdin) || strncmp(line, "unregister", 10) != 0)
+        if (!fgets(line, sizeof(line), stdin))
                 return 7;
-        if (gpuipc_name_unregister(c, na) < 0 || gpuipc_name_unregister(c, nb) < 0)
+        if (strncmp(line, "again", 5) == 0) {
+                if (gpuipc_name_unregister(c, na) < 0 || gpuipc_name_unregister(c, nb) < 0)
+                        return 8;
+                snprintf(na, sizeof(na), "%s/c", name);
+                nb[0] = '\0';
+                printf("again %d\n", reg(c, na, a, 4u << 20, GPUIPC_REGISTER_CACHEABLE));
+                fflush(stdout);
+                if (!fgets(line, sizeof(line), stdin))
+                        return 7;
+        }
+        if (strncmp(line, "unregister", 10) != 0)
+                return 7;
+        if (gpuipc_name_unregister(c, na) < 0 || (nb[0] && gpuipc_name_unregister(c, nb) < 0))
                 return 8;
         r = gpuipc_reg_wait_unmapped(c, ida, 10000);
         printf("unmapped %d\n", r);

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +354,72 @@ Test(alloc, cacheable_ipc_stays_mapped_until_unmapped)
         cr_assert_eq(gpuipc_cache_trim(c), 0);  /* sends the unhold */
         expect_line(&prod, "unmapped 0", line, sizeof(line));
         end_child(&prod);
+        gpuipc_client_free(c);
+}
+
+/* A block the producer registers again after its last unregister (a
+ * caching allocator handing it back) stays mapped in between: the daemon
+ * tells holders to let go only when the producer is about to free it. */
+Test(alloc, cacheable_ipc_stays_mapped_over_reregistration)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char line[128];
+
+        spawn(&prod, "cacheipc", "cr/t", "16");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "cr/t/a");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        expect_line(&prod, "released 0", line, sizeof(line));
+        send_line(&prod, "again\n");
+        expect_line(&prod, "again 0", line, sizeof(line));
+        usleep(100 * 1000);
+        cr_assert_eq(gpuipc_client_ping(c), 0);        /* would read an uncache */
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0, "no uncache at the last unregister");
+        v = lookup(c, "cr/t/c");
+        check_bytes(gpuipc_view_data(v), 4u << 20, 0, 16);
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 1, "registered again: a warm lookup");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        /* The producer's wait_unmapped says unmap: only now do we let go,
+         * answering from inside a waiting lookup. */
+        send_line(&prod, "unregister\n");
+        cr_assert_eq(gpuipc_view_lookup(c, "cr/t/next", 1000, 0, &v), -ETIMEDOUT);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        expect_line(&prod, "unmapped 0", line, sizeof(line));
+        end_child(&prod);
+        gpuipc_client_free(c);
+}
+
+/* A producer that goes away without unmap: its lingering allocation's
+ * holders are told to let go. */
+Test(alloc, lingering_hold_ends_with_the_producer)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char line[128];
+
+        spawn(&prod, "cacheipc", "cl/t", "17");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        v = lookup(c, "cl/t/a");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        expect_line(&prod, "released 0", line, sizeof(line));
+        send_line(&prod, "again\n");
+        expect_line(&prod, "again 0", line, sizeof(line));
+        v = lookup(c, "cl/t/c");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        /* Unregistered (same uid) without unmap: it lingers for the producer. */
+        cr_assert_eq(gpuipc_name_unregister(c, "cl/t/c"), 0);
+        usleep(100 * 1000);
+        cr_assert_eq(gpuipc_client_ping(c), 0);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
+        kill(prod.pid, SIGKILL);
+        h_wait(&prod, 10000);
+        cr_assert_eq(gpuipc_view_lookup(c, "cl/t/next", 500, 0, &v), -ETIMEDOUT);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1, "uncached when the producer went");
         gpuipc_client_free(c);
 }
 

@@ -583,6 +583,31 @@ Test(malformed, unhold_bounds)
         good_check("unhold past its bound");
 }
 
+static void pack_unmap(msgpack_packer *pk, void *data)
+{
+        proto_pack_str(pk, "alloc");
+        if (data)
+                msgpack_pack_uint64(pk, *(uint64_t *)data);
+        else
+                proto_pack_str(pk, "one");
+}
+
+/* unmap: an id that does not linger here changes nothing; a non-uint one is
+ * refused; neither harms the connection. */
+Test(malformed, unmap_of_nothing)
+{
+        int fd = hello_conn();
+        uint64_t id = 77;
+
+        cr_assert_eq(h_raw_request(fd, "unmap", 2, 1, pack_unmap, &id, NULL, 0), 0);
+        h_raw_expect_reply(fd, 2, "");
+        cr_assert_eq(h_raw_request(fd, "unmap", 3, 1, pack_unmap, NULL, NULL, 0), 0);
+        h_raw_expect_reply(fd, 3, "bad_request");
+        raw_ping_ok(fd, 4);
+        close(fd);
+        good_check("unmap of nothing");
+}
+
 /* ---- the fds of a frame refused before dispatch --------------------------- */
 
 static void pack_stolen(msgpack_packer *pk, void *data)

@@ -637,7 +637,8 @@ class Client:
 
     def wait_unmapped(self, id: int, timeout: Optional[float] = None) -> None:
         """After unregistering the last registration of an allocation
-        registered ``cacheable=True`` (``id`` one of them): waits until no
+        registered ``cacheable=True`` (``id`` one of them): tells consumers
+        to let go of it (until now they kept it mapped), then waits until no
         consumer keeps it mapped, so that the memory may be freed.  Raises
         Timeout, or NotFound when ``id`` was not registered cacheable here."""
         ms = _timeout_ms(timeout, -1)

@@ -264,7 +264,7 @@ class Info:
 class _Holder:
     """Frees a C object once it is closed and its last export is gone."""
 
-    __slots__ = ("_free", "_lock", "exports", "closed", "done", "__weakref__")
+    __slots__ = ("_free", "_lock", "exports", "closed", "done", "cai", "__weakref__")
 
     def __init__(self, free: Callable[[], Any]) -> None:
         self._free: Optional[Callable[[], Any]] = free
@@ -272,12 +272,23 @@ class _Holder:
         self.exports = 0
         self.closed = False
         self.done = False
+        self.cai = False        # a __cuda_array_interface__ export is alive
 
     def acquire(self) -> None:
         with self._lock:
             if self.closed or self.done:
                 raise ValueError("the buffer has been released")
             self.exports += 1
+
+    def acquire_cai(self) -> None:
+        """acquire() for the __cuda_array_interface__ export, once."""
+        with self._lock:
+            if self.cai:
+                return
+            if self.closed or self.done:
+                raise ValueError("the buffer has been released")
+            self.exports += 1
+            self.cai = True
 
     def drop(self) -> None:
         with self._lock:
@@ -300,6 +311,15 @@ class _Holder:
         if fire:
             self._run()
         return fire
+
+    def collected(self) -> None:
+        """Its object was garbage-collected: that closes it, and ends the
+        __cuda_array_interface__ export, whose consumers keep a reference
+        to the object itself."""
+        self.close()
+        if self.cai:
+            self.cai = False
+            self.drop()
 
     def _run(self) -> None:
         free, self._free = self._free, None
@@ -327,9 +347,10 @@ class _Memory:
         self._device = device
         self._readonly = readonly
         self._holder = _Holder(free)
-        self._cai_export = False
-        # Garbage collection of this object counts as release()/close().
-        self._finalizer = weakref.finalize(self, self._holder.close)
+        # Garbage collection of this object counts as release()/close(), and
+        # ends its __cuda_array_interface__ export.  One finalizer for both:
+        # a lookup's view is made right after a wake, with cold caches.
+        self._finalizer = weakref.finalize(self, self._holder.collected)
 
     # ---- basic attributes
 
@@ -485,11 +506,7 @@ class _Memory:
         collected, since consumers keep a reference to it, not to an export."""
         if not self.is_device:
             raise AttributeError("__cuda_array_interface__ (host memory)")
-        if not self._cai_export:
-            self._holder.acquire()
-            self._cai_export = True
-            # A second finalizer on self: runs when the object is collected.
-            weakref.finalize(self, self._holder.drop)
+        self._holder.acquire_cai()      # dropped when self is collected
         dt, shape, strides = self._layout()
         return {
             "shape": shape,
@@ -540,7 +557,9 @@ class _Memory:
     # ---- context manager
 
     def _close(self) -> None:
-        self._finalizer()   # runs _holder.close() once
+        # Not the finalizer: it must still end a __cuda_array_interface__
+        # export when the object is collected.
+        self._holder.close()
 
     def __enter__(self):
         return self

@@ -304,6 +304,108 @@ def run_mp(ctx, size, pattern, idle, rounds):
     return lat, ker
 
 
+# ---- the Python floor: no broker, driver calls through ctypes ---------------
+
+
+class _CAI:
+    """The least object torch.as_tensor takes: a CUDA Array Interface."""
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, ptr, n):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3, "strides": None}
+
+
+def _libcuda():
+    """libcuda through ctypes, and its CUipcMemHandle (passed by value)."""
+    import ctypes
+
+    class Handle(ctypes.Structure):
+        _fields_ = [("reserved", ctypes.c_char * 64)]
+    cu = ctypes.CDLL("libcuda.so.1")
+    cu.cuIpcGetMemHandle.argtypes = [ctypes.POINTER(Handle), ctypes.c_uint64]
+    cu.cuMemGetAddressRange_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+    cu.cuIpcOpenMemHandle_v2.argtypes = [ctypes.c_void_p, Handle, ctypes.c_uint]
+    cu.cuIpcCloseMemHandle.argtypes = [ctypes.c_uint64]
+    return cu, Handle
+
+
+def pf_consumer(conn, res, ready):
+    import ctypes
+    import struct
+    warm_cuda()
+    cu, Handle = _libcuda()
+    base = ctypes.c_uint64()
+    last = None
+    ready.set()
+    while True:
+        m = conn.recv_bytes()
+        if not m:
+            break
+        i, off, n, fresh = struct.unpack_from("<iQQi", m)
+        h = m[24:88]
+        if h != last:
+            if last is not None:
+                cu.cuIpcCloseMemHandle(base.value)
+            if cu.cuIpcOpenMemHandle_v2(ctypes.byref(base), Handle.from_buffer_copy(h), 1):
+                raise SystemExit("gpu_handoff: py-floor cuIpcOpenMemHandle failed")
+            last = h
+        t = torch.as_tensor(_CAI(base.value + off, n), device="cuda")
+        t1 = time.monotonic()
+        bad = int((t != P).sum().item())
+        t2 = time.monotonic()
+        del t
+        if fresh:       # the producer frees it next: close first
+            cu.cuIpcCloseMemHandle(base.value)
+            last = None
+        res.put((i, t1, t2, bad))
+
+
+def run_pyfloor(ctx, size, pattern, idle, rounds):
+    """The driver floor from Python: cuIpcGetMemHandle and
+    cuMemGetAddressRange through ctypes on the tensor (once for a reused
+    block), the handle over a multiprocessing pipe, cuIpcOpenMemHandle
+    through ctypes (once for a reused block) and torch.as_tensor of a bare
+    CUDA Array Interface: the least a Python handoff costs, with no broker
+    and no library."""
+    import ctypes
+    import struct
+    a, b = ctx.Pipe()
+    res, ready = ctx.Queue(), ctx.Event()
+    cons = ctx.Process(target=pf_consumer, args=(b, res, ready))
+    cons.start()
+    if not ready.wait(120):
+        raise SystemExit("gpu_handoff: the py-floor consumer did not start")
+    cu, Handle = _libcuda()
+    h, base, asz = Handle(), ctypes.c_uint64(), ctypes.c_size_t()
+    fresh, have = pattern == "fresh", 0
+    lat, ker = [], []
+    for i in range(rounds):
+        if fresh:
+            torch.cuda.empty_cache()
+        x = torch.full((size,), P, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        time.sleep(idle)
+        t0 = time.monotonic()
+        ptr = x.data_ptr()
+        if fresh or ptr != have:
+            if (cu.cuIpcGetMemHandle(ctypes.byref(h), ptr) or
+                    cu.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(asz), ptr)):
+                raise SystemExit("gpu_handoff: py-floor cuIpcGetMemHandle failed")
+            have = ptr
+        a.send_bytes(struct.pack("<iQQi", i, ptr - base.value, size, fresh) + bytes(h))
+        j, t1, t2, bad = res.get(timeout=600)
+        if bad:
+            raise SystemExit(f"gpu_handoff: py-floor saw {bad} wrong bytes")
+        if i > 0:
+            lat.append((t1 - t0) * 1e6)
+            ker.append((t2 - t0) * 1e6)
+        del x
+    a.send_bytes(b"")
+    cons.join(120)
+    return lat, ker
+
+
 # ---- many small tensors ---------------------------------------------------
 
 
@@ -487,8 +589,16 @@ def main():
                           f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
                           f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,,",
                           flush=True)
+
+                def pf_row():
+                    lat, ker = run_pyfloor(ctx, size, pattern, idle, n)
+                    print(f"py-floor,cuda-ipc,{pattern},{idle * 1e3:g},{label},{len(lat)},"
+                          f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
+                          f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,,",
+                          flush=True)
                 if not label_sfx:
                     case(f"torch.mp {label} {pattern} {idle}", mp_row)
+                    case(f"py-floor {label} {pattern} {idle}", pf_row)
                 for vmm, lib in ((False, "torch"), (False, "cupy"), (True, "torch")):
                     if lib == "cupy" and not HAVE_CUPY:
                         continue

@@ -6,7 +6,8 @@ tests/bench/gpu_run.sh run and prints, per idle time, size and pattern:
 the C library against the driver floor (target: at most 2x) and against
 the relay floor (the driver floor through one forwarding process: the
 least any brokered handoff costs), Python against torch.mp (target: at most
-0.5x), with the relay floor beside each target, reused Python handoffs
+0.5x), with the relay floor and the Python floor (py-floor rows) beside
+each target, reused Python handoffs
 against the socket round trip, warm and after the same idle (target: at
 most 3x), and 1000 x 64 KiB (target: torch.mp at least 3x slower).
 
@@ -81,30 +82,44 @@ def med(rs, system, key, idle=None):
 
 
 def bound_table(py, c):
-    """The Python target (half of torch.mp's time) beside the relay floor:
-    the driver calls and one forwarding process, no daemon and no Python.
-    Where the target is below that floor, no brokered handoff can meet it."""
-    print("### The Python target against the relay floor (p50 µs)\n")
+    """The Python target (half of torch.mp's time) beside the floors: the
+    relay floor (the driver calls and one forwarding process, no daemon and
+    no Python) and the Python floor (gpu_handoff's py-floor: the driver
+    calls through ctypes, the handle over a pipe, torch.as_tensor of a bare
+    interface; no broker, no library), to which the broker's hop (relay
+    minus floor, from C) is added.  Where the target is below a floor, no
+    brokered handoff from Python can meet it."""
+    print("### The Python target against the floors (p50 µs)\n")
     print("The relay floor is the C driver floor through one forwarding process: the "
           "least a handoff through any broker costs, with no daemon work and no Python. "
-          "Where half of torch.mp's time is below it, the target is out of reach of any "
-          "brokered design by the difference.\n")
+          "The Python floor is the same driver calls made from Python (ctypes), the "
+          "handle over a pipe and `torch.as_tensor` of a bare CUDA Array Interface, "
+          "with no broker and no library; the broker's hop (relay floor minus driver "
+          "floor, C) is added to it. Where half of torch.mp's time is below a floor, "
+          "the target is out of reach of any brokered handoff from Python by the "
+          "difference.\n")
     print("| idle, size | pattern | torch.mp | target (0.5×) | relay floor, cuda-ipc | "
-          "target − relay floor | gpuipc Python | gpuipc − relay floor |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "target − relay floor | Python floor | + broker hop | target − that | "
+          "gpuipc Python | gpuipc − that |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for idle in ("2", "50"):
         for s in SIZES:
             for pat in ("reused", "fresh"):
                 mp = pick(py, system="torch.mp", pattern=pat, idle_ms=idle, size=s)
                 rl = pick(c, system="relay", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
+                fl = pick(c, system="floor", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
+                pf = pick(py, system="py-floor", pattern=pat, idle_ms=idle, size=s)
                 g = pick(py, system="gpuipc", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
                 if not mp or not rl:
                     continue
                 t = f(mp, "tensor_p50_us") / 2
                 r = f(rl, "usable_p50_us")
+                hop = r - f(fl, "usable_p50_us") if fl else float("nan")
+                pv = (f(pf, "tensor_p50_us") if pf else float("nan")) + hop
                 gv = f(g, "tensor_p50_us") if g else float("nan")
                 print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
-                      f"{t - r:+.0f} | {gv:.0f} | {gv - r:+.0f} |")
+                      f"{t - r:+.0f} | {pv - hop:.0f} | {pv:.0f} | {t - pv:+.0f} | "
+                      f"{gv:.0f} | {gv - pv:+.0f} |")
     print()
 
 

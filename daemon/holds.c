@@ -54,6 +54,26 @@ static void tell_unmapped(struct daemon *d, const struct alloc *a)
                 send_alloc_event(owner, "unmapped", a->id);
 }
 
+/* Room for one more in a connection's list of n allocations (its holds,
+ * its lingering ones), at most max: -ENOBUFS past it, -ENOMEM. */
+static int room_for_one(struct alloc ***list, uint32_t n, uint32_t *cap, uint32_t max)
+{
+        struct alloc **p;
+        uint32_t want;
+
+        if (n >= max)
+                return -ENOBUFS;
+        if (n < *cap)
+                return 0;
+        want = *cap ? *cap * 2 : 8;
+        p = realloc(*list, want * sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        *list = p;
+        *cap = want;
+        return 0;
+}
+
 /* a no longer lingers for its producer (if it did). */
 static void linger_remove(struct alloc *a)
 {
@@ -73,16 +93,10 @@ static void linger_remove(struct alloc *a)
  * producer o says `unmap`.  -ENOBUFS past max-leases of them. */
 static int linger_add(struct conn *o, struct alloc *a)
 {
-        if (o->n_lingers >= o->d->cfg.max_leases)
-                return -ENOBUFS;
-        if (o->n_lingers == o->cap_lingers) {
-                uint32_t cap = o->cap_lingers ? o->cap_lingers * 2 : 8;
-                struct alloc **p = realloc(o->lingers, cap * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                o->lingers = p;
-                o->cap_lingers = cap;
-        }
+        int k = room_for_one(&o->lingers, o->n_lingers, &o->cap_lingers, o->d->cfg.max_leases);
+
+        if (k < 0)
+                return k;
         o->lingers[o->n_lingers++] = a;
         a->linger_owner = o;
         return 0;
@@ -115,16 +129,9 @@ int holds_take_part(struct conn *c, unsigned kind, struct reg_cuda *rc)
         for (uint32_t i = 0; i < a->n_holders; i++)
                 if (a->holders[i] == c)
                         return 0;
-        if (c->n_holds >= c->d->cfg.max_leases)
-                return -ENOBUFS;
-        if (c->n_holds == c->cap_holds) {
-                uint32_t cap = c->cap_holds ? c->cap_holds * 2 : 8;
-                struct alloc **p = realloc(c->holds, cap * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                c->holds = p;
-                c->cap_holds = cap;
-        }
+        k = room_for_one(&c->holds, c->n_holds, &c->cap_holds, c->d->cfg.max_leases);
+        if (k < 0)
+                return k;
         k = alloc_hold_add(a, c);
         if (k <= 0)
                 return k;

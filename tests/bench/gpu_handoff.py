@@ -277,12 +277,11 @@ def mp_consumer(q, res, ready):
         res.put((i, t1, t2, bad))
 
 
-def run_mp(ctx, size, pattern, idle, rounds):
-    q, res, ready = ctx.Queue(), ctx.Queue(), ctx.Event()
-    cons = ctx.Process(target=mp_consumer, args=(q, res, ready))
-    cons.start()
-    if not ready.wait(120):
-        raise SystemExit("gpu_handoff: the torch.mp consumer did not start")
+def producer_rounds(size, pattern, idle, rounds, res, what, hand):
+    """The producer's side of run_mp and run_pyfloor: each round a new
+    tensor (a new block after empty_cache() when fresh), the idle time,
+    then hand(i, x), timed from its call to the consumer's (i, t1, t2,
+    bad) on res.  Round 0 warms up and is left out."""
     lat, ker = [], []
     for i in range(rounds):
         if pattern == "fresh":
@@ -291,14 +290,25 @@ def run_mp(ctx, size, pattern, idle, rounds):
         torch.cuda.synchronize()
         time.sleep(idle)
         t0 = time.monotonic()
-        q.put((i, x))
+        hand(i, x)
         j, t1, t2, bad = res.get(timeout=600)
         if bad:
-            raise SystemExit(f"gpu_handoff: torch.mp saw {bad} wrong bytes")
+            raise SystemExit(f"gpu_handoff: {what} saw {bad} wrong bytes")
         if i > 0:
             lat.append((t1 - t0) * 1e6)
             ker.append((t2 - t0) * 1e6)
         del x
+    return lat, ker
+
+
+def run_mp(ctx, size, pattern, idle, rounds):
+    q, res, ready = ctx.Queue(), ctx.Queue(), ctx.Event()
+    cons = ctx.Process(target=mp_consumer, args=(q, res, ready))
+    cons.start()
+    if not ready.wait(120):
+        raise SystemExit("gpu_handoff: the torch.mp consumer did not start")
+    lat, ker = producer_rounds(size, pattern, idle, rounds, res, "torch.mp",
+                               lambda i, x: q.put((i, x)))
     q.put(None)
     cons.join(120)
     return lat, ker
@@ -378,29 +388,17 @@ def run_pyfloor(ctx, size, pattern, idle, rounds):
         raise SystemExit("gpu_handoff: the py-floor consumer did not start")
     cu, Handle = _libcuda()
     h, base, asz = Handle(), ctypes.c_uint64(), ctypes.c_size_t()
-    fresh, have = pattern == "fresh", 0
-    lat, ker = [], []
-    for i in range(rounds):
-        if fresh:
-            torch.cuda.empty_cache()
-        x = torch.full((size,), P, dtype=torch.uint8, device="cuda")
-        torch.cuda.synchronize()
-        time.sleep(idle)
-        t0 = time.monotonic()
+    fresh, have = pattern == "fresh", [0]
+
+    def hand(i, x):
         ptr = x.data_ptr()
-        if fresh or ptr != have:
+        if fresh or ptr != have[0]:
             if (cu.cuIpcGetMemHandle(ctypes.byref(h), ptr) or
                     cu.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(asz), ptr)):
                 raise SystemExit("gpu_handoff: py-floor cuIpcGetMemHandle failed")
-            have = ptr
+            have[0] = ptr
         a.send_bytes(struct.pack("<iQQi", i, ptr - base.value, size, fresh) + bytes(h))
-        j, t1, t2, bad = res.get(timeout=600)
-        if bad:
-            raise SystemExit(f"gpu_handoff: py-floor saw {bad} wrong bytes")
-        if i > 0:
-            lat.append((t1 - t0) * 1e6)
-            ker.append((t2 - t0) * 1e6)
-        del x
+    lat, ker = producer_rounds(size, pattern, idle, rounds, res, "py-floor", hand)
     a.send_bytes(b"")
     cons.join(120)
     return lat, ker
@@ -583,22 +581,16 @@ def main():
         n = rounds if size < (1 << 30) else max(10, rounds * 10 // 16)
         for idle in IDLES:
             for pattern in ("reused", "fresh"):
-                def mp_row():
-                    lat, ker = run_mp(ctx, size, pattern, idle, n)
-                    print(f"torch.mp,cuda-ipc,{pattern},{idle * 1e3:g},{label},{len(lat)},"
-                          f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
-                          f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,,",
-                          flush=True)
-
-                def pf_row():
-                    lat, ker = run_pyfloor(ctx, size, pattern, idle, n)
-                    print(f"py-floor,cuda-ipc,{pattern},{idle * 1e3:g},{label},{len(lat)},"
+                def plain_row(system, run):
+                    lat, ker = run(ctx, size, pattern, idle, n)
+                    print(f"{system},cuda-ipc,{pattern},{idle * 1e3:g},{label},{len(lat)},"
                           f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
                           f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,,",
                           flush=True)
                 if not label_sfx:
-                    case(f"torch.mp {label} {pattern} {idle}", mp_row)
-                    case(f"py-floor {label} {pattern} {idle}", pf_row)
+                    for system, run in (("torch.mp", run_mp), ("py-floor", run_pyfloor)):
+                        case(f"{system} {label} {pattern} {idle}",
+                             lambda s=system, r=run: plain_row(s, r))
                 for vmm, lib in ((False, "torch"), (False, "cupy"), (True, "torch")):
                     if lib == "cupy" and not HAVE_CUPY:
                         continue

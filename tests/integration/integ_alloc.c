@@ -357,24 +357,50 @@ Test(alloc, cacheable_ipc_stays_mapped_until_unmapped)
         gpuipc_client_free(c);
 }
 
+/* Tells the cacheipc producer to unregister and free, while c waits in a
+ * lookup of next, a name nobody registers: c must let go of the mapping
+ * from inside that wait (uncache), and the producer's wait_unmapped end. */
+static void producer_frees(struct h_child *prod, gpuipc_client *c, const char *next)
+{
+        gpuipc_view *v = NULL;
+        char line[128];
+
+        send_line(prod, "unregister\n");
+        cr_assert_eq(gpuipc_view_lookup(c, next, 1500, 0, &v), -ETIMEDOUT);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
+        expect_line(prod, "unmapped 0", line, sizeof(line));
+        end_child(prod);
+}
+
+/* A cacheipc producer under prefix whose NAME/a a new client looked up
+ * and released, and which then unregistered both names and registered the
+ * same block again as NAME/c.  Returns the client. */
+static gpuipc_client *registered_again(struct h_child *prod, const char *prefix,
+                                       const char *seed)
+{
+        char line[128], name[64];
+        gpuipc_client *c;
+
+        spawn(prod, "cacheipc", prefix, seed);
+        expect_line(prod, "ready", line, sizeof(line));
+        c = connect_client();
+        snprintf(name, sizeof(name), "%s/a", prefix);
+        cr_assert_eq(gpuipc_view_release(lookup(c, name)), 0);
+        expect_line(prod, "released 0", line, sizeof(line));
+        send_line(prod, "again\n");
+        expect_line(prod, "again 0", line, sizeof(line));
+        return c;
+}
+
 /* A block the producer registers again after its last unregister (a
  * caching allocator handing it back) stays mapped in between: the daemon
  * tells holders to let go only when the producer is about to free it. */
 Test(alloc, cacheable_ipc_stays_mapped_over_reregistration)
 {
         struct h_child prod;
-        gpuipc_client *c;
+        gpuipc_client *c = registered_again(&prod, "cr/t", "16");
         gpuipc_view *v;
-        char line[128];
 
-        spawn(&prod, "cacheipc", "cr/t", "16");
-        expect_line(&prod, "ready", line, sizeof(line));
-        c = connect_client();
-        v = lookup(c, "cr/t/a");
-        cr_assert_eq(gpuipc_view_release(v), 0);
-        expect_line(&prod, "released 0", line, sizeof(line));
-        send_line(&prod, "again\n");
-        expect_line(&prod, "again 0", line, sizeof(line));
         usleep(100 * 1000);
         cr_assert_eq(gpuipc_client_ping(c), 0);        /* would read an uncache */
         cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0, "no uncache at the last unregister");
@@ -382,13 +408,8 @@ Test(alloc, cacheable_ipc_stays_mapped_over_reregistration)
         check_bytes(gpuipc_view_data(v), 4u << 20, 0, 16);
         cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 1, "registered again: a warm lookup");
         cr_assert_eq(gpuipc_view_release(v), 0);
-        /* The producer's wait_unmapped says unmap: only now do we let go,
-         * answering from inside a waiting lookup. */
-        send_line(&prod, "unregister\n");
-        cr_assert_eq(gpuipc_view_lookup(c, "cr/t/next", 1000, 0, &v), -ETIMEDOUT);
-        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
-        expect_line(&prod, "unmapped 0", line, sizeof(line));
-        end_child(&prod);
+        /* The producer's wait_unmapped says unmap: only now do we let go. */
+        producer_frees(&prod, c, "cr/t/next");
         gpuipc_client_free(c);
 }
 
@@ -397,18 +418,9 @@ Test(alloc, cacheable_ipc_stays_mapped_over_reregistration)
 Test(alloc, lingering_hold_ends_with_the_producer)
 {
         struct h_child prod;
-        gpuipc_client *c;
+        gpuipc_client *c = registered_again(&prod, "cl/t", "17");
         gpuipc_view *v;
-        char line[128];
 
-        spawn(&prod, "cacheipc", "cl/t", "17");
-        expect_line(&prod, "ready", line, sizeof(line));
-        c = connect_client();
-        v = lookup(c, "cl/t/a");
-        cr_assert_eq(gpuipc_view_release(v), 0);
-        expect_line(&prod, "released 0", line, sizeof(line));
-        send_line(&prod, "again\n");
-        expect_line(&prod, "again 0", line, sizeof(line));
         v = lookup(c, "cl/t/c");
         cr_assert_eq(gpuipc_view_release(v), 0);
         /* Unregistered (same uid) without unmap: it lingers for the producer. */
@@ -557,12 +569,7 @@ Test(alloc, uncache_answered_during_a_waiting_lookup)
         v = lookup(c, "cw/t/a");
         cr_assert_eq(gpuipc_view_release(v), 0);
         expect_line(&prod, "released 0", line, sizeof(line));
-        send_line(&prod, "unregister\n");
-        /* Waits 1.5 s for a name nobody registers, while uncache comes. */
-        cr_assert_eq(gpuipc_view_lookup(c, "cw/t/next", 1500, 0, &v), -ETIMEDOUT);
-        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
-        expect_line(&prod, "unmapped 0", line, sizeof(line));
-        end_child(&prod);
+        producer_frees(&prod, c, "cw/t/next");
         gpuipc_client_free(c);
 }
 

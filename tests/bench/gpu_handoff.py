@@ -16,6 +16,8 @@ Before every handoff the producer sleeps the same idle time on every path
 mapped); ``fresh``, ``torch.cuda.empty_cache()`` between rounds, so every
 round is a new cudaMalloc.  Kinds: gpuipc with the default allocator
 (``cuda-ipc``) and with ``expandable_segments:True`` (``cuda-vmm``).  The
+``py-floor`` rows are the least a handoff from Python costs, with no broker
+and no library (see run_pyfloor).  The
 first round of each series is a warm-up and is left out.  Then 1000 tensors
 of 64 KiB handed over back to back: one name each (``gpuipc``), and as eight
 column batches of 125 (``gpuipc-batch``: one register and one lookup per

@@ -330,11 +330,29 @@ class _Holder:
                 pass
 
 
+class _Collected(weakref.ref):
+    """A weak reference to a buffer object that tells its holder when the
+    object is garbage-collected.  Lighter than weakref.finalize, which a
+    lookup's view would otherwise pay for right after a wake, with cold
+    caches: no registry, no exit hook (a process that exits lets go of its
+    leases and mappings anyway)."""
+
+    __slots__ = ("holder",)
+    holder: _Holder
+
+
+_LIVE: "set[_Collected]" = set()       # keeps each _Collected until it fires
+
+
+def _on_collected(ref: "weakref.ReferenceType[Any]") -> None:
+    _LIVE.discard(cast(_Collected, ref))
+    cast(_Collected, ref).holder.collected()
+
+
 class _Memory:
     """Common base: a pointer, a size, a dtype/shape and tracked exports."""
 
     _holder: _Holder
-    _finalizer: Any
 
     def _setup(self, ptr: int, nbytes: int, dtype: Optional[str],
                shape: Optional[Tuple[int, ...]], strides: Optional[Tuple[int, ...]],
@@ -348,9 +366,10 @@ class _Memory:
         self._readonly = readonly
         self._holder = _Holder(free)
         # Garbage collection of this object counts as release()/close(), and
-        # ends its __cuda_array_interface__ export.  One finalizer for both:
-        # a lookup's view is made right after a wake, with cold caches.
-        self._finalizer = weakref.finalize(self, self._holder.collected)
+        # ends its __cuda_array_interface__ export.
+        ref = _Collected(self, _on_collected)
+        ref.holder = self._holder
+        _LIVE.add(ref)
 
     # ---- basic attributes
 
@@ -557,8 +576,7 @@ class _Memory:
     # ---- context manager
 
     def _close(self) -> None:
-        # Not the finalizer: it must still end a __cuda_array_interface__
-        # export when the object is collected.
+        # The collection still ends a __cuda_array_interface__ export.
         self._holder.close()
 
     def __enter__(self):

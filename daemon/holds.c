@@ -192,8 +192,8 @@ void holds_conn_closed(struct conn *c)
         /* Its lingering allocations first: dropping holds may end them.
          * One registered again is told when that registration goes. */
         while (c->n_lingers > 0) {
-                struct alloc *a = c->lingers[c->n_lingers - 1];
-                linger_remove(a);
+                struct alloc *a = c->lingers[--c->n_lingers];
+                a->linger_owner = NULL;  /* linger_remove() without the search */
                 if (a->regs == 0)
                         uncache_all(a);
         }

@@ -621,7 +621,7 @@ class View(_Memory):
         # Device mappings are read-write for the device whatever was asked.
         readonly = not writable and not is_device
         self._setup(lib.gpuipc_view_data(handle) or 0, i.size,
-                    dt.decode("utf-8", "replace") if dt else None, shape, strides, device,
+                    _lib.cstr(dt) or None, shape, strides, device,
                     readonly, _ViewRelease(conn, handle, box=self._box))
 
     @property

@@ -2,9 +2,9 @@
 # GPU handoff benchmark, side by side in one run (issue 13): starts gpuipcd
 # on a temporary socket, runs gpu_bench (C: the driver floor, direct and
 # through a relay process, the C library and the pinned copy; cuda-ipc and
-# cuda-vmm, fresh and reused, 2 and 50 ms idle) and gpu_handoff.py (Python: gpuipc with torch and CuPy consumers
-# against torch.multiprocessing and the Python floor) when torch imports, then gpu_summary.py's
-# ratio tables.  Prints the CSVs on stdout and keeps copies in
+# cuda-vmm, fresh and reused, 2 and 50 ms idle) and gpu_handoff.py (Python:
+# gpuipc with torch and CuPy consumers against torch.multiprocessing and the
+# Python floor) when torch imports, then gpu_summary.py's ratio tables.  Prints the CSVs on stdout and keeps copies in
 # BUILDDIR/bench/gpu.csv, gpu_handoff.csv and gpu_summary.md.
 # GPUIPC_BENCH_C=0 or GPUIPC_BENCH_PY=0 skips a half (then no summary).
 # usage: tests/bench/gpu_run.sh [BUILDDIR] [ROUNDS]      (ROUNDS 16: 15 timed)

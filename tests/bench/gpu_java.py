@@ -2,8 +2,8 @@
 """The GPU handoff benchmark with a Java producer (issue 13): the Java
 binding's registerDevice (tests/gpu/java/GpuBench.java) to the same torch
 consumer as gpu_handoff.py, with the same metric, idle times and patterns.
-Java registers without a cacheable flag (the binding has none), so "reused"
-memory is opened again by the consumer every round.
+"reused" registers with RegisterFlag.CACHEABLE, as gpu_handoff.py's reused
+producer registers cacheable=True, so the consumer keeps the block mapped.
 
 usage: gpu_java.py BUILDDIR [ROUNDS] > gpu_java.csv   (needs java, torch, a
        gpuipcd on $GPUIPC_SOCKET, and `make java-tests` in BUILDDIR)

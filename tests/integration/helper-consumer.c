@@ -1,9 +1,12 @@
 /* helper-consumer: looks a name up and checks every byte of its pattern.
  *
- *   helper-consumer NAME SIZE SEED [--timeout MS] [--hold | --hold-ms MS]
+ *   helper-consumer NAME SIZE SEED [--timeout MS] [--hold | --hold-ms MS | --stay]
  *
  * With --hold it prints "ok" after checking and keeps the lease until its
- * stdin reaches EOF (or it is killed); with --hold-ms, for MS ms.  Exit status says what happened. */
+ * stdin reaches EOF (or it is killed); with --hold-ms, for MS ms.  With
+ * --stay it releases the view, prints "released" and keeps the client (and
+ * so any mapping the library caches) until its stdin reaches EOF.  Exit
+ * status says what happened. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +32,7 @@ int main(int argc, char **argv)
 {
         gpuipc_client *c = NULL;
         gpuipc_view *v = NULL;
-        bool hold = false;
+        bool hold = false, stay = false;
         int timeout = 0, hold_ms = 0, r, ret = OK;
         size_t size;
         uint32_t seed;
@@ -42,6 +45,8 @@ int main(int argc, char **argv)
         for (int i = 4; i < argc; i++) {
                 if (strcmp(argv[i], "--hold") == 0)
                         hold = true;
+                else if (strcmp(argv[i], "--stay") == 0)
+                        stay = true;
                 else if (strcmp(argv[i], "--hold-ms") == 0 && i + 1 < argc)
                         hold_ms = atoi(argv[++i]);
                 else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc)
@@ -88,6 +93,13 @@ int main(int argc, char **argv)
         }
 out:
         r = gpuipc_view_release(v);
+        if (stay && ret == OK && r == 0) {
+                char buf[64];
+                printf("released\n");
+                fflush(stdout);
+                while (read(0, buf, sizeof(buf)) > 0)
+                        ;
+        }
         gpuipc_client_free(c);
         if (ret == OK && r < 0)
                 ret = RELEASE_FAILED;

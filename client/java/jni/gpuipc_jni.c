@@ -477,6 +477,15 @@ JNIEXPORT void FN(waitReleased)(JNIEnv *env, jclass cls, jlong c, jlong id, jint
                              (long long)id);
 }
 
+JNIEXPORT void FN(waitUnmapped)(JNIEnv *env, jclass cls, jlong c, jlong id, jint timeout_ms)
+{
+        int r = gpuipc_reg_wait_unmapped(CLIENT(c), (uint64_t)id, timeout_ms);
+
+        if (r < 0)
+                gpuipc_jni_throw(env, CLIENT(c), r, "await unmapping of registration %lld",
+                             (long long)id);
+}
+
 JNIEXPORT jlong FN(lookup)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname,
                            jint timeout_ms, jint flags)
 {

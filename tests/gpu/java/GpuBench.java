@@ -6,6 +6,7 @@ import java.util.Map;
 
 import org.gpuipc.CudaTestDriver;
 import org.gpuipc.GpuIpcClient;
+import org.gpuipc.RegisterFlag;
 
 /**
  * The Java producer of tests/bench/gpu_java.py: the GPU handoff benchmark's
@@ -16,7 +17,10 @@ import org.gpuipc.GpuIpcClient;
  * with {@link GpuIpcClient#registerDevice} and prints
  * {@code t0 ROUND T0_NS CALL_NS} (System.nanoTime, CLOCK_MONOTONIC on
  * Linux), then waits for the consumer's release, unregisters and, for
- * "fresh", frees.
+ * "fresh", frees. "reused" registers {@link RegisterFlag#CACHEABLE}, as
+ * gpu_handoff.py's reused producer does, so the consumer keeps the block
+ * mapped between rounds; it frees the block after
+ * {@link GpuIpcClient#awaitUnmapped}.
  *
  * <pre>java ... org.gpuipc.gpu.GpuBench PREFIX ROUNDS SIZE IDLE_MS fresh|reused</pre>
  */
@@ -42,7 +46,9 @@ public final class GpuBench {
         boolean fresh = args[4].equals("fresh");
         byte[] data = new byte[size];
         Arrays.fill(data, (byte) 91);
-        long dptr = 0;
+        RegisterFlag[] flags = fresh ? new RegisterFlag[0]
+                : new RegisterFlag[] {RegisterFlag.CACHEABLE};
+        long dptr = 0, last = 0;
         try (GpuIpcClient c = GpuIpcClient.connect()) {
             for (int i = 0; i < rounds; i++) {
                 if (dptr == 0)
@@ -51,17 +57,20 @@ public final class GpuBench {
                 Thread.sleep(idleMs);
                 String name = prefix + "/" + i;
                 long t0 = System.nanoTime();
-                long id = c.registerDevice(name, dptr, size, Map.of());
+                long id = c.registerDevice(name, dptr, size, Map.of(), flags);
                 long t1 = System.nanoTime();
                 System.out.println("t0 " + i + " " + t0 + " " + (t1 - t0));
                 System.out.flush();
                 c.awaitRelease(id, Duration.ofSeconds(120));
                 c.unregister(name);
+                last = id;
                 if (fresh) {
                     CudaTestDriver.free(dptr);
                     dptr = 0;
                 }
             }
+            if (dptr != 0 && !fresh)
+                c.awaitUnmapped(last, Duration.ofSeconds(120));
         } finally {
             if (dptr != 0)
                 CudaTestDriver.free(dptr);

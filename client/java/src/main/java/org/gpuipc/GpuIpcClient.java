@@ -29,7 +29,9 @@ import java.util.regex.Pattern;
  *     caller's (for example a spark-rapids {@code DeviceMemoryBuffer}). For
  *     ordinary {@code cudaMalloc}/pool memory (shared as
  *     {@link BufferKind#CUDA_IPC}) keep it allocated, and this client open,
- *     until {@link #awaitRelease} returns; then unregister and free it.</li>
+ *     until {@link #awaitRelease} returns; then unregister and free it.
+ *     Registered {@link RegisterFlag#CACHEABLE}, it is freed only after
+ *     {@link #awaitUnmapped} returns.</li>
  * </ul>
  *
  * <h2>Errors</h2>
@@ -211,7 +213,9 @@ public final class GpuIpcClient implements AutoCloseable {
      * stays the caller's: keep it allocated and this client open until
      * {@link #awaitRelease} returns, then {@link #unregister} and free it.
      * VMM allocations exportable as POSIX fds become durable
-     * {@link BufferKind#CUDA_VMM} registrations.
+     * {@link BufferKind#CUDA_VMM} registrations. With
+     * {@link RegisterFlag#CACHEABLE} consumers keep the allocation mapped
+     * after their views, until {@link #awaitUnmapped}.
      *
      * @param name    the name, as for {@link #registerHost}
      * @param address the device pointer
@@ -390,6 +394,32 @@ public final class GpuIpcClient implements AutoCloseable {
         int ms = millis(timeout);
         synchronized (this) {
             Native.waitReleased(handle(), id, ms);
+        }
+    }
+
+    /**
+     * For a registration made with {@link RegisterFlag#CACHEABLE}, after
+     * its allocation's last registration is gone ({@link #unregister}):
+     * tells the daemon the producer is about to free the memory and waits
+     * until no consumer keeps it mapped ({@code gpuipc_reg_wait_unmapped}).
+     * Only then may the memory be freed. Until this call, consumers keep the
+     * allocation mapped, so registering the same block again costs them a
+     * warm lookup.
+     *
+     * @param id      a registration id from this client (its last one of
+     *                that allocation)
+     * @param timeout zero: only check; null or negative: wait as long as the
+     *                daemon allows
+     * @throws GpuIpcException {@link GpuIpcException#ETIMEDOUT} when a
+     *         consumer still maps it, {@link GpuIpcException#ENOENT} for an
+     *         unknown id, {@link GpuIpcException#EEXIST} when the allocation
+     *         has been registered again
+     * @throws IllegalStateException if this client is closed
+     */
+    public void awaitUnmapped(long id, Duration timeout) throws GpuIpcException {
+        int ms = millis(timeout);
+        synchronized (this) {
+            Native.waitUnmapped(handle(), id, ms);
         }
     }
 

@@ -168,6 +168,8 @@ final class Native {
 
     static native void waitReleased(long c, long id, int timeoutMs) throws GpuIpcException;
 
+    static native void waitUnmapped(long c, long id, int timeoutMs) throws GpuIpcException;
+
     static native long lookup(long c, byte[] name, int timeoutMs, int flags) throws GpuIpcException;
 
     static native long viewAddress(long v);

@@ -30,7 +30,17 @@ public enum RegisterFlag {
      * handle type), copy it into VMM memory the daemon holds and register
      * that. The record's {@code copied} says why.
      */
-    COPY(0x8);
+    COPY(0x8),
+    /**
+     * Device buffers only ({@code cuda-ipc}, {@code cuda-pool}): a promise
+     * not to free the memory before {@link GpuIpcClient#awaitUnmapped}
+     * returns for its registration, after its last registration is gone. So
+     * consumers keep the allocation mapped after their views, and a block
+     * registered again (a pool handing the same memory back) costs them a
+     * warm lookup instead of an open. Ignored for {@code cuda-vmm} memory,
+     * which the daemon holds itself.
+     */
+    CACHEABLE(0x10);
 
     final int bit;
 

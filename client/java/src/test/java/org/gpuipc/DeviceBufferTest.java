@@ -141,6 +141,54 @@ class DeviceBufferTest {
     }
 
     @Test
+    void cacheableStaysMappedUntilAwaitUnmapped() throws Exception {
+        /* A CACHEABLE block registered again after its unregister (a pool
+         * handing it back): the consumer keeps it mapped after its view, and
+         * awaitUnmapped returns only once the consumer has let go. */
+        int seed = 41, n = 1 << 16;
+        byte[] data = new byte[n];
+        for (int i = 0; i < n; i++)
+            data[i] = TestSupport.hPattern(i, seed);
+        long dptr = CudaTestDriver.alloc(n);
+        try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket)) {
+            CudaTestDriver.copyToDevice(dptr, data);
+            long id = c.registerDevice("dev/cache-a", dptr, n, null, RegisterFlag.CACHEABLE);
+            ProcessBuilder pb = new ProcessBuilder(
+                    TestSupport.buildDir().resolve("tests/helper-consumer").toString(),
+                    "dev/cache-a", Integer.toString(n), Integer.toString(seed), "--stay");
+            pb.environment().put("GPUIPC_SOCKET", daemon.socket);
+            pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+            Process p = pb.start();
+            try (java.io.BufferedReader out = new java.io.BufferedReader(
+                    new java.io.InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+                assertEquals("released", out.readLine());
+                c.awaitRelease(id, Duration.ofSeconds(10));
+                c.unregister("dev/cache-a");
+                /* Registered again and unregistered: still the last registration's
+                 * allocation, still mapped by the consumer. */
+                id = c.registerDevice("dev/cache-b", dptr, n, null, RegisterFlag.CACHEABLE);
+                c.unregister("dev/cache-b");
+                long last = id;
+                GpuIpcException e = assertThrows(GpuIpcException.class,
+                        () -> c.awaitUnmapped(last, Duration.ofMillis(300)));
+                assertEquals(GpuIpcException.ETIMEDOUT, e.code(), e.getMessage());
+                assertTrue(e.getMessage().startsWith("await unmapping of registration"),
+                        e.getMessage());
+            } finally {
+                p.getOutputStream().close();            /* the consumer lets go and exits */
+            }
+            assertTrue(p.waitFor(30, TimeUnit.SECONDS));
+            assertEquals(0, p.exitValue());
+            c.awaitUnmapped(id, Duration.ofSeconds(10));
+            GpuIpcException e = assertThrows(GpuIpcException.class,
+                    () -> c.awaitUnmapped(12345678L, Duration.ZERO));
+            assertEquals(GpuIpcException.ENOENT, e.code(), e.getMessage());
+        } finally {
+            CudaTestDriver.free(dptr);
+        }
+    }
+
+    @Test
     void hostMemoryIsNotDeviceMemory() throws Exception {
         try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket);
              HostBuffer b = c.allocateHost(4096)) {

@@ -60,6 +60,18 @@ class _Conn:
                 raise Error(-107, "the client is closed")  # ENOTCONN
             return fn(0 if self.ptr is None else self.ptr)
 
+    def run(self, op: str, fn: Callable[..., int], *args: Any) -> int:
+        """fn(client, *args) under the lock, as call_checked() runs a
+        closure, without building one: for the calls made right at a
+        handoff, where each layer of Python costs more with cold caches."""
+        with self.lock:
+            if self.ptr is None:
+                raise Unreachable(-107, "the client is closed", op)
+            r = fn(self.ptr, *args)
+            if r < 0:
+                raise self.error(r, op)
+            return r
+
     def call_checked(self, fn: Callable[[int], int], op: str) -> int:
         """Runs fn; on a negative result raises the matching Error with the
         daemon's message (read under the same lock, before any other call)."""
@@ -170,9 +182,10 @@ class _Meta:
             m.user_keys = ctypes.cast(keys, POINTER(c_char_p))
             m.user_values = ctypes.cast(vals, POINTER(c_char_p))
         self.meta = m
+        self._ref = byref(m)
 
     def ref(self):
-        return byref(self.meta)
+        return self._ref
 
 
 def _parse_shape(shape_or_nbytes: ShapeLike, dtype: str) -> Tuple[int, Optional[Tuple[int, ...]]]:
@@ -354,22 +367,22 @@ class Client:
         ``ephemeral`` a registration outlives this process: remove it with
         :meth:`unregister` (or ``gpuipcctl rm``).
         """
-        ttl_ms = _ttl_ms(ttl)
+        args = (name, obj, meta, ephemeral, event, dtype, shape, strides, cuda_ipc,
+                shared_write, copy, cacheable)
+        if ttl is None:     # the common case, one layer less
+            return self._register(*args)
+        return self._with_ttl(_ttl_ms(ttl), "register", self._register, *args)
 
-        return self._with_ttl(ttl_ms, "register", lambda: self._register(
-            name, obj, meta, ephemeral, event, dtype, shape, strides, cuda_ipc, shared_write,
-            copy, cacheable))
-
-    def _with_ttl(self, ttl_ms: int, op: str, fn: Callable[[], int]) -> int:
-        """fn(), a register call, with the C client's TTL set to ttl_ms for
-        it and back to 0 after (it is 0 between calls); without a TTL, fn()
-        alone."""
+    def _with_ttl(self, ttl_ms: int, op: str, fn: Callable[..., int], *args: Any) -> int:
+        """fn(*args), a register call, with the C client's TTL set to ttl_ms
+        for it and back to 0 after (it is 0 between calls); without a TTL,
+        fn(*args) alone."""
         if not ttl_ms:
-            return fn()
+            return fn(*args)
         with self._conn.lock:
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_ttl(c, ttl_ms), op)
             try:
-                return fn()
+                return fn(*args)
             finally:
                 self._conn.call(lambda c: _lib.lib.gpuipc_client_set_ttl(c, 0), closed_ok=True)
 
@@ -385,24 +398,18 @@ class Client:
             flags |= _lib.REGISTER_CACHEABLE
         bname = _name(name)
         rid = c_uint64()
-
-        def finish(d: Optional[str], sh: Optional[Sequence[int]],
-                   st: Optional[Sequence[int]]) -> _Meta:
-            d = dtype_name(dtype) if dtype is not None else d
-            sh = tuple(shape) if shape is not None else sh
-            st = tuple(strides) if strides is not None else (st if shape is None else None)
-            return _meta_for(d, sh, st, meta)
+        over = (dtype, shape, strides, meta)     # the caller's, over what obj says
 
         if isinstance(obj, HostBuffer):
             obj._check_open()
-            m = finish(obj.dtype, obj.shape, None)
+            m = _meta_over(over, obj.dtype, obj.shape, None)
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_hostbuf_register(
                 c, bname, obj._handle, m.ref(), hflags, byref(rid)), "register")
             return rid.value
 
         if isinstance(obj, DeviceBuffer):
             obj._check_open()
-            m = finish(obj.dtype, obj.shape, None)
+            m = _meta_over(over, obj.dtype, obj.shape, None)
             return self._register_cuda(bname, obj.ptr, obj.nbytes, m, event, flags, cuda_ipc,
                                        rid)
 
@@ -416,8 +423,8 @@ class Client:
                 raise ValueError("an empty array cannot be shared")
             if event is None and stream is not None:
                 _cuda_stream_sync(int(stream))
-            return self._register_cuda(bname, ptr, nbytes, finish(d, sh, st), event, flags,
-                                       cuda_ipc, rid)
+            return self._register_cuda(bname, ptr, nbytes, _meta_over(over, d, sh, st), event,
+                                       flags, cuda_ipc, rid)
 
         # Host data: copy once into a new shared buffer.
         src, d, sh = _host_source(obj)
@@ -432,7 +439,7 @@ class Client:
         try:
             dst = (ctypes.c_ubyte * nbytes).from_address(_lib.lib.gpuipc_hostbuf_data(hb))
             memoryview(dst).cast("B")[:] = src
-            m = finish(d, sh, None)
+            m = _meta_over(over, d, sh, None)
             self._conn.call_checked(lambda c: _lib.lib.gpuipc_hostbuf_register(
                 c, bname, hb, m.ref(), hflags, byref(rid)), "register")
         finally:
@@ -445,8 +452,8 @@ class Client:
         if cuda_ipc:
             flags |= _lib.REGISTER_CUDA_IPC
         ev = int(event) if event is not None else None
-        self._conn.call_checked(lambda c: _lib.lib.gpuipc_cuda_register(
-            c, bname, ptr, nbytes, m.ref(), ev, flags, byref(rid)), "register")
+        self._conn.run("register", _lib.lib.gpuipc_cuda_register, bname, ptr, nbytes, m.ref(),
+                       ev, flags, byref(rid))
         return rid.value
 
     def register_batch(self, name: str, columns: Any, *,
@@ -479,8 +486,8 @@ class Client:
         # need no connection.
         built = batch.build(columns, meta, event)
         try:
-            return self._with_ttl(ttl_ms, "register_batch",
-                                  lambda: batch.send(self._conn, bname, built, flags))
+            return self._with_ttl(ttl_ms, "register_batch", batch.send, self._conn, bname,
+                                  built, flags)
         finally:
             built.free()        # send() has freed it, unless it never ran
 
@@ -687,24 +694,25 @@ class Client:
         if owner_uid is not None and not 0 <= owner < 0xffffffff:
             raise ValueError(f"owner_uid {owner_uid} is not a uid")
         out = c_void_p()
-
-        def look(c: int) -> int:
-            return int(_lib.lib.gpuipc_view_lookup(c, b, ms, flags, byref(out)))
-        with self._conn.lock:
+        conn = self._conn
+        v = View._prepared(conn, writable, sync)
+        look = _lib.lib.gpuipc_view_lookup
+        with conn.lock:
             if owner < 0:   # the C client's lookup owner is -1 between calls
-                self._conn.call_checked(look, "lookup")
+                conn.run("lookup", look, b, ms, flags, byref(out))
             else:
-                self._conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_lookup_owner(c, owner),
-                                        "lookup")
+                conn.call_checked(lambda c: _lib.lib.gpuipc_client_set_lookup_owner(c, owner),
+                                  "lookup")
                 try:
-                    self._conn.call_checked(look, "lookup")
+                    conn.run("lookup", look, b, ms, flags, byref(out))
                 finally:
-                    self._conn.call(lambda c: _lib.lib.gpuipc_client_set_lookup_owner(c, -1), True)
+                    conn.call(lambda c: _lib.lib.gpuipc_client_set_lookup_owner(c, -1), True)
             try:
-                return View(self._conn, out.value or 0, writable, sync)
+                v._attach(out.value or 0)
             except BaseException:
                 _lib.lib.gpuipc_view_release(out.value)
                 raise
+            return v
 
     # ---- inspecting
 
@@ -808,6 +816,25 @@ _META_CACHE: Dict[Any, _Meta] = {}
 _META_CACHE_MAX = 64
 
 
+def _meta_over(over: Tuple[Any, Optional[Sequence[int]], Optional[Sequence[int]],
+                           Optional[Mapping[str, str]]],
+               d: Optional[str], sh: Optional[Sequence[int]],
+               st: Optional[Sequence[int]]) -> _Meta:
+    """The metadata register() sends: the dtype, shape and strides read
+    from the object (d, sh, st), each replaced by the caller's (over:
+    dtype, shape, strides and user metadata) where given.  A shape given
+    without strides means C order."""
+    dtype, shape, strides, user = over
+    if dtype is not None:
+        d = dtype_name(dtype)
+    if shape is not None:
+        sh = tuple(shape)
+        st = None
+    if strides is not None:
+        st = tuple(strides)
+    return _meta_for(d, sh, st, user)
+
+
 def _meta_for(d: Optional[str], sh: Optional[Sequence[int]], st: Optional[Sequence[int]],
               user: Optional[Mapping[str, str]]) -> _Meta:
     if user:
@@ -856,19 +883,28 @@ def _torch_layout(obj: Any) -> Optional[_DeviceLayout]:
     # Lazily conjugated or negated views are not their memory's values.
     if getattr(obj, "is_conj", bool)() or getattr(obj, "is_neg", bool)():
         return None
-    d = str(obj.dtype)[6:]          # "torch.float32" -> "float32"
-    if d not in _CAI_DTYPES:
-        return None
-    isz = obj.element_size()
+    dt = obj.dtype
+    known = _TORCH_DTYPES.get(dt)
+    if known is None:
+        name = str(dt)[6:]          # "torch.float32" -> "float32"
+        if name not in _CAI_DTYPES:
+            return None
+        known = (name, obj.element_size())
+        if len(_TORCH_DTYPES) < 64:     # torch's dtypes are a few singletons
+            _TORCH_DTYPES[dt] = known
+    d, isz = known
     sh = tuple(obj.shape)
     st = None if obj.is_contiguous() else tuple(s * isz for s in obj.stride())
-    ptr = obj.data_ptr() if obj.numel() > 0 else 0
+    ptr = obj.data_ptr() if 0 not in sh else 0
     return ptr, extent(sh, st, isz), d, sh, st, None
 
 
 # The torch dtypes whose __cuda_array_interface__ torch can give.
 _CAI_DTYPES = frozenset(("float16", "float32", "float64", "complex64", "complex128",
                          "uint8", "int8", "int16", "int32", "int64", "bool"))
+# torch.dtype -> (name, itemsize), filled as _torch_layout meets them: a
+# dict lookup instead of str() and element_size() at each register.
+_TORCH_DTYPES: Dict[Any, Tuple[str, int]] = {}
 
 
 def _get_cai(obj: Any) -> Optional[Dict[str, Any]]:

@@ -134,18 +134,22 @@ def c_strides(shape: Tuple[int, ...], isize: int) -> Tuple[int, ...]:
 def extent(shape: Tuple[int, ...], strides: Optional[Tuple[int, ...]], isize: int) -> int:
     """Bytes spanned by an array (0 when it has no elements).  Negative strides
     are refused."""
-    if any(n == 0 for n in shape):
+    # Plain loops: this runs in a lookup's export and in register, right
+    # at a handoff, where generators cost more.
+    if 0 in shape:
         return 0
+    n = isize
     if strides is None:
-        n = isize
         for d in shape:
             n *= d
         return n
     if len(strides) != len(shape):
         raise ValueError("strides and shape differ in length")
-    if any(s < 0 for s in strides):
-        raise ValueError("negative strides are not supported")
-    return sum((n - 1) * s for n, s in zip(shape, strides)) + isize
+    for d, s in zip(shape, strides):
+        if s < 0:
+            raise ValueError("negative strides are not supported")
+        n += (d - 1) * s
+    return n
 
 
 # ---- registration records --------------------------------------------------
@@ -266,7 +270,9 @@ class _Holder:
 
     __slots__ = ("_free", "_lock", "exports", "closed", "done", "cai", "__weakref__")
 
-    def __init__(self, free: Callable[[], Any]) -> None:
+    def __init__(self, free: Optional[Callable[[], Any]]) -> None:
+        # None until there is something to free (a view before its lookup
+        # returned).
         self._free: Optional[Callable[[], Any]] = free
         self._lock = threading.Lock()
         self.exports = 0
@@ -357,6 +363,13 @@ class _Memory:
     def _setup(self, ptr: int, nbytes: int, dtype: Optional[str],
                shape: Optional[Tuple[int, ...]], strides: Optional[Tuple[int, ...]],
                device: int, readonly: bool, free: Callable[[], Any]) -> None:
+        self._holder = _Holder(free)
+        self._fill(ptr, nbytes, dtype, shape, strides, device, readonly)
+
+    def _fill(self, ptr: int, nbytes: int, dtype: Optional[str],
+              shape: Optional[Tuple[int, ...]], strides: Optional[Tuple[int, ...]],
+              device: int, readonly: bool) -> None:
+        """The fields, once self._holder has the C object's free function."""
         self._ptr = int(ptr or 0)
         self._nbytes = int(nbytes)
         self._dtype = dtype
@@ -364,7 +377,6 @@ class _Memory:
         self._strides = strides
         self._device = device
         self._readonly = readonly
-        self._holder = _Holder(free)
         # Garbage collection of this object counts as release()/close(), and
         # ends its __cuda_array_interface__ export.
         ref = _Collected(self, _on_collected)
@@ -598,10 +610,31 @@ class View(_Memory):
     """
 
     def __init__(self, conn: Any, handle: int, writable: bool, synced: bool) -> None:
-        lib = _lib.lib
+        self._prepare(conn, writable, synced)
+        self._attach(handle)
+
+    @classmethod
+    def _prepared(cls, conn: Any, writable: bool, synced: bool) -> "View":
+        """A view with no C view yet, for _attach() once the lookup
+        returns: Client.lookup() builds it before the lookup's wait, so
+        that less is left to do after the wake, with cold caches."""
+        v = cls.__new__(cls)
+        v._prepare(conn, writable, synced)
+        return v
+
+    def _prepare(self, conn: Any, writable: bool, synced: bool) -> None:
         self._conn = conn
-        self._handle = handle
         self._synced = synced
+        self._writable = writable
+        self._box: List[Optional[Info]] = [None]
+        self._holder = _Holder(None)
+        self._release = _ViewRelease(conn, 0, box=self._box)
+
+    def _attach(self, handle: int) -> None:
+        """Takes over the C view handle (a lookup's result)."""
+        lib = _lib.lib
+        self._handle = handle
+        self._release.handle = handle
         # Only what the exports need is read now; the whole Info is decoded
         # on first use (or before the release frees the C record).
         # This runs right after a lookup's wait, with cold caches: each field
@@ -616,13 +649,12 @@ class View(_Memory):
         shape = tuple(sp[:nd]) if sp else None
         strides = tuple(tp[:nd]) if tp else None
         dt = i.dtype
-        self._box: List[Optional[Info]] = [None]
         device = lib.gpuipc_view_device(handle) if is_device else -1
         # Device mappings are read-write for the device whatever was asked.
-        readonly = not writable and not is_device
-        self._setup(lib.gpuipc_view_data(handle) or 0, i.size,
-                    _lib.cstr(dt) or None, shape, strides, device,
-                    readonly, _ViewRelease(conn, handle, box=self._box))
+        readonly = not self._writable and not is_device
+        self._fill(lib.gpuipc_view_data(handle) or 0, i.size, _lib.cstr(dt) or None, shape,
+                   strides, device, readonly)
+        self._holder._free = self._release      # last: a failed attach frees nothing
 
     @property
     def info(self) -> Info:

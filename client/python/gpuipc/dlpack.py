@@ -126,9 +126,12 @@ _PyCapsule_IsValid = ctypes.PYFUNCTYPE(c_int, c_void_p, c_char_p)(
 _PyCapsule_GetPointer = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi))
 
-# Capsule names must outlive every capsule: static buffers.
+# Capsule names must outlive every capsule: static buffers, and pointers to
+# them made once (a cast is a foreign call).
 _NAME = ctypes.create_string_buffer(CAPSULE_NAME)
 _NAME_V = ctypes.create_string_buffer(CAPSULE_NAME_VERSIONED)
+_NAME_P = ctypes.cast(_NAME, c_char_p)
+_NAME_V_P = ctypes.cast(_NAME_V, c_char_p)
 
 
 class _Entry:
@@ -168,9 +171,9 @@ def _deleter(addr):  # void deleter(DLManagedTensor *self)
 @_CAPSULE_DESTRUCTOR
 def _capsule_destructor(capsule):
     # Unconsumed capsules still have their original name: free the tensor.
-    for name in (_NAME, _NAME_V):
-        if _PyCapsule_IsValid(capsule, ctypes.cast(name, c_char_p)):
-            _run_deleter(_PyCapsule_GetPointer(capsule, ctypes.cast(name, c_char_p)))
+    for name in (_NAME_P, _NAME_V_P):
+        if _PyCapsule_IsValid(capsule, name):
+            _run_deleter(_PyCapsule_GetPointer(capsule, name))
             return
 
 
@@ -201,35 +204,26 @@ def make_capsule(ptr: int, shape: Sequence[int], strides_bytes: Optional[Sequenc
                 raise ValueError(f"stride {s} is not a multiple of the item size {itemsize}")
             el.append(s // itemsize)
         c_strides = (c_int64 * max(ndim, 1))(*el)
+    # Built by the constructors, which set every field in one call each
+    # (arrays convert to the pointer fields); the struct keeps no
+    # reference to them, _live does.
+    t = DLTensor(ptr, DLDevice(device_type, device_id), ndim, DLDataType(code, bits, 1),
+                 c_shape, c_strides, 0)
     m: Union[DLManagedTensorVersioned, DLManagedTensor]
     if versioned:
-        m = DLManagedTensorVersioned()
-        m.version.major = DLPACK_MAJOR
-        m.version.minor = DLPACK_MINOR
-        m.flags = DLPACK_FLAG_BITMASK_READ_ONLY if readonly else 0
-        name = _NAME_V
+        m = DLManagedTensorVersioned(
+            DLPackVersion(DLPACK_MAJOR, DLPACK_MINOR), None, _deleter,
+            DLPACK_FLAG_BITMASK_READ_ONLY if readonly else 0, t)
+        name = _NAME_V_P
     else:
-        m = DLManagedTensor()
-        name = _NAME
-    t = m.dl_tensor
-    t.data = ptr
-    t.device.device_type = device_type
-    t.device.device_id = device_id
-    t.ndim = ndim
-    t.dtype.code = code
-    t.dtype.bits = bits
-    t.dtype.lanes = 1
-    t.shape = ctypes.cast(c_shape, POINTER(c_int64))
-    t.strides = ctypes.cast(c_strides, POINTER(c_int64)) if c_strides is not None else None
-    t.byte_offset = 0
-    m.manager_ctx = None
-    m.deleter = _deleter
+        m = DLManagedTensor(t, None, _deleter)
+        name = _NAME_P
     addr = ctypes.addressof(m)
     with _lock:
         _live[addr] = _Entry(m, c_shape, c_strides, on_delete)
         stats["created"] += 1
     try:
-        return _PyCapsule_New(addr, ctypes.cast(name, c_char_p), _capsule_destructor)
+        return _PyCapsule_New(addr, name, _capsule_destructor)
     except BaseException:
         _run_deleter(addr)
         raise

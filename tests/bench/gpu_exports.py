@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""The Python binding's own costs on a real GPU (issue 13, item 4), warm,
+median of N calls each, µs:
+
+* register: Client.register() of a torch tensor and of a CuPy array whose
+  allocation the daemon already knows (cacheable, so no driver call beyond
+  the buffer-id check), the C call inside it (gpuipc_cuda_register, timed
+  around the ctypes call), and their difference, what Python adds;
+* lookup: Client.lookup() of a registered name, and the C call inside;
+* exports of a looked-up view: the __cuda_array_interface__ dict, the
+  __dlpack__ capsule, and what torch and CuPy build from them.
+
+One process with two clients: the daemon hands the producer's own pointer
+back to its lookups, so no mapping is opened and every figure is the
+binding's and the library's, not the driver's.
+
+usage: gpu_exports.py [N] > exports.csv     (needs torch with CUDA, a gpuipcd
+       on $GPUIPC_SOCKET; CuPy rows when CuPy imports)
+"""
+import statistics
+import sys
+import time
+
+import torch
+
+import gpuipc
+from gpuipc import _lib
+
+try:
+    import cupy
+except ImportError:
+    cupy = None
+
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+
+
+class CTimer:
+    """Times one libgpuipc entry point as the package calls it."""
+
+    def __init__(self, name):
+        self.last = 0.0
+        fn = getattr(_lib.lib, name)
+
+        def wrap(*a):
+            t = time.perf_counter_ns()
+            r = fn(*a)
+            self.last = (time.perf_counter_ns() - t) / 1e3
+            return r
+        setattr(_lib.lib, name, wrap)
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def main():
+    reg_c, look_c = CTimer("gpuipc_cuda_register"), CTimer("gpuipc_view_lookup")
+    p, c = gpuipc.connect(), gpuipc.connect()
+    rows = []
+
+    def register_rows(what, x):
+        tot, inner = [], []
+        for i in range(N + 1):
+            name = f"ex/{what}/{i}"
+            t = time.perf_counter_ns()
+            p.register(name, x, cacheable=True)
+            d = (time.perf_counter_ns() - t) / 1e3
+            if i:           # the first registers the allocation
+                tot.append(d)
+                inner.append(reg_c.last)
+            p.unregister(name)
+        rows.append((f"register {what}", med(tot), med(inner), med(tot) - med(inner)))
+
+    x = torch.full((1 << 20,), 7, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    register_rows("torch", x)
+    if cupy is not None:
+        y = cupy.full((1 << 20,), 7, dtype=cupy.uint8)
+        cupy.cuda.runtime.deviceSynchronize()
+        register_rows("cupy", y)
+
+    p.register("ex/buf", x, cacheable=True)
+    tot, inner = [], []
+    for _ in range(N):
+        t = time.perf_counter_ns()
+        v = c.lookup("ex/buf")
+        tot.append((time.perf_counter_ns() - t) / 1e3)
+        inner.append(look_c.last)
+        v.release()
+    rows.append(("lookup", med(tot), med(inner), med(tot) - med(inner)))
+
+    def export_row(what, fn, check):
+        out = []
+        for _ in range(N):
+            v = c.lookup("ex/buf")
+            t = time.perf_counter_ns()
+            r = fn(v)
+            out.append((time.perf_counter_ns() - t) / 1e3)
+            if not check(r):
+                raise SystemExit(f"gpu_exports: {what} gave a wrong result")
+            del r
+            v.release()
+            del v
+        rows.append((what, med(out), "", ""))
+
+    ptr = x.data_ptr()
+    export_row("view __cuda_array_interface__",
+               lambda v: v.__cuda_array_interface__, lambda r: r["data"][0] == ptr)
+    export_row("view __dlpack__", lambda v: v.__dlpack__(), lambda r: r is not None)
+    export_row("torch.as_tensor(view)", lambda v: torch.as_tensor(v, device="cuda"),
+               lambda r: r.data_ptr() == ptr)
+    export_row("torch.from_dlpack(view)", torch.from_dlpack, lambda r: r.data_ptr() == ptr)
+    if cupy is not None:
+        export_row("cupy.asarray(view)", cupy.asarray, lambda r: r.data.ptr == ptr)
+        export_row("cupy.from_dlpack(view)", cupy.from_dlpack, lambda r: r.data.ptr == ptr)
+    # What the export costs the consumer's library itself, for comparison.
+    export_row("torch.as_tensor(torch tensor's own interface)",
+               lambda v: torch.as_tensor(_Iface(x.__cuda_array_interface__), device="cuda"),
+               lambda r: r.data_ptr() == ptr)
+    p.unregister("ex/buf")
+    if int((x != 7).sum().item()):
+        raise SystemExit("gpu_exports: the tensor changed")
+
+    print("what,total_p50_us,c_call_p50_us,python_p50_us")
+    for what, a, b, d in rows:
+        fmt = (lambda z: f"{z:.1f}" if z != "" else "")
+        print(f"{what},{fmt(a)},{fmt(b)},{fmt(d)}")
+    p.close()
+    c.close()
+
+
+class _Iface:
+    def __init__(self, d):
+        self.__cuda_array_interface__ = d
+
+
+if __name__ == "__main__":
+    main()

@@ -95,7 +95,8 @@ def bound_table(py, c):
           "The Python floor is the same driver calls made from Python (ctypes), the "
           "handle over a pipe and `torch.as_tensor` of a bare CUDA Array Interface, "
           "with no broker and no library; the broker's hop (relay floor minus driver "
-          "floor, C) is added to it. Where half of torch.mp's time is below a floor, "
+          "floor, C, or 0 where the relay row came out below its floor row) is added "
+          "to it. Where half of torch.mp's time is below a floor, "
           "the target is out of reach of any brokered handoff from Python by the "
           "difference.\n")
     print("| idle, size | pattern | torch.mp | target (0.5×) | relay floor, cuda-ipc | "
@@ -114,11 +115,14 @@ def bound_table(py, c):
                     continue
                 t = f(mp, "tensor_p50_us") / 2
                 r = f(rl, "usable_p50_us")
-                hop = r - f(fl, "usable_p50_us") if fl else float("nan")
-                pv = (f(pf, "tensor_p50_us") if pf else float("nan")) + hop
+                # A hop cannot be negative: a relay row below its floor row
+                # is the two rows' noise, and counts as no hop.
+                hop = max(r - f(fl, "usable_p50_us"), 0.0) if fl else float("nan")
+                pf_v = f(pf, "tensor_p50_us") if pf else float("nan")
+                pv = pf_v + hop
                 gv = f(g, "tensor_p50_us") if g else float("nan")
                 print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
-                      f"{t - r:+.0f} | {pv - hop:.0f} | {pv:.0f} | {t - pv:+.0f} | "
+                      f"{t - r:+.0f} | {pf_v:.0f} | {pv:.0f} | {t - pv:+.0f} | "
                       f"{gv:.0f} | {gv - pv:+.0f} |")
     print()
 

@@ -4,8 +4,10 @@
 # through a relay process, the C library and the pinned copy; cuda-ipc and
 # cuda-vmm, fresh and reused, 2 and 50 ms idle) and gpu_handoff.py (Python:
 # gpuipc with torch and CuPy consumers against torch.multiprocessing and the
-# Python floor) when torch imports, then gpu_summary.py's ratio tables.  Prints the CSVs on stdout and keeps copies in
-# BUILDDIR/bench/gpu.csv, gpu_handoff.csv and gpu_summary.md.
+# Python floor, then gpu_exports.py) when torch imports, then
+# gpu_summary.py's ratio tables.  Prints the CSVs on stdout and keeps
+# copies in BUILDDIR/bench/gpu.csv, gpu_handoff.csv, gpu_exports.csv and
+# gpu_summary.md.
 # GPUIPC_BENCH_C=0 or GPUIPC_BENCH_PY=0 skips a half (then no summary).
 # usage: tests/bench/gpu_run.sh [BUILDDIR] [ROUNDS]      (ROUNDS 16: 15 timed)
 # Build first (here or on a build host, then carry BUILDDIR):
@@ -56,7 +58,8 @@ handoff_py() {
 }
 # Python, side by side in one run: gpuipc (torch consumers) against
 # torch.multiprocessing, reused and fresh blocks, 2 ms and 50 ms idle, and
-# 1000 small tensors (gpu_handoff.py; ROUNDS rounds, the first a warm-up).
+# 1000 small tensors (gpu_handoff.py; ROUNDS rounds, the first a warm-up);
+# then gpu_exports.py's register, lookup and export costs.
 # libgpuipc's driver calls go through the timing shim (timecuda.c) for the
 # profile columns: two clock reads per call.
 if [ "${GPUIPC_BENCH_PY:-1}" = 0 ]; then
@@ -64,6 +67,11 @@ if [ "${GPUIPC_BENCH_PY:-1}" = 0 ]; then
 elif "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
         handoff_py > "$B/bench/gpu_handoff.csv" || rc=1
         cat "$B/bench/gpu_handoff.csv"
+        # The binding's own costs, warm: register, lookup, the exports.
+        GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
+                PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
+                "$PY" "$here/gpu_exports.py" 300 > "$B/bench/gpu_exports.csv" || rc=1
+        cat "$B/bench/gpu_exports.csv"
 else
         echo "gpu_run: torch with CUDA not importable by $PY: Python rows skipped" >&2
 fi

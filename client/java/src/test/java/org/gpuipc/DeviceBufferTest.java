@@ -7,11 +7,15 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -41,6 +45,22 @@ class DeviceBufferTest {
     static void stopDaemon() throws Exception {
         if (daemon != null)
             daemon.close();
+    }
+
+    /** Starts build/tests/HELPER ARGS against the test daemon, stderr inherited. */
+    private static Process startHelper(String helper, String... args) throws IOException {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(TestSupport.buildDir().resolve("tests/" + helper).toString());
+        cmd.addAll(List.of(args));
+        ProcessBuilder pb = new ProcessBuilder(cmd);
+        pb.environment().put("GPUIPC_SOCKET", daemon.socket);
+        pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+        return pb.start();
+    }
+
+    /** A helper's stdout, line by line. */
+    private static BufferedReader lines(Process p) {
+        return new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
     }
 
     @Test
@@ -116,12 +136,8 @@ class DeviceBufferTest {
     @Test
     void cIpcProducerJavaConsumer() throws Exception {
         int seed = 5;
-        ProcessBuilder pb = new ProcessBuilder(
-                TestSupport.buildDir().resolve("tests/helper-cuda-producer").toString(),
-                "ipc", "dev/c-ipc", "0", "1", "1", Integer.toString(seed));
-        pb.environment().put("GPUIPC_SOCKET", daemon.socket);
-        pb.redirectError(ProcessBuilder.Redirect.INHERIT);
-        Process p = pb.start();
+        Process p = startHelper("helper-cuda-producer", "ipc", "dev/c-ipc", "0", "1", "1",
+                Integer.toString(seed));
         try (OutputStream stdin = p.getOutputStream()) {
             byte[] line = new byte[6];
             assertEquals(6, p.getInputStream().readNBytes(line, 0, 6));
@@ -153,14 +169,9 @@ class DeviceBufferTest {
         try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket)) {
             CudaTestDriver.copyToDevice(dptr, data);
             long id = c.registerDevice("dev/cache-a", dptr, n, null, RegisterFlag.CACHEABLE);
-            ProcessBuilder pb = new ProcessBuilder(
-                    TestSupport.buildDir().resolve("tests/helper-consumer").toString(),
-                    "dev/cache-a", Integer.toString(n), Integer.toString(seed), "--stay");
-            pb.environment().put("GPUIPC_SOCKET", daemon.socket);
-            pb.redirectError(ProcessBuilder.Redirect.INHERIT);
-            Process p = pb.start();
-            try (java.io.BufferedReader out = new java.io.BufferedReader(
-                    new java.io.InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+            Process p = startHelper("helper-consumer", "dev/cache-a", Integer.toString(n),
+                    Integer.toString(seed), "--stay");
+            try (BufferedReader out = lines(p)) {
                 assertEquals("released", out.readLine());
                 c.awaitRelease(id, Duration.ofSeconds(10));
                 c.unregister("dev/cache-a");
@@ -203,14 +214,8 @@ class DeviceBufferTest {
     void poolPointerFromACProducer() throws Exception {
         /* helper-alloc pool: two allocations of an exportable stream-ordered
          * pool (cuda-pool); it frees them only after both released events. */
-        ProcessBuilder pb = new ProcessBuilder(
-                TestSupport.buildDir().resolve("tests/helper-alloc").toString(), "pool",
-                "dev/pool", "3");
-        pb.environment().put("GPUIPC_SOCKET", daemon.socket);
-        pb.redirectError(ProcessBuilder.Redirect.INHERIT);
-        Process p = pb.start();
-        try (java.io.BufferedReader out = new java.io.BufferedReader(
-                new java.io.InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+        Process p = startHelper("helper-alloc", "pool", "dev/pool", "3");
+        try (BufferedReader out = lines(p)) {
             assertEquals("ready", out.readLine());
             try (GpuIpcClient c = GpuIpcClient.connect(daemon.socket)) {
                 for (String name : List.of("dev/pool", "dev/pool-b")) {

@@ -412,8 +412,10 @@ public final class GpuIpcClient implements AutoCloseable {
      *                daemon allows
      * @throws GpuIpcException {@link GpuIpcException#ETIMEDOUT} when a
      *         consumer still maps it, {@link GpuIpcException#ENOENT} for an
-     *         unknown id, {@link GpuIpcException#EEXIST} when the allocation
-     *         has been registered again
+     *         id this client did not register {@code CACHEABLE} (a
+     *         {@code cuda-vmm} registration ignores the flag: the daemon
+     *         holds that memory itself), {@link GpuIpcException#EEXIST} when the
+     *         allocation has been registered again
      * @throws IllegalStateException if this client is closed
      */
     public void awaitUnmapped(long id, Duration timeout) throws GpuIpcException {

@@ -75,13 +75,7 @@ class _Conn:
     def call_checked(self, fn: Callable[[int], int], op: str) -> int:
         """Runs fn; on a negative result raises the matching Error with the
         daemon's message (read under the same lock, before any other call)."""
-        with self.lock:
-            if self.ptr is None:
-                raise Unreachable(-107, "the client is closed", op)
-            r = fn(self.ptr)
-            if r < 0:
-                raise self.error(r, op)
-            return r
+        return self.run(op, fn)
 
     def error(self, code: int, op: str) -> Error:
         msg = ""
@@ -695,7 +689,7 @@ class Client:
             raise ValueError(f"owner_uid {owner_uid} is not a uid")
         out = c_void_p()
         conn = self._conn
-        v = View._prepared(conn, writable, sync)
+        v = View._prepared(conn, sync)
         look = _lib.lib.gpuipc_view_lookup
         with conn.lock:
             if owner < 0:   # the C client's lookup owner is -1 between calls
@@ -708,7 +702,7 @@ class Client:
                 finally:
                     conn.call(lambda c: _lib.lib.gpuipc_client_set_lookup_owner(c, -1), True)
             try:
-                v._attach(out.value or 0)
+                v._attach(out.value or 0, writable)
             except BaseException:
                 _lib.lib.gpuipc_view_release(out.value)
                 raise

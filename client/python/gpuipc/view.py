@@ -610,28 +610,28 @@ class View(_Memory):
     """
 
     def __init__(self, conn: Any, handle: int, writable: bool, synced: bool) -> None:
-        self._prepare(conn, writable, synced)
-        self._attach(handle)
+        self._prepare(conn, synced)
+        self._attach(handle, writable)
 
     @classmethod
-    def _prepared(cls, conn: Any, writable: bool, synced: bool) -> "View":
+    def _prepared(cls, conn: Any, synced: bool) -> "View":
         """A view with no C view yet, for _attach() once the lookup
         returns: Client.lookup() builds it before the lookup's wait, so
         that less is left to do after the wake, with cold caches."""
         v = cls.__new__(cls)
-        v._prepare(conn, writable, synced)
+        v._prepare(conn, synced)
         return v
 
-    def _prepare(self, conn: Any, writable: bool, synced: bool) -> None:
+    def _prepare(self, conn: Any, synced: bool) -> None:
         self._conn = conn
         self._synced = synced
-        self._writable = writable
         self._box: List[Optional[Info]] = [None]
         self._holder = _Holder(None)
         self._release = _ViewRelease(conn, 0, box=self._box)
 
-    def _attach(self, handle: int) -> None:
-        """Takes over the C view handle (a lookup's result)."""
+    def _attach(self, handle: int, writable: bool) -> None:
+        """Takes over the C view handle (a lookup's result, writable if it
+        was asked to be)."""
         lib = _lib.lib
         self._handle = handle
         self._release.handle = handle
@@ -651,7 +651,7 @@ class View(_Memory):
         dt = i.dtype
         device = lib.gpuipc_view_device(handle) if is_device else -1
         # Device mappings are read-write for the device whatever was asked.
-        readonly = not self._writable and not is_device
+        readonly = not writable and not is_device
         self._fill(lib.gpuipc_view_data(handle) or 0, i.size, _lib.cstr(dt) or None, shape,
                    strides, device, readonly)
         self._holder._free = self._release      # last: a failed attach frees nothing

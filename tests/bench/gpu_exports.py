@@ -8,7 +8,9 @@ median of N calls each, µs:
   around the ctypes call), and their difference, what Python adds;
 * lookup: Client.lookup() of a registered name, and the C call inside;
 * exports of a looked-up view: the __cuda_array_interface__ dict, the
-  __dlpack__ capsule, and what torch and CuPy build from them.
+  __dlpack__ capsule, and what torch and CuPy build from them, beside
+  torch.as_tensor of a bare interface object made beforehand (what
+  gpu_handoff.py's Python floor builds its tensor from).
 
 One process with two clients: the daemon hands the producer's own pointer
 back to its lookups, so no mapping is opened and every figure is the
@@ -17,6 +19,7 @@ binding's and the library's, not the driver's.
 usage: gpu_exports.py [N] > exports.csv     (needs torch with CUDA, a gpuipcd
        on $GPUIPC_SOCKET; CuPy rows when CuPy imports)
 """
+import os
 import statistics
 import sys
 import time
@@ -24,7 +27,9 @@ import time
 import torch
 
 import gpuipc
-from gpuipc import _lib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_handoff import _CAI, Probe  # noqa: E402
 
 try:
     import cupy
@@ -32,21 +37,7 @@ except ImportError:
     cupy = None
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-
-
-class CTimer:
-    """Times one libgpuipc entry point as the package calls it."""
-
-    def __init__(self, name):
-        self.last = 0.0
-        fn = getattr(_lib.lib, name)
-
-        def wrap(*a):
-            t = time.perf_counter_ns()
-            r = fn(*a)
-            self.last = (time.perf_counter_ns() - t) / 1e3
-            return r
-        setattr(_lib.lib, name, wrap)
+REG, LOOK = "gpuipc_cuda_register", "gpuipc_view_lookup"
 
 
 def med(xs):
@@ -54,7 +45,7 @@ def med(xs):
 
 
 def main():
-    reg_c, look_c = CTimer("gpuipc_cuda_register"), CTimer("gpuipc_view_lookup")
+    pr = Probe([REG, LOOK])     # the C calls, as the package makes them
     p, c = gpuipc.connect(), gpuipc.connect()
     rows = []
 
@@ -67,7 +58,7 @@ def main():
             d = (time.perf_counter_ns() - t) / 1e3
             if i:           # the first registers the allocation
                 tot.append(d)
-                inner.append(reg_c.last)
+                inner.append(pr.dur[REG] * 1e6)
             p.unregister(name)
         rows.append((f"register {what}", med(tot), med(inner), med(tot) - med(inner)))
 
@@ -85,7 +76,7 @@ def main():
         t = time.perf_counter_ns()
         v = c.lookup("ex/buf")
         tot.append((time.perf_counter_ns() - t) / 1e3)
-        inner.append(look_c.last)
+        inner.append(pr.dur[LOOK] * 1e6)
         v.release()
     rows.append(("lookup", med(tot), med(inner), med(tot) - med(inner)))
 
@@ -113,10 +104,11 @@ def main():
     if cupy is not None:
         export_row("cupy.asarray(view)", cupy.asarray, lambda r: r.data.ptr == ptr)
         export_row("cupy.from_dlpack(view)", cupy.from_dlpack, lambda r: r.data.ptr == ptr)
-    # What the export costs the consumer's library itself, for comparison.
-    export_row("torch.as_tensor(torch tensor's own interface)",
-               lambda v: torch.as_tensor(_Iface(x.__cuda_array_interface__), device="cuda"),
-               lambda r: r.data_ptr() == ptr)
+    # What torch itself costs, for comparison: a bare interface, made
+    # beforehand.
+    bare = _CAI(ptr, 1 << 20)
+    export_row("torch.as_tensor(bare interface)",
+               lambda v: torch.as_tensor(bare, device="cuda"), lambda r: r.data_ptr() == ptr)
     p.unregister("ex/buf")
     if int((x != 7).sum().item()):
         raise SystemExit("gpu_exports: the tensor changed")
@@ -127,11 +119,6 @@ def main():
         print(f"{what},{fmt(a)},{fmt(b)},{fmt(d)}")
     p.close()
     c.close()
-
-
-class _Iface:
-    def __init__(self, d):
-        self.__cuda_array_interface__ = d
 
 
 if __name__ == "__main__":

@@ -49,12 +49,19 @@ fi
 PY=${PYTHON:-python3}
 shim=
 [ -f "$B/bench/libtimecuda.so" ] && shim="$B/bench/libtimecuda.so"
-# gpu_handoff.py with this build's libgpuipc (through the timing shim) and
-# package; the caller's environment adds the socket and the pass's settings.
-handoff_py() {
-        GPUIPC_LIBCUDA=$shim GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
+# bench_py LIBCUDA SCRIPT ARGS...: a bench script with this build's
+# libgpuipc and package, and GPUIPC_LIBCUDA=LIBCUDA (empty: the driver);
+# the caller's environment adds the socket and the pass's settings.
+bench_py() {
+        libcuda=$1 script=$2
+        shift 2
+        GPUIPC_LIBCUDA=$libcuda GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
                 PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
-                "$PY" "$here/gpu_handoff.py" "${PYROUNDS:-$ROUNDS}"
+                "$PY" "$here/$script" "$@"
+}
+# gpu_handoff.py, its driver calls through the timing shim.
+handoff_py() {
+        bench_py "$shim" gpu_handoff.py "${PYROUNDS:-$ROUNDS}"
 }
 # Python, side by side in one run: gpuipc (torch consumers) against
 # torch.multiprocessing, reused and fresh blocks, 2 ms and 50 ms idle, and
@@ -68,9 +75,7 @@ elif "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
         handoff_py > "$B/bench/gpu_handoff.csv" || rc=1
         cat "$B/bench/gpu_handoff.csv"
         # The binding's own costs, warm: register, lookup, the exports.
-        GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
-                PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
-                "$PY" "$here/gpu_exports.py" 300 > "$B/bench/gpu_exports.csv" || rc=1
+        bench_py "${GPUIPC_LIBCUDA:-}" gpu_exports.py 300 > "$B/bench/gpu_exports.csv" || rc=1
         cat "$B/bench/gpu_exports.csv"
 else
         echo "gpu_run: torch with CUDA not importable by $PY: Python rows skipped" >&2

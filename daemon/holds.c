@@ -74,6 +74,16 @@ static int room_for_one(struct alloc ***list, uint32_t n, uint32_t *cap, uint32_
         return 0;
 }
 
+/* Where allocation id is in a connection's list of n (its holds, its
+ * lingering ones), or -1.  Linear: the lists are bounded by max-leases. */
+static int64_t index_of(struct alloc *const *list, uint32_t n, uint64_t id)
+{
+        for (uint32_t i = 0; i < n; i++)
+                if (list[i]->id == id)
+                        return i;
+        return -1;
+}
+
 /* a no longer lingers for its producer (if it did). */
 static void linger_remove(struct alloc *a)
 {
@@ -228,13 +238,13 @@ int op_unhold(struct req *q)
                         return req_fail(q, -EINVAL, "allocs[%u] is not a uint", j);
         }
         /* Unknown ids are ignored: the hold may have gone with a restart. */
-        for (uint32_t j = 0; j < ids->via.array.size; j++)
-                for (uint32_t i = 0; i < c->n_holds; i++)
-                        if (c->holds[i]->id == ids->via.array.ptr[j].via.u64) {
-                                drop(c, i);
-                                n++;
-                                break;
-                        }
+        for (uint32_t j = 0; j < ids->via.array.size; j++) {
+                int64_t i = index_of(c->holds, c->n_holds, ids->via.array.ptr[j].via.u64);
+                if (i >= 0) {
+                        drop(c, (uint32_t)i);
+                        n++;
+                }
+        }
         reply_start(&o, q->seq, 1);
         proto_pack_ku64(&o.pk, "dropped", n);
         (void)reply_send(c, q->seq, &o, NULL);
@@ -246,15 +256,15 @@ int op_unhold(struct req *q)
 int op_unmap(struct req *q)
 {
         struct conn *c = q->c;
-        struct alloc *a = NULL;
+        struct alloc *a;
         struct proto_out o;
         uint64_t id, n = 0;
+        int64_t i;
 
         if (proto_get_u64(q->m, "alloc", &id) < 0)
                 return req_fail(q, -EINVAL, "alloc must be a uint (an allocation id)");
-        for (uint32_t i = 0; i < c->n_lingers && !a; i++)
-                if (c->lingers[i]->id == id)
-                        a = c->lingers[i];
+        i = index_of(c->lingers, c->n_lingers, id);
+        a = i >= 0 ? c->lingers[i] : NULL;
         /* Not lingering here: ended already (`unmapped` was sent), its
          * holders were told, or not this connection's.  Nothing to do. */
         if (a && a->regs > 0)

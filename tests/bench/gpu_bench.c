@@ -345,9 +345,11 @@ static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
                                 close(fd);
                 }
                 t1 = now_us();
-                send_rec(R_T0, i, t0, t1 - t0, 0);
                 if (io_all(sock, &b, 1, false))         /* the consumer let go */
                         return 1;
+                /* Reported only now: a write to the orchestrator would wake
+                 * it while the handoff is under way. */
+                send_rec(R_T0, i, t0, t1 - t0, 0);
                 if (g->sys == S_GPUIPC)
                         GK(gpuipc_name_unregister(c, name));
                 if (g->fresh) {

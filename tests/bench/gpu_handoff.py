@@ -39,12 +39,14 @@ second pass of gpuipc alone, with other settings); $GPU_HANDOFF_TENSOR=dlpack
 makes the torch consumers use ``torch.from_dlpack(view)`` instead of
 ``torch.as_tensor(view, device="cuda")``.
 
-Profile columns (gpuipc rows): the C call under Python's register, the
-driver time inside it (when $GPUIPC_LIBCUDA is the timecuda shim, as
-gpu_run.sh sets it), when the consumer's C lookup and its Python lookup
-returned (from the producer's call), the driver time inside the lookup,
-the driver calls of the last round, and the Python time of the register
-before its C call began.
+Profile columns (gpuipc rows, with $GPU_HANDOFF_PROFILE=1; NaN without):
+the C call under Python's register, the driver time inside it (when
+$GPUIPC_LIBCUDA is the timecuda shim, as gpu_run.sh's profile pass sets it),
+when the consumer's C lookup and its Python lookup returned (from the
+producer's call), the driver time inside the lookup, the driver calls of the
+last round, and the Python time of the register before its C call began.
+With $GPUIPC_TRACE_DIR set (a trace build's), the Python side's points go
+there too, for trace_summary.py.
 """
 import os
 import statistics
@@ -84,16 +86,28 @@ def warm_cuda():
 # ---- profile: the C calls under the Python ones, the driver under both ---
 
 
+# $GPU_HANDOFF_PROFILE=1: time the C calls under the Python ones (Probe).
+# Off by default: its wrapper is a Python call and two clock reads on each
+# side of the handoff, cold after the idle time, which the other rows do
+# not pay.
+PROFILE = os.environ.get("GPU_HANDOFF_PROFILE", "") == "1"
+
+
 class Probe:
     """Times libgpuipc's C entry points as Python calls them, and, when
     GPUIPC_LIBCUDA is the timecuda shim (tests/bench/timecuda.c), the driver
-    calls libgpuipc makes.  Everything is read per round."""
+    calls libgpuipc makes.  Everything is read per round.  Without
+    PROFILE it wraps nothing, and its times are NaN."""
 
     def __init__(self, names):
         import ctypes
         from gpuipc import _lib
-        self.t_end = {}
-        self.dur = {}
+        self.t_end = dict.fromkeys(names, float("nan"))
+        self.dur = dict.fromkeys(names, float("nan"))
+        self.shim = None
+        self._c = ctypes
+        if not PROFILE:
+            return
         for n in names:
             fn = getattr(_lib.lib, n)
 
@@ -105,14 +119,12 @@ class Probe:
                 self.t_end[_n] = e
                 return r
             setattr(_lib.lib, n, wrap)
-        self.shim = None
         path = os.environ.get("GPUIPC_LIBCUDA", "")
         if "timecuda" in path:
             self.shim = ctypes.CDLL(path)
             self.shim.timecuda_get.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p),
                                                ctypes.POINTER(ctypes.c_ulonglong),
                                                ctypes.POINTER(ctypes.c_ulonglong)]
-        self._c = ctypes
 
     def driver(self):
         """{entry point: (calls, ns)} so far."""
@@ -126,6 +138,20 @@ class Probe:
             out[name.value.decode()] = (calls.value, ns.value)
             i += 1
         return out
+
+
+def write_marks(marks):
+    """The Python side's points, as $GPUIPC_TRACE_DIR/trace.PID-py in
+    proto/trace.h's format, beside a trace build's own files
+    (trace_summary.py puts both under one process)."""
+    d = os.environ.get("GPUIPC_TRACE_DIR")
+    if not d:
+        return
+    with open(os.path.join(d, f"trace.{os.getpid()}-py"), "w") as f:
+        for t, point in marks:
+            if t != t:      # NaN: a Probe time without PROFILE
+                continue
+            f.write(f"{t * 1e6:.3f} {point} 0\n")
 
 
 def driver_delta(a, b):
@@ -153,6 +179,7 @@ def gi_consumer(prefix, n, res, ready, lib="torch"):
         assert int((w != P).sum()) == 0
     pr = Probe(["gpuipc_view_lookup"])
     c = gpuipc.connect()
+    marks = []
     ready.set()
     for i in range(n):
         d0 = pr.driver()
@@ -177,6 +204,9 @@ def gi_consumer(prefix, n, res, ready, lib="torch"):
         v.release()
         del v
         res.put((i, t1, t2, bad, pr.t_end["gpuipc_view_lookup"], t_lk, drv, calls))
+        marks.extend(((pr.t_end["gpuipc_view_lookup"], "p.lookup_c_ret"),
+                      (t_lk, "p.lookup_ret"), (t1, "p.tensor")))
+    write_marks(marks)
     c.close()
 
 
@@ -185,6 +215,7 @@ def gi_producer(prefix, n, size, pattern, idle, res, go):
     warm_cuda()
     pr = Probe(["gpuipc_cuda_register"])
     c = gpuipc.connect()
+    marks = []
     go.wait()
     for i in range(n):
         if pattern == "fresh":
@@ -196,14 +227,21 @@ def gi_producer(prefix, n, size, pattern, idle, res, go):
         t0 = time.monotonic()
         rid = c.register(f"{prefix}/{i}", x, cacheable=(pattern == "reused"))
         t_reg = time.monotonic()
+        c.wait_released(rid, timeout=120)
+        # Read and reported only now: the shim's table takes tens of µs to
+        # read, and a queue's put wakes its feeder thread and the parent,
+        # which would run beside the consumer's side of the handoff.
         drv, calls = driver_delta(d0, pr.driver())
-        c_start = pr.t_end["gpuipc_cuda_register"] - pr.dur["gpuipc_cuda_register"]
+        c_end = pr.t_end["gpuipc_cuda_register"]
+        c_start = c_end - pr.dur["gpuipc_cuda_register"]
         res.put(("t0", i, t0, t_reg - t0, pr.dur["gpuipc_cuda_register"], drv, calls,
                  c_start - t0))
-        c.wait_released(rid, timeout=120)
+        marks.extend(((t0, "p.call"), (c_start, "p.c_call"), (c_end, "p.c_ret"),
+                      (t_reg, "p.ret")))
         if pattern == "fresh":
             c.unregister(f"{prefix}/{i}")
         del x
+    write_marks(marks)
     kind = c.stat(f"{prefix}/{n - 1}").kind if pattern == "reused" else ""
     if pattern == "reused":
         # cuda-vmm registrations are durable: give the memory back.

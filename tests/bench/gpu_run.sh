@@ -59,16 +59,15 @@ bench_py() {
                 PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
                 "$PY" "$here/$script" "$@"
 }
-# gpu_handoff.py, its driver calls through the timing shim.
+# gpu_handoff.py on the driver itself (no timing shim, no Probe: its
+# profile columns stay NaN; see the profile pass below).
 handoff_py() {
-        bench_py "$shim" gpu_handoff.py "${PYROUNDS:-$ROUNDS}"
+        bench_py "${GPUIPC_LIBCUDA:-}" gpu_handoff.py "${PYROUNDS:-$ROUNDS}"
 }
 # Python, side by side in one run: gpuipc (torch consumers) against
 # torch.multiprocessing, reused and fresh blocks, 2 ms and 50 ms idle, and
 # 1000 small tensors (gpu_handoff.py; ROUNDS rounds, the first a warm-up);
 # then gpu_exports.py's register, lookup and export costs.
-# libgpuipc's driver calls go through the timing shim (timecuda.c) for the
-# profile columns: two clock reads per call.
 if [ "${GPUIPC_BENCH_PY:-1}" = 0 ]; then
         echo "gpu_run: Python rows skipped (GPUIPC_BENCH_PY=0)" >&2
 elif "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -79,6 +78,18 @@ elif "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
         cat "$B/bench/gpu_exports.csv"
 else
         echo "gpu_run: torch with CUDA not importable by $PY: Python rows skipped" >&2
+fi
+
+# GPUIPC_BENCH_PROFILE=1: a pass of the gpuipc rows with the profile
+# columns (GPU_HANDOFF_PROFILE=1: the C calls under the Python ones timed,
+# libgpuipc's driver calls through the timing shim, timecuda.c), appended as
+# system "gpuipc-profile" (GPU_HANDOFF_SIZES, default 1MiB; no small
+# tensors).  Apart from the other rows: the timing is a Python call and
+# clock reads on each side of the handoff.
+if [ "${GPUIPC_BENCH_PROFILE:-0}" = 1 ] && [ "${GPUIPC_BENCH_PY:-1}" != 0 ] && [ -n "$shim" ]; then
+        GPU_HANDOFF_PROFILE=1 GPU_HANDOFF_LABEL=-profile GPU_HANDOFF_SIZES=${GPU_HANDOFF_SIZES:-1MiB} \
+                GPU_HANDOFF_MANY=0 bench_py "$shim" gpu_handoff.py "${PYROUNDS:-$ROUNDS}" |
+                tail -n +2 >> "$B/bench/gpu_handoff.csv" || rc=1
 fi
 
 # GPUIPC_BENCH_BUSY_US=N: a second pass of the gpuipc rows with busy polling

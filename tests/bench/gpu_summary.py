@@ -81,6 +81,20 @@ def med(rs, system, key, idle=None):
     return statistics.median(v) if v else float("nan")
 
 
+def py_floor_hop(py, c, pat, idle, s):
+    """The Python floor of a case plus the broker's hop (relay floor minus
+    driver floor, C, cuda-ipc; a relay row below its floor row is the two
+    rows' noise, and counts as no hop): the least a brokered handoff from
+    Python costs.  (Python floor, that sum), NaN where a row is missing."""
+    rl = pick(c, system="relay", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
+    fl = pick(c, system="floor", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
+    pf = pick(py, system="py-floor", pattern=pat, idle_ms=idle, size=s)
+    hop = (max(f(rl, "usable_p50_us") - f(fl, "usable_p50_us"), 0.0) if rl and fl
+           else float("nan"))
+    pf_v = f(pf, "tensor_p50_us") if pf else float("nan")
+    return pf_v, pf_v + hop
+
+
 def bound_table(py, c):
     """The Python target (half of torch.mp's time) beside the floors: the
     relay floor (the driver calls and one forwarding process, no daemon and
@@ -108,18 +122,12 @@ def bound_table(py, c):
             for pat in ("reused", "fresh"):
                 mp = pick(py, system="torch.mp", pattern=pat, idle_ms=idle, size=s)
                 rl = pick(c, system="relay", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
-                fl = pick(c, system="floor", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
-                pf = pick(py, system="py-floor", pattern=pat, idle_ms=idle, size=s)
                 g = pick(py, system="gpuipc", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
                 if not mp or not rl:
                     continue
                 t = f(mp, "tensor_p50_us") / 2
                 r = f(rl, "usable_p50_us")
-                # A hop cannot be negative: a relay row below its floor row
-                # is the two rows' noise, and counts as no hop.
-                hop = max(r - f(fl, "usable_p50_us"), 0.0) if fl else float("nan")
-                pf_v = f(pf, "tensor_p50_us") if pf else float("nan")
-                pv = pf_v + hop
+                pf_v, pv = py_floor_hop(py, c, pat, idle, s)
                 gv = f(g, "tensor_p50_us") if g else float("nan")
                 print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
                       f"{t - r:+.0f} | {pf_v:.0f} | {pv:.0f} | {t - pv:+.0f} | "
@@ -166,11 +174,19 @@ def py_table(py, c):
     for idle, (a, b, g) in idle_rtt.items():
         print(f"| {idle} ms | {a:.1f} | {b:.1f} | {g:.1f} |")
     print()
+    print("The Python floor plus the broker's hop (as in the floor table) is the least a "
+          "brokered handoff from Python costs: where it is over 3× the round trip after "
+          "idle, that floor blocks the target.\n")
     print("| idle, size | system | cuda-ipc reused | / socket rtt | / gpuipc ping "
           "| / socket rtt after idle | / gpuipc ping after idle |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for idle in ("2", "50"):
         for s in SIZES:
+            _, pv = py_floor_hop(py, c, "reused", idle, s)
+            if pv == pv:
+                a, _, gp = idle_rtt[idle]
+                print(f"| {idle} ms, {s} | Python floor + hop | {pv:.0f} | {ratio(pv, sock):.1f} "
+                      f"| {ratio(pv, ping):.1f} | {ratio(pv, a):.1f} | {ratio(pv, gp):.1f} |")
             for system in ("gpuipc", "gpuipc-busy"):
                 g = pick(py, system=system, kind="cuda-ipc", pattern="reused", idle_ms=idle,
                          size=s)

@@ -96,17 +96,17 @@ PROFILE = os.environ.get("GPU_HANDOFF_PROFILE", "") == "1"
 class Probe:
     """Times libgpuipc's C entry points as Python calls them, and, when
     GPUIPC_LIBCUDA is the timecuda shim (tests/bench/timecuda.c), the driver
-    calls libgpuipc makes.  Everything is read per round.  Without
-    PROFILE it wraps nothing, and its times are NaN."""
+    calls libgpuipc makes.  Everything is read per round.  Off (on=False,
+    or PROFILE unset) it wraps nothing, and its times are NaN."""
 
-    def __init__(self, names):
+    def __init__(self, names, on=None):
         import ctypes
         from gpuipc import _lib
         self.t_end = dict.fromkeys(names, float("nan"))
         self.dur = dict.fromkeys(names, float("nan"))
         self.shim = None
         self._c = ctypes
-        if not PROFILE:
+        if not (PROFILE if on is None else on):
             return
         for n in names:
             fn = getattr(_lib.lib, n)

@@ -138,15 +138,15 @@ int holds_take_part(struct conn *c, unsigned kind, struct reg_cuda *rc)
         /* The allocation's holders are few; this connection's holds many. */
         for (uint32_t i = 0; i < a->n_holders; i++)
                 if (a->holders[i] == c)
-                        return 0;
+                        return 1;
         k = room_for_one(&c->holds, c->n_holds, &c->cap_holds, c->d->cfg.max_leases);
         if (k < 0)
                 return k;
-        k = alloc_hold_add(a, c);
-        if (k <= 0)
+        k = alloc_hold_add(a, c);       /* 1: c was not among its holders */
+        if (k < 0)
                 return k;
         c->holds[c->n_holds++] = a;
-        return 0;
+        return 1;
 }
 
 int holds_take(struct conn *c, struct reg *r)

@@ -31,7 +31,9 @@ bool holds_apply(const struct reg *r);
 /* The same for a buffer of kind with CUDA data rc (a batch's part). */
 bool holds_apply_part(unsigned kind, const struct reg_cuda *rc);
 /* A lookup by c with `cache: true` answered with r: hold r's allocation
- * when it is cacheable.  -ENOBUFS past max-leases holds per connection. */
+ * when it is cacheable.  1 when c holds it now (taken here or before), 0
+ * when holds do not apply to r, -ENOBUFS past max-leases holds per
+ * connection, -ENOMEM. */
 int holds_take(struct conn *c, struct reg *r);
 /* The same for a part of a batch. */
 int holds_take_part(struct conn *c, unsigned kind, struct reg_cuda *rc);

@@ -58,8 +58,7 @@ static void hold_parts(struct conn *c, struct reg *r, uint8_t *held)
 
         for (uint32_t i = 0; i < b->n_parts; i++)
                 if (b->parts[i].cuda &&
-                    holds_apply_part(b->parts[i].kind, b->parts[i].cuda) &&
-                    holds_take_part(c, b->parts[i].kind, b->parts[i].cuda) == 0)
+                    holds_take_part(c, b->parts[i].kind, b->parts[i].cuda) > 0)
                         held[i / 8] |= (uint8_t)(1u << (i % 8));
 }
 
@@ -131,7 +130,7 @@ static int lookup_answer(struct conn *c, uint64_t seq, struct reg *r, bool writa
         if (cache && r->batch)
                 hold_parts(c, r, held_parts);
         else
-                held = cache && holds_apply(r) && holds_take(c, r) == 0;
+                held = cache && holds_take(c, r) > 0;
         reply_begin(&o, &m, seq);
         proto_map_ku64(&m, "lease", l->id);
         proto_map_key(&m, "reg");

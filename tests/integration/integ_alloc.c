@@ -458,6 +458,52 @@ Test(alloc, cacheable_hold_ends_with_the_consumer)
         end_child(&prod);
 }
 
+/* A connection keeps at most max-leases allocations mapped past their
+ * views: a cache lookup beyond that is answered but not held, and its
+ * mapping closes with the view. */
+Test(alloc, holds_are_bounded_by_max_leases)
+{
+        struct h_child prod[3];
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char line[128], name[32];
+
+        h_daemon_stop(&h_d);
+        h_daemon_start(&h_d, (const char *const[]){ "--max-leases", "2", NULL });
+        for (int i = 0; i < 3; i++) {
+                char seed[8];
+
+                snprintf(name, sizeof(name), "hb/%d", i);
+                snprintf(seed, sizeof(seed), "%d", 20 + i);
+                spawn(&prod[i], "cacheipc", name, seed);
+                expect_line(&prod[i], "ready", line, sizeof(line));
+        }
+        c = connect_client();
+        for (int i = 0; i < 3; i++) {
+                snprintf(name, sizeof(name), "hb/%d/a", i);
+                v = lookup(c, name);
+                check_bytes(gpuipc_view_data(v), 4u << 20, 0, 20 + (uint32_t)i);
+                cr_assert_eq(gpuipc_view_release(v), 0);
+                expect_line(&prod[i], "released 0", line, sizeof(line));
+                cr_assert_eq(dcount("cuIpcCloseMemHandle"), i < 2 ? 0 : 1,
+                             "allocation %d: held while holds are under max-leases", i);
+        }
+        /* The two held stay mapped: their other blocks are warm lookups. */
+        for (int i = 0; i < 2; i++) {
+                snprintf(name, sizeof(name), "hb/%d/b", i);
+                cr_assert_eq(gpuipc_view_release(lookup(c, name)), 0);
+        }
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 3);
+        for (int i = 0; i < 3; i++)
+                send_line(&prod[i], "unregister\n");
+        gpuipc_client_free(c);  /* closes the two, drops their holds */
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 3);
+        for (int i = 0; i < 3; i++) {
+                expect_line(&prod[i], "unmapped 0", line, sizeof(line));
+                end_child(&prod[i]);
+        }
+}
+
 Test(alloc, not_cacheable_closes_with_the_view)
 {
         const char *ipc[] = { "ipc", "nc/t", "0", "1", "1", "0", NULL };

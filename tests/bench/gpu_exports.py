@@ -45,9 +45,9 @@ def med(xs):
 
 
 def main():
-    # The C calls, as the package makes them: on whatever PROFILE says,
-    # since these rows are warm (the wrapper's own time counts in the
-    # Python column).
+    # The C calls, as the package makes them, timed whatever
+    # GPU_HANDOFF_PROFILE says: these rows are warm (the wrapper's own time
+    # counts in the Python column).
     pr = Probe([REG, LOOK], on=True)
     p, c = gpuipc.connect(), gpuipc.connect()
     rows = []

@@ -35,7 +35,9 @@ runs N passes of the 1000 small tensors (default 3, 0 none), and
 $GPU_HANDOFF_MANY_ROWS (e.g. "torch.mp,gpuipc-batch-pipelined") picks their
 rows; $GPU_HANDOFF_LABEL (e.g. "-busy") is
 appended to the gpuipc rows' system, and then torch.mp is left out (a
-second pass of gpuipc alone, with other settings); $GPU_HANDOFF_TENSOR=dlpack
+second pass of gpuipc alone, with other settings); $GPU_HANDOFF_PASSES=N runs
+each row of a case N times with new processes, the case's rows in turn, and
+reports each row over all its rounds; $GPU_HANDOFF_TENSOR=dlpack
 makes the torch consumers use ``torch.from_dlpack(view)`` instead of
 ``torch.as_tensor(view, device="cuda")``.
 
@@ -600,6 +602,42 @@ def many_mp(ctx, n):
     return (t1 - t0) * 1e6
 
 
+# $GPU_HANDOFF_PASSES=N (default 1): each row of a case runs N times, each
+# time with new processes, the rows of the case in turn; its figures are
+# over all the rounds of all its passes.
+PASSES = max(1, int(os.environ.get("GPU_HANDOFF_PASSES", "1")))
+
+
+def join(acc, res):
+    """A row's results so far (None at first) with one more pass's: the
+    per-round lists joined, a dict's lists too, anything else the last."""
+    if acc is None:
+        return res
+    out = []
+    for a, b in zip(acc, res):
+        if isinstance(b, list):
+            out.append(a + b)
+        elif isinstance(b, dict):
+            out.append({k: a[k] + v if isinstance(v, list) else v for k, v in b.items()})
+        else:
+            out.append(b)
+    return tuple(out)
+
+
+def gi_row(system, vmm, res, pattern, idle, label):
+    """Prints a gpuipc row from run_gpuipc's (joined) results."""
+    lat, ker, reg, kind, p = res
+    k = kind if pattern == "reused" else ("cuda-vmm" if vmm else "cuda-ipc")
+    med = {key: statistics.median(v) for key, v in p.items() if key != "calls"}
+    print(f"{system},{k},{pattern},{idle * 1e3:g},{label},{len(lat)},"
+          f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
+          f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},"
+          f"{statistics.median(reg):.0f},{med['register_c']:.0f},"
+          f"{med['register_driver']:.0f},{med['lookup_c_done']:.0f},"
+          f"{med['lookup_py_done']:.0f},{med['lookup_driver']:.0f},"
+          f"{p['calls']},{med['register_pre_c']:.0f}", flush=True)
+
+
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     ctx = mp.get_context("spawn")
@@ -621,33 +659,38 @@ def main():
         n = rounds if size < (1 << 30) else max(10, rounds * 10 // 16)
         for idle in IDLES:
             for pattern in ("reused", "fresh"):
-                def plain_row(system, run):
-                    lat, ker = run(ctx, size, pattern, idle, n)
-                    print(f"{system},cuda-ipc,{pattern},{idle * 1e3:g},{label},{len(lat)},"
-                          f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
-                          f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,,",
-                          flush=True)
-                if not label_sfx:
-                    for system, run in (("torch.mp", run_mp), ("py-floor", run_pyfloor)):
-                        case(f"{system} {label} {pattern} {idle}",
-                             lambda s=system, r=run: plain_row(s, r))
+                # (system, vmm, run): vmm None for the rows that are not gpuipc's
+                rows = [] if label_sfx else [("torch.mp", None, run_mp),
+                                             ("py-floor", None, run_pyfloor)]
                 for vmm, lib in ((False, "torch"), (False, "cupy"), (True, "torch")):
-                    if lib == "cupy" and not HAVE_CUPY:
-                        continue
-
-                    def gi_row():
-                        lat, ker, reg, kind, p = run_gpuipc(ctx, size, pattern, idle, n, vmm, lib)
-                        k = kind if pattern == "reused" else ("cuda-vmm" if vmm else "cuda-ipc")
-                        med = {key: statistics.median(v) for key, v in p.items() if key != "calls"}
-                        print(f"gpuipc{label_sfx}{'+cupy' if lib == 'cupy' else ''},{k},{pattern},"
-                              f"{idle * 1e3:g},{label},{len(lat)},"
+                    if lib != "cupy" or HAVE_CUPY:
+                        rows.append((f"gpuipc{label_sfx}{'+cupy' if lib == 'cupy' else ''}", vmm,
+                                     lambda c, sz, pat, i, k, v=vmm, lb=lib:
+                                     run_gpuipc(c, sz, pat, i, k, v, lb)))
+                got, failed = {}, {}
+                # PASSES passes, each of every row in turn (new processes
+                # each time), so that drift between them falls on all rows.
+                for _ in range(PASSES):
+                    for j, (system, vmm, run) in enumerate(rows):
+                        if j in failed:
+                            continue
+                        try:
+                            got[j] = join(got.get(j), run(ctx, size, pattern, idle, n))
+                        except Exception as e:  # one broken row must not hide the others
+                            failed[j] = f"{type(e).__name__}: {e}"
+                for j, (system, vmm, _) in enumerate(rows):
+                    if j in failed:
+                        what = f"{system} {label} {pattern} {idle}" + (
+                            "" if vmm is None else f" vmm={vmm}")
+                        print(f"error,{what},{failed[j]}".replace("\n", " "), flush=True)
+                    elif vmm is not None:
+                        gi_row(system, vmm, got[j], pattern, idle, label)
+                    else:
+                        lat, ker = got[j]
+                        print(f"{system},cuda-ipc,{pattern},{idle * 1e3:g},{label},{len(lat)},"
                               f"{statistics.median(lat):.0f},{pct(lat, 0.99):.0f},"
-                              f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},"
-                              f"{statistics.median(reg):.0f},{med['register_c']:.0f},"
-                              f"{med['register_driver']:.0f},{med['lookup_c_done']:.0f},"
-                              f"{med['lookup_py_done']:.0f},{med['lookup_driver']:.0f},"
-                              f"{p['calls']},{med['register_pre_c']:.0f}", flush=True)
-                    case(f"gpuipc {label} {pattern} {idle} vmm={vmm} {lib}", gi_row)
+                              f"{statistics.median(ker):.0f},{pct(ker, 0.99):.0f},,,,,,,,",
+                              flush=True)
     # 1000 x 64 KiB: GPU_HANDOFF_MANY passes (default 3; 0: none) of the
     # rows named in GPU_HANDOFF_MANY_ROWS (default all), each pass in turn.
     many_rows = {

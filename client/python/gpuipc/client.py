@@ -689,7 +689,7 @@ class Client:
             raise ValueError(f"owner_uid {owner_uid} is not a uid")
         out = c_void_p()
         conn = self._conn
-        v = View._prepared(conn, sync)
+        v = View(conn, sync)
         look = _lib.lib.gpuipc_view_lookup
         with conn.lock:
             if owner < 0:   # the C client's lookup owner is -1 between calls

@@ -609,20 +609,10 @@ class View(_Memory):
     lease back once no export remains.
     """
 
-    def __init__(self, conn: Any, handle: int, writable: bool, synced: bool) -> None:
-        self._prepare(conn, synced)
-        self._attach(handle, writable)
-
-    @classmethod
-    def _prepared(cls, conn: Any, synced: bool) -> "View":
+    def __init__(self, conn: Any, synced: bool) -> None:
         """A view with no C view yet, for _attach() once the lookup
         returns: Client.lookup() builds it before the lookup's wait, so
         that less is left to do after the wake, with cold caches."""
-        v = cls.__new__(cls)
-        v._prepare(conn, synced)
-        return v
-
-    def _prepare(self, conn: Any, synced: bool) -> None:
         self._conn = conn
         self._synced = synced
         self._box: List[Optional[Info]] = [None]

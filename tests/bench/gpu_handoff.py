@@ -37,7 +37,10 @@ rows; $GPU_HANDOFF_LABEL (e.g. "-busy") is
 appended to the gpuipc rows' system, and then torch.mp is left out (a
 second pass of gpuipc alone, with other settings); $GPU_HANDOFF_PASSES=N runs
 each row of a case N times with new processes, the case's rows in turn, and
-reports each row over all its rounds; $GPU_HANDOFF_TENSOR=dlpack
+reports each row over all its rounds; $GPU_HANDOFF_ROWS (e.g.
+"torch.mp,py-floor,gpuipc") picks the rows of each case, by the names
+torch.mp, py-floor, gpuipc, gpuipc+cupy and gpuipc/vmm (default all);
+$GPU_HANDOFF_TENSOR=dlpack
 makes the torch consumers use ``torch.from_dlpack(view)`` instead of
 ``torch.as_tensor(view, device="cuda")``.
 
@@ -608,6 +611,23 @@ def many_mp(ctx, n):
 PASSES = max(1, int(os.environ.get("GPU_HANDOFF_PASSES", "1")))
 
 
+# $GPU_HANDOFF_ROWS: the rows of each case to run (default all).
+ROW_KEYS = ("torch.mp", "py-floor", "gpuipc", "gpuipc+cupy", "gpuipc/vmm")
+ROWS = set(filter(None, os.environ.get("GPU_HANDOFF_ROWS", "").split(",")))
+if ROWS - set(ROW_KEYS):
+    raise SystemExit(f"gpu_handoff: GPU_HANDOFF_ROWS names unknown rows "
+                     f"{sorted(ROWS - set(ROW_KEYS))} (known: {', '.join(ROW_KEYS)})")
+
+
+def row_key(system, vmm):
+    """The GPU_HANDOFF_ROWS name of a case's row: its system less the
+    label's suffix, and gpuipc/vmm for the cuda-vmm one."""
+    if vmm is None:
+        return system
+    base = "gpuipc+cupy" if system.endswith("+cupy") else "gpuipc"
+    return "gpuipc/vmm" if vmm else base
+
+
 def join(acc, res):
     """A row's results so far (None at first) with one more pass's: the
     per-round lists joined, a dict's lists too, anything else the last."""
@@ -667,6 +687,8 @@ def main():
                         rows.append((f"gpuipc{label_sfx}{'+cupy' if lib == 'cupy' else ''}", vmm,
                                      lambda c, sz, pat, i, k, v=vmm, lb=lib:
                                      run_gpuipc(c, sz, pat, i, k, v, lb)))
+                if ROWS:
+                    rows = [r for r in rows if row_key(r[0], r[1]) in ROWS]
                 got, failed = {}, {}
                 # PASSES passes, each of every row in turn (new processes
                 # each time), so that drift between them falls on all rows.

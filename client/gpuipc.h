@@ -374,8 +374,11 @@ GPUIPC_EXPORT int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint6
  * (id: one of c's registrations of it) is gone: tells the daemon that the
  * memory is about to be freed, then waits until no consumer maps it.
  * Until then, consumers keep it mapped, so registering the same block again
- * costs them a warm lookup.  -ETIMEDOUT; -ENOENT: not known; -EEXIST: the
- * allocation is registered again. */
+ * costs them a warm lookup.  For a batch, id covers every allocation of its
+ * cuda-ipc and cuda-pool parts.  c remembers the allocations of its newest
+ * 256 cacheable ones (a batch counts each).  -ETIMEDOUT; -ENOENT: not
+ * known, or forgotten; -EEXIST: the allocation (one of them) is registered
+ * again. */
 GPUIPC_EXPORT int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms);
 
 /* Bounds of this process's mapping cache: device allocations kept mapped
@@ -689,7 +692,10 @@ GPUIPC_EXPORT int gpuipc_batch_set_metadata(gpuipc_batch *b, uint32_t n,
  * buffers inside a gpuipc_hostbuf are shared in place, others copied into
  * one sealed memfd (`copied` says so); device buffers are shared as
  * gpuipc_cuda_register() shares them.  flags: GPUIPC_REGISTER_EPHEMERAL,
- * _CUDA_IPC, _COPY.  -EINVAL: empty; -E2BIG: more than 64 fds. */
+ * _CUDA_IPC, _COPY, _CACHEABLE (for its cuda-ipc and cuda-pool parts, as
+ * for one registration: free that memory only after
+ * gpuipc_reg_wait_unmapped() of the batch's id).  -EINVAL: empty; -E2BIG:
+ * more than 64 fds. */
 GPUIPC_EXPORT int gpuipc_batch_register(gpuipc_client *c, const char *name, gpuipc_batch *b,
                                         unsigned flags, uint64_t *ret_id);
 

@@ -305,6 +305,33 @@ static int batch_fields(struct req *q, struct reg_params *p, bool *ret_ephemeral
         return access_parse(q->m, &p->access, q->msg, sizeof(q->msg));
 }
 
+/* `allocs` (when there are any): the distinct allocations of b's parts
+ * that consumers may keep mapped (cacheable), what `unmapped` events name,
+ * in the order of their first part. */
+static void pack_cacheable_allocs(struct proto_map *m, const struct reg_batch *b)
+{
+        uint64_t ids[PROTO_BATCH_PARTS_MAX];
+        uint32_t n = 0;
+
+        for (uint32_t i = 0; i < b->n_parts; i++) {
+                const struct reg_cuda *rc = b->parts[i].cuda;
+                uint32_t j = 0;
+
+                if (!rc || !rc->alloc->cacheable)
+                        continue;
+                while (j < n && ids[j] != rc->alloc->id)
+                        j++;
+                if (j == n)
+                        ids[n++] = rc->alloc->id;
+        }
+        if (n == 0)
+                return;
+        proto_map_key(m, "allocs");
+        msgpack_pack_array(m->pk, n);
+        for (uint32_t j = 0; j < n; j++)
+                msgpack_pack_uint64(m->pk, ids[j]);
+}
+
 int op_register_batch(struct req *q)
 {
         struct conn *c = q->c;
@@ -369,6 +396,7 @@ int op_register_batch(struct req *q)
         reply_begin(&o, &m, q->seq);
         proto_map_ku64(&m, "id", r->id);
         proto_map_kstrn(&m, "name", r->name, r->name_len);
+        pack_cacheable_allocs(&m, r->batch);
         proto_map_end(&m);
         (void)reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);

@@ -249,6 +249,23 @@ static void pack_arrow(struct reg *x, msgpack_packer *pk)
         proto_map_end(&m);
 }
 
+/* The allocations of cacheable batch id, from its register reply's
+ * `allocs`, for gpuipc_reg_wait_unmapped(). */
+static void remember_allocs(gpuipc_client *c, uint64_t id, const msgpack_object *root)
+{
+        const msgpack_object *a;
+        uint32_t n;
+
+        if (proto_get_array(root, "allocs", &a) < 0)
+                return;
+        n = a->via.array.size;
+        if (n > PROTO_BATCH_PARTS_MAX)
+                return;
+        for (uint32_t i = 0; i < n; i++)
+                if (a->via.array.ptr[i].type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                        gpuipc__cached_add(c, id, a->via.array.ptr[i].via.u64, n);
+}
+
 static int send_batch(struct reg *x, const char *name, unsigned flags, uint64_t *ret_id)
 {
         gpuipc_client *c = x->c;
@@ -283,6 +300,8 @@ static int send_batch(struct reg *x, const char *name, unsigned flags, uint64_t 
         if (r < 0)
                 return gpuipc__end(c, r);
         r = proto_get_u64(rp.msg.root, "id", &id);
+        if (r == 0 && (flags & GPUIPC_REGISTER_CACHEABLE))
+                remember_allocs(c, id, rp.msg.root);
         gpuipc__reply_free(&rp);
         if (r < 0)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's register reply has no id");
@@ -306,7 +325,7 @@ int gpuipc_batch_register(gpuipc_client *c, const char *name, gpuipc_batch *b, u
                 return gpuipc__fail(c, -EINVAL, "%s", !b ? "the batch is NULL"
                                     : "the batch has no columns, or no buffers");
         if (flags & ~(GPUIPC_REGISTER_EPHEMERAL | GPUIPC_REGISTER_CUDA_IPC |
-                      GPUIPC_REGISTER_COPY))
+                      GPUIPC_REGISTER_COPY | GPUIPC_REGISTER_CACHEABLE))
                 return gpuipc__fail(c, -EINVAL, "invalid flags for a batch");
         x.parts = calloc(b->n_bufs, sizeof(*x.parts));
         if (!x.parts)

@@ -488,43 +488,81 @@ static int send_unmap(gpuipc_client *c, uint64_t alloc)
         return r == -ENOSYS ? 0 : r;
 }
 
+/* The allocations remembered for cacheable registration id into allocs
+ * (room for GPUIPC__UNMAPPED_MAX); returns how many, or -ENOENT when id is
+ * not known or newer registrations pushed some of them out. */
+static int cached_allocs(const gpuipc_client *c, uint64_t id, uint64_t *allocs)
+{
+        unsigned n = c->cached_regs_n < GPUIPC__UNMAPPED_MAX ? c->cached_regs_n
+                                                               : GPUIPC__UNMAPPED_MAX;
+        unsigned want = 0, got = 0;
+
+        for (unsigned i = 0; i < n; i++) {
+                unsigned j = 0;
+
+                if (c->cached_regs[i].id != id)
+                        continue;
+                want = c->cached_regs[i].n;
+                while (j < got && allocs[j] != c->cached_regs[i].alloc)
+                        j++;
+                if (j == got)
+                        allocs[got++] = c->cached_regs[i].alloc;
+        }
+        return got > 0 && got == want ? (int)got : -ENOENT;
+}
+
 int gpuipc_reg_wait_unmapped(gpuipc_client *c, uint64_t id, int timeout_ms)
 {
-        unsigned n;
-        uint64_t alloc = 0;
+        uint64_t allocs[GPUIPC__UNMAPPED_MAX];
         int64_t deadline;
-        int r;
+        unsigned left_n;
+        int n, r;
 
         r = gpuipc__begin(c);
         if (r < 0)
                 return r;
-        n = c->cached_regs_n < GPUIPC__UNMAPPED_MAX ? c->cached_regs_n : GPUIPC__UNMAPPED_MAX;
-        for (unsigned i = 0; i < n && !alloc; i++)
-                if (c->cached_regs[i].id == id)
-                        alloc = c->cached_regs[i].alloc;
-        if (!alloc)
+        n = cached_allocs(c, id, allocs);
+        if (n < 0)
                 return gpuipc__fail(c, -ENOENT, "registration %llu was not registered "
-                                    "GPUIPC_REGISTER_CACHEABLE by this client",
-                                    (unsigned long long)id);
+                                    "GPUIPC_REGISTER_CACHEABLE by this client (or more than "
+                                    "%u cacheable allocations were registered since)",
+                                    (unsigned long long)id, GPUIPC__UNMAPPED_MAX);
         if (timeout_ms < 0)
                 timeout_ms = PROTO_WAIT_MAX_MS;
         deadline = now_ms() + timeout_ms;
-        if (!gpuipc__unmapped_seen(c, alloc)) {
-                r = send_unmap(c, alloc);
-                if (r < 0)
-                        return gpuipc__end(c, r);
-        }
-        while (!gpuipc__unmapped_seen(c, alloc)) {
-                int64_t left = deadline - now_ms();
-                if (left <= 0)
-                        return gpuipc__fail(c, -ETIMEDOUT, "the allocation of registration %llu "
-                                            "is still mapped by a consumer after %d ms",
+        for (int i = 0; i < n; i++)
+                if (!gpuipc__unmapped_seen(c, allocs[i])) {
+                        r = send_unmap(c, allocs[i]);
+                        if (r < 0)
+                                return gpuipc__end(c, r);
+                }
+        /* Each one seen is dropped from the list, so that a later flood of
+         * other events cannot make it count as not seen again. */
+        left_n = (unsigned)n;
+        for (;;) {
+                int64_t left;
+
+                for (unsigned i = 0; i < left_n;)
+                        if (gpuipc__unmapped_seen(c, allocs[i]))
+                                allocs[i] = allocs[--left_n];
+                        else
+                                i++;
+                if (left_n == 0)
+                        return 0;
+                left = deadline - now_ms();
+                if (left <= 0 && n == 1)
+                        return gpuipc__fail(c, -ETIMEDOUT, "the allocation of registration "
+                                            "%llu is still mapped by a consumer after %d ms",
                                             (unsigned long long)id, timeout_ms);
+                if (left <= 0)
+                        return gpuipc__fail(c, -ETIMEDOUT, "%u of the %d allocations of "
+                                            "registration %llu are still mapped by consumers "
+                                            "after %d ms", left_n, n, (unsigned long long)id,
+                                            timeout_ms);
                 r = gpuipc__pump(c, (int)left);
                 if (r < 0)
                         return gpuipc__end(c, r);
         }
-        return 0;
 }
 
 int gpuipc_reg_wait_released(gpuipc_client *c, uint64_t id, int timeout_ms)

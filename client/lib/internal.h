@@ -112,10 +112,12 @@ struct gpuipc_client {
         uint64_t *unholds;
         unsigned n_unholds, cap_unholds;
         /* `unmapped` events not yet claimed by gpuipc_reg_wait_unmapped(), and
-         * the allocation of each cacheable registration made here. */
+         * the allocations of each cacheable registration made here (one
+         * entry each; n: how many the registration has, several for a
+         * batch), the newest kept. */
         uint64_t unmapped[GPUIPC__UNMAPPED_MAX];
         unsigned unmapped_n;
-        struct { uint64_t id, alloc; } cached_regs[GPUIPC__UNMAPPED_MAX];
+        struct { uint64_t id, alloc; unsigned n; } cached_regs[GPUIPC__UNMAPPED_MAX];
         unsigned cached_regs_n;
         /* Leases of batch views let go of by an Arrow release callback,
          * perhaps on another thread, to release at the next call
@@ -287,6 +289,9 @@ void gpuipc__register_start(gpuipc_client *c, struct gpuipc__req *rq,
                             const struct gpuipc__regargs *a, uint32_t nkind);
 /* Packs what follows the kind's fields, sends rq with its nfds fds (they
  * stay the caller's) and sets *ret_id (may be NULL) to the new id. */
+/* Remembers allocation alloc of cacheable registration id, one of its n,
+ * for gpuipc_reg_wait_unmapped(). */
+void gpuipc__cached_add(gpuipc_client *c, uint64_t id, uint64_t alloc, unsigned n);
 int gpuipc__register_finish(gpuipc_client *c, struct gpuipc__req *rq,
                             const struct gpuipc__regargs *a, const int *fds, unsigned nfds,
                             uint64_t *ret_id);

@@ -44,6 +44,15 @@ void gpuipc__register_start(gpuipc_client *c, struct gpuipc__req *rq,
         proto_pack_kstr(&rq->o.pk, "name", a->name);
 }
 
+void gpuipc__cached_add(gpuipc_client *c, uint64_t id, uint64_t alloc, unsigned n)
+{
+        unsigned k = c->cached_regs_n++ % GPUIPC__UNMAPPED_MAX;
+
+        c->cached_regs[k].id = id;
+        c->cached_regs[k].alloc = alloc;
+        c->cached_regs[k].n = n;
+}
+
 int gpuipc__register_finish(gpuipc_client *c, struct gpuipc__req *rq,
                             const struct gpuipc__regargs *a, const int *fds, unsigned nfds,
                             uint64_t *ret_id)
@@ -66,12 +75,8 @@ int gpuipc__register_finish(gpuipc_client *c, struct gpuipc__req *rq,
         if (r < 0)
                 return gpuipc__end(c, r);
         r = proto_get_u64(rp.msg.root, "id", &id);
-        if (r == 0 && a->cacheable && proto_get_u64(rp.msg.root, "alloc", &alloc) == 0) {
-                /* For gpuipc_reg_wait_unmapped(): the newest are kept. */
-                unsigned k = c->cached_regs_n++ % GPUIPC__UNMAPPED_MAX;
-                c->cached_regs[k].id = id;
-                c->cached_regs[k].alloc = alloc;
-        }
+        if (r == 0 && a->cacheable && proto_get_u64(rp.msg.root, "alloc", &alloc) == 0)
+                gpuipc__cached_add(c, id, alloc, 1);
         gpuipc__reply_free(&rp);
         if (r < 0)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's register reply has no id");

@@ -2,7 +2,8 @@
 # Column batches on a GPU host (issue 19): starts gpuipcd on a temporary
 # socket and runs the producer/consumer pairs of batch_gpu.py, each pair in
 # two processes.  Exit 0 when every consumer read every byte zero-copy.
-#   tests/gpu/batch.sh BUILDDIR        (gpuipcd and libgpuipc.so.1 in it)
+#   tests/gpu/batch.sh BUILDDIR        (gpuipcd and libgpuipc.so.1 in it;
+#                                       gpu/libcountcuda.so for the cacheable pair)
 set -u
 B=$(cd "${1:-build}" && pwd) || exit 2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +22,22 @@ for kind in device arrow; do
         wait $ppid || rc=1
         echo "batch $kind: $([ $rc = 0 ] && echo ok || echo FAILED)"
 done
+# Cacheable: the consumer through the counting shim; a warm second lookup
+# opens nothing, so two opens in all (one per column, each its own
+# allocation), where closing after each view would make four.
+if [ -f "$B/gpu/libcountcuda.so" ]; then
+        python3 "$here/batch_gpu.py" produce-cacheable gpu/batch-cache &
+        ppid=$!
+        GPUIPC_LIBCUDA="$B/gpu/libcountcuda.so" GPUIPC_GPU_COUNT_FILE="$dir/counts" \
+                python3 "$here/batch_gpu.py" consume-cacheable gpu/batch-cache || rc=1
+        wait $ppid || rc=1
+        opens=$(awk '$1 == "cuIpcOpenMemHandle_v2" { print $2 }' "$dir/counts" 2>/dev/null)
+        echo "batch cacheable: cuIpcOpenMemHandle ${opens:-?} over two lookups of two columns"
+        [ -n "$opens" ] && [ "$opens" -le 2 ] || rc=1
+        echo "batch cacheable: $([ $rc = 0 ] && echo ok || echo FAILED)"
+else
+        echo "batch cacheable: skipped ($B/gpu/libcountcuda.so missing: make gpu-tests)"
+fi
 kill $dpid; wait $dpid 2>/dev/null
 [ $rc = 0 ] || cat "$dir/daemon.log" >&2
 rm -rf "$dir"

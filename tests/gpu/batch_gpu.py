@@ -5,9 +5,14 @@ pyarrow RecordBatch handed over and read back with pyarrow.record_batch().
 
     batch_gpu.py produce-device NAME | consume-device NAME
     batch_gpu.py produce-arrow NAME  | consume-arrow NAME
+    batch_gpu.py produce-cacheable NAME | consume-cacheable NAME
 
 Run by tests/gpu/batch.sh, which starts a daemon and pairs the processes.
-Each consumer prints one JSON line and exits 1 on a wrong byte.
+Each consumer prints one JSON line and exits 1 on a wrong byte.  The
+cacheable pair registers the same torch tensors twice, as NAME/1 and then
+NAME/2, with cacheable=True, and frees them after wait_unmapped(); batch.sh
+runs its consumer through the counting shim, whose cuIpcOpenMemHandle
+count shows the second lookup was warm.
 """
 import json
 import sys
@@ -117,6 +122,53 @@ def consume_arrow(name):
     sys.exit(0 if same and zero_copy else 1)
 
 
+# The cacheable pair's columns: 32 MiB each, so that torch's caching
+# allocator gives each a segment of its own (two allocations).
+M = 8 << 20
+
+
+def produce_cacheable(name):
+    import torch
+    cols = {"a": torch.arange(M, dtype=torch.int32, device="cuda"),
+            "b": torch.arange(M, dtype=torch.float32, device="cuda") / 4}
+    torch.cuda.synchronize()
+    with gpuipc.connect() as c:
+        for rnd in (1, 2):
+            rid = c.register_batch(f"{name}/{rnd}", cols, cacheable=True)
+            c.wait_released(rid, timeout=120)
+            c.unregister(f"{name}/{rnd}")
+            cols["a"] += 1                      # the same blocks, rewritten
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        c.wait_unmapped(rid, timeout=120)
+        out = {"registered": rid, "wait_unmapped_us": round((time.perf_counter() - t0) * 1e6)}
+    del cols
+    torch.cuda.empty_cache()                    # only now may the memory go
+    print(json.dumps(out), flush=True)
+
+
+def consume_cacheable(name):
+    import torch
+    bad, out = 0, {}
+    with gpuipc.connect() as c:
+        for rnd in (1, 2):
+            t0 = time.perf_counter()
+            bv = c.lookup_batch(f"{name}/{rnd}", timeout=60)
+            out[f"lookup_{rnd}_us"] = round((time.perf_counter() - t0) * 1e6, 1)
+            ts = bv.to_torch()
+            want_a = torch.arange(M, dtype=torch.int32, device="cuda") + (rnd - 1)
+            bad += int((ts["a"] != want_a).sum())
+            bad += int((ts["b"] != torch.arange(M, dtype=torch.float32, device="cuda") / 4).sum())
+            out["kinds"] = sorted({bv[k].kind for k in bv.columns})
+            del ts
+            bv.release()
+    out["bad"] = bad
+    print(json.dumps(out), flush=True)
+    sys.exit(1 if bad else 0)
+
+
 if __name__ == "__main__":
     {"produce-device": produce_device, "consume-device": consume_device,
-     "produce-arrow": produce_arrow, "consume-arrow": consume_arrow}[sys.argv[1]](sys.argv[2])
+     "produce-arrow": produce_arrow, "consume-arrow": consume_arrow,
+     "produce-cacheable": produce_cacheable,
+     "consume-cacheable": consume_cacheable}[sys.argv[1]](sys.argv[2])

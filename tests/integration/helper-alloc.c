@@ -35,6 +35,15 @@
  *     and registers the same 4 MiB at 0 again as NAME/c: "again R".  On the
  *     line "unregister" it unregisters what is registered and waits for
  *     unmapped: "unmapped R" (R the result), then frees the memory.
+ *   helper-alloc cachebatch NAME SEED
+ *     cuMemAlloc's 8 MiB (A, h_pattern(j, SEED)) and 4 MiB (B,
+ *     h_pattern(j, SEED + 1)), and registers the batch NAME of three
+ *     uint8 columns, x = A's first 4 MiB, y = A's last 4 MiB, z = B, with
+ *     GPUIPC_REGISTER_CACHEABLE.  "ready", then "released R" once its
+ *     lease went.  On the line "unregister MS" it unregisters the batch and
+ *     waits up to MS ms for unmapped: "unmapped R MSG" (MSG the error's);
+ *     after a timeout, each line "wait MS" waits again.  Then it frees A
+ *     and B.
  *   helper-alloc lookup NAME
  *     A consumer: "ok KIND" when the lookup works and the first bytes are
  *     h_pattern(j, 0) at the view (the test checks the rest), else
@@ -261,6 +270,57 @@ static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
         return drv.cuMemFree_v2(a) ? 9 : 0;
 }
 
+/* "unmapped R MSG" for gpuipc_reg_wait_unmapped(c, id, ms); returns R. */
+static int unmapped_line(gpuipc_client *c, uint64_t id, const char *line)
+{
+        const char *sp = strchr(line, ' ');
+        int r = gpuipc_reg_wait_unmapped(c, id, sp ? atoi(sp + 1) : 10000);
+
+        printf("unmapped %d %s\n", r, r < 0 ? gpuipc_errmsg(c) : "");
+        fflush(stdout);
+        return r;
+}
+
+static int run_cachebatch(gpuipc_client *c, const char *name, uint32_t seed)
+{
+        static const char *const names[] = { "x", "y", "z" };
+        static const char *const formats[] = { "C", "C", "C" };
+        const int64_t lengths[] = { 4 << 20, 4 << 20, 4 << 20 };
+        CUdeviceptr a = 0, b = 0;
+        gpuipc_batch *bt = NULL;
+        const void *data[3];
+        char line[64];
+        uint64_t id;
+        int r;
+
+        if (drv.cuMemAlloc_v2(&a, 8u << 20) || fill(a, 8u << 20, seed) < 0 ||
+            drv.cuMemAlloc_v2(&b, 4u << 20) || fill(b, 4u << 20, seed + 1) < 0)
+                return 4;
+        data[0] = (const void *)(uintptr_t)a;
+        data[1] = (const void *)(uintptr_t)(a + (4u << 20));
+        data[2] = (const void *)(uintptr_t)b;
+        if (gpuipc_batch_new(&bt) < 0 ||
+            gpuipc_batch_add_buffers(bt, 3, names, formats, lengths, data, 0) < 0)
+                return 6;
+        r = gpuipc_batch_register(c, name, bt, GPUIPC_REGISTER_CACHEABLE, &id);
+        gpuipc_batch_free(bt);
+        if (r < 0) {
+                fprintf(stderr, "helper-alloc: register %s: %s\n", name, gpuipc_errmsg(c));
+                return 6;
+        }
+        ready("ready");
+        printf("released %d\n", gpuipc_reg_wait_released(c, id, 5000));
+        fflush(stdout);
+        if (!fgets(line, sizeof(line), stdin) || strncmp(line, "unregister", 10) != 0)
+                return 7;
+        if (gpuipc_name_unregister(c, name) < 0)
+                return 8;
+        while (unmapped_line(c, id, line) == -ETIMEDOUT)
+                if (!fgets(line, sizeof(line), stdin) || strncmp(line, "wait", 4) != 0)
+                        return 7;
+        return drv.cuMemFree_v2(a) || drv.cuMemFree_v2(b) ? 9 : 0;
+}
+
 static void explain_line(CUdeviceptr p, size_t n, unsigned flags)
 {
         char text[1024];
@@ -347,6 +407,8 @@ int main(int argc, char **argv)
                 r = run_defpool(c, argv[2], seed);
         else if (strcmp(argv[1], "cacheipc") == 0)
                 r = run_cacheipc(c, argv[2], seed);
+        else if (strcmp(argv[1], "cachebatch") == 0)
+                r = run_cachebatch(c, argv[2], seed);
         else
                 r = 2;
         if (r == 0)

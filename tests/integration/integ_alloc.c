@@ -504,6 +504,84 @@ Test(alloc, holds_are_bounded_by_max_leases)
         }
 }
 
+/* The cachebatch producer's batch NAME, looked up by c, its three columns
+ * checked (two in one allocation, one in another); then released. */
+static void batch_round_trip(gpuipc_client *c, const char *name, uint32_t seed)
+{
+        const uint64_t from[3] = { 0, 4u << 20, 0 };
+        const uint32_t seeds[3] = { seed, seed, seed + 1 };
+        gpuipc_batch_view *bv = NULL;
+        int r = gpuipc_batch_view_lookup(c, name, 5000, 0, &bv);
+
+        cr_assert_eq(r, 0, "lookup %s: %s", name, gpuipc_errmsg(c));
+        for (unsigned i = 0; i < 3; i++) {
+                void *data = NULL;
+                uint64_t size = 0;
+                int dev = -2;
+
+                cr_assert_eq(gpuipc_batch_view_buffer(bv, i, 1, &data, &size, &dev), 0);
+                cr_assert_eq(size, 4u << 20);
+                cr_assert_eq(dev, 0);
+                check_bytes(data, size, from[i], seeds[i]);
+        }
+        cr_assert_eq(gpuipc_batch_view_release(bv), 0);
+}
+
+/* A batch registered cacheable: its parts' allocations stay mapped after
+ * the view, one open each however many columns share it, and the
+ * producer's wait_unmapped of the batch's id ends once neither is held. */
+Test(alloc, cacheable_batch_stays_mapped_until_unmapped)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        char line[256];
+
+        spawn(&prod, "cachebatch", "cb/t", "31");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        batch_round_trip(c, "cb/t", 31);
+        expect_line(&prod, "released 0", line, sizeof(line));
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 2, "one open per allocation");
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0, "kept mapped after the view");
+        batch_round_trip(c, "cb/t", 31);
+        cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 2, "the second lookup was warm");
+        send_line(&prod, "unregister 10000\n");
+        usleep(200 * 1000);
+        cr_assert_eq(gpuipc_client_ping(c), 0);        /* reads both uncache events */
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 2);
+        cr_assert_eq(gpuipc_cache_trim(c), 0);          /* sends the unholds */
+        expect_line(&prod, "unmapped 0", line, sizeof(line));
+        end_child(&prod);
+        gpuipc_client_free(c);
+}
+
+/* The batch's wait_unmapped covers each allocation: with one of the two
+ * still held by a consumer it times out, naming how many are left. */
+Test(alloc, cacheable_batch_waits_for_every_allocation)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        char line[256];
+
+        cr_assert_eq(gpuipc_cache_set_limits(1ull << 30, 1), 0);   /* keeps one mapped */
+        spawn(&prod, "cachebatch", "cw/t", "33");
+        expect_line(&prod, "ready", line, sizeof(line));
+        c = connect_client();
+        batch_round_trip(c, "cw/t", 33);
+        expect_line(&prod, "released 0", line, sizeof(line));
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1, "the cache keeps one entry");
+        cr_assert_eq(gpuipc_client_ping(c), 0);        /* the unhold of the other */
+        send_line(&prod, "unregister 1000\n");
+        expect_line(&prod, "unmapped -110 1 of the 2 allocations", line, sizeof(line));
+        cr_assert_eq(gpuipc_client_ping(c), 0);        /* reads the uncache */
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 2);
+        cr_assert_eq(gpuipc_cache_trim(c), 0);
+        send_line(&prod, "wait 10000\n");
+        expect_line(&prod, "unmapped 0", line, sizeof(line));
+        end_child(&prod);
+        gpuipc_client_free(c);
+}
+
 Test(alloc, not_cacheable_closes_with_the_view)
 {
         const char *ipc[] = { "ipc", "nc/t", "0", "1", "1", "0", NULL };

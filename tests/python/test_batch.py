@@ -194,6 +194,47 @@ def test_torch_columns_added_in_runs(client, driver):  # noqa: F811
     driver.free(p)
 
 
+HOLD = """
+import sys, gpuipc
+c = gpuipc.connect()
+with c.lookup_batch(sys.argv[1], timeout=10) as bv:
+    print(sum(bv[k].nbytes for k in bv.columns), flush=True)
+print("released", flush=True)
+sys.stdin.readline()        # keeps the mapping (and the hold) until then
+"""
+
+
+def test_cacheable_batch_waits_for_its_consumers(client, driver):  # noqa: F811
+    """A batch registered cacheable=True: its consumer keeps the memory
+    mapped after the view, so the producer's wait_unmapped of the batch's
+    id waits for it; without the flag there is nothing to wait for."""
+    import subprocess
+    import sys
+    n = 64
+    p = driver.alloc(2 * 4096)
+    cols = {"a": Tensor(p, (n,), "int32", 4), "b": Tensor(p + 4096, (n,), "int32", 4)}
+    rid = client.register_batch("bt/cache", cols, cacheable=True)
+    cons = subprocess.Popen([sys.executable, "-c", HOLD, "bt/cache"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert cons.stdout.readline().strip() == str(2 * 4 * n)
+        assert cons.stdout.readline().strip() == "released"
+        client.wait_released(rid, timeout=10)
+        client.unregister("bt/cache")
+        with pytest.raises(gpuipc.Timeout) as e:
+            client.wait_unmapped(rid, timeout=0.3)      # the consumer still maps it
+        assert "still mapped" in str(e.value)
+    finally:
+        cons.communicate("\n", timeout=30)              # its disconnect drops the hold
+    assert cons.returncode == 0
+    client.wait_unmapped(rid, timeout=10)
+    other = client.register_batch("bt/nocache", cols, ephemeral=True)
+    with pytest.raises(gpuipc.NotFound):
+        client.wait_unmapped(other, timeout=1)
+    client.unregister("bt/nocache")
+    driver.free(p)
+
+
 def test_batch_errors(client):
     with pytest.raises(ValueError):
         client.register_batch("bt/e1", {})

@@ -453,6 +453,7 @@ class Client:
     def register_batch(self, name: str, columns: Any, *,
                        meta: Optional[Mapping[str, str]] = None, ephemeral: bool = False,
                        event: Optional[int] = None, copy: bool = False,
+                       cacheable: bool = False,
                        ttl: Union[None, int, float, str] = None) -> int:
         """Registers a table under one name in one request; returns the id.
 
@@ -470,10 +471,14 @@ class Client:
         is shared in place as :meth:`register` shares it.  ``meta`` is the
         schema's metadata; ``event`` a CUevent (interprocess) recorded after
         the writes, which consumers wait on; ``ephemeral``, ``copy`` and
-        ``ttl`` as for :meth:`register`.
+        ``ttl`` as for :meth:`register`.  ``cacheable=True`` makes the
+        promise of :meth:`register`'s for every ``cuda-ipc`` and
+        ``cuda-pool`` column: consumers keep that memory mapped after their
+        views, and it may be freed once :meth:`wait_unmapped` of the
+        returned id returns, after the batch is unregistered.
         """
         from . import batch
-        flags = _batch_flags(ephemeral, copy)
+        flags = _batch_flags(ephemeral, copy, cacheable)
         ttl_ms = _ttl_ms(ttl)
         bname = _name(name)
         # Built outside the connection's lock: host copies and stream syncs
@@ -487,19 +492,19 @@ class Client:
 
     def register_batches(self, batches: Iterable[Tuple[str, Any]], *,
                          meta: Optional[Mapping[str, str]] = None, ephemeral: bool = False,
-                         copy: bool = False) -> List[int]:
+                         copy: bool = False, cacheable: bool = False) -> List[int]:
         """Registers each ``(name, columns)`` of ``batches`` in order, as
         :meth:`register_batch` would, and returns their ids: the next batch
         is built here while the request of the one before it goes out in a
         background thread (the C call runs without the GIL).  ``meta``,
-        ``ephemeral`` and ``copy`` apply to every batch.  The first error is
+        ``ephemeral``, ``copy`` and ``cacheable`` apply to every batch.  The first error is
         raised once the batches before it are registered, and none after it
         is sent; those before stay registered (their ids are in the
         exception's ``ids``)."""
         from concurrent.futures import Future, ThreadPoolExecutor
 
         from . import batch
-        flags = _batch_flags(ephemeral, copy)
+        flags = _batch_flags(ephemeral, copy, cacheable)
         sent: "List[Future[int]]" = []
         failed: Optional[BaseException] = None
         stop: List[bool] = []           # a request failed: send no later one
@@ -638,10 +643,12 @@ class Client:
 
     def wait_unmapped(self, id: int, timeout: Optional[float] = None) -> None:
         """After unregistering the last registration of an allocation
-        registered ``cacheable=True`` (``id`` one of them): tells consumers
-        to let go of it (until now they kept it mapped), then waits until no
-        consumer keeps it mapped, so that the memory may be freed.  Raises
-        Timeout, or NotFound when ``id`` was not registered cacheable here."""
+        registered ``cacheable=True`` (``id`` one of them; a batch's id
+        stands for all its ``cuda-ipc`` and ``cuda-pool`` columns'): tells
+        consumers to let go of it (until now they kept it mapped), then
+        waits until no consumer keeps it mapped, so that the memory may be
+        freed.  Raises Timeout, or NotFound when ``id`` was not registered
+        cacheable here (or among the newest 256 cacheable allocations)."""
         ms = _timeout_ms(timeout, -1)
         self._conn.call_checked(lambda c: _lib.lib.gpuipc_reg_wait_unmapped(c, int(id), ms),
                                 "wait_unmapped")
@@ -860,9 +867,10 @@ def _cai_layout(cai: Dict[str, Any]) -> _DeviceLayout:
             cai.get("stream"))
 
 
-def _batch_flags(ephemeral: bool, copy: bool) -> int:
+def _batch_flags(ephemeral: bool, copy: bool, cacheable: bool) -> int:
     """register_batch()'s and register_batches()'s flags."""
-    return (_lib.REGISTER_EPHEMERAL if ephemeral else 0) | (_lib.REGISTER_COPY if copy else 0)
+    return ((_lib.REGISTER_EPHEMERAL if ephemeral else 0) | (_lib.REGISTER_COPY if copy else 0)
+            | (_lib.REGISTER_CACHEABLE if cacheable else 0))
 
 
 def _torch_layout(obj: Any) -> Optional[_DeviceLayout]:

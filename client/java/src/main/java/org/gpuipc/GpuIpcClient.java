@@ -298,7 +298,9 @@ public final class GpuIpcClient implements AutoCloseable {
      * @param name  the name, as for {@link #registerHost}
      * @param batch the columns, metadata and event; at least one column
      * @param flags {@link RegisterFlag#EPHEMERAL}, {@link RegisterFlag#CUDA_IPC},
-     *              {@link RegisterFlag#COPY}
+     *              {@link RegisterFlag#COPY}, {@link RegisterFlag#CACHEABLE} (for
+     *              its cuda-ipc and cuda-pool buffers: free them only after
+     *              {@link #awaitUnmapped} of the batch's id)
      * @return the registration id, for {@link #awaitRelease}
      * @throws GpuIpcException {@link GpuIpcException#EEXIST} when the name is
      *         taken, {@link GpuIpcException#EINVAL} for an empty batch or an
@@ -407,7 +409,8 @@ public final class GpuIpcClient implements AutoCloseable {
      * warm lookup.
      *
      * @param id      a registration id from this client (its last one of
-     *                that allocation)
+     *                that allocation; a batch's stands for every allocation
+     *                of its cuda-ipc and cuda-pool buffers)
      * @param timeout zero: only check; null or negative: wait as long as the
      *                daemon allows
      * @throws GpuIpcException {@link GpuIpcException#ETIMEDOUT} when a

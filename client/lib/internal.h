@@ -287,11 +287,11 @@ int gpuipc__register_begin(gpuipc_client *c, const char *name, const gpuipc_meta
  * its nkind fields next. */
 void gpuipc__register_start(gpuipc_client *c, struct gpuipc__req *rq,
                             const struct gpuipc__regargs *a, uint32_t nkind);
-/* Packs what follows the kind's fields, sends rq with its nfds fds (they
- * stay the caller's) and sets *ret_id (may be NULL) to the new id. */
 /* Remembers allocation alloc of cacheable registration id, one of its n,
  * for gpuipc_reg_wait_unmapped(). */
 void gpuipc__cached_add(gpuipc_client *c, uint64_t id, uint64_t alloc, unsigned n);
+/* Packs what follows the kind's fields, sends rq with its nfds fds (they
+ * stay the caller's) and sets *ret_id (may be NULL) to the new id. */
 int gpuipc__register_finish(gpuipc_client *c, struct gpuipc__req *rq,
                             const struct gpuipc__regargs *a, const int *fds, unsigned nfds,
                             uint64_t *ret_id);

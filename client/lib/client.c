@@ -497,17 +497,12 @@ static int cached_allocs(const gpuipc_client *c, uint64_t id, uint64_t *allocs)
                                                                : GPUIPC__UNMAPPED_MAX;
         unsigned want = 0, got = 0;
 
-        for (unsigned i = 0; i < n; i++) {
-                unsigned j = 0;
-
-                if (c->cached_regs[i].id != id)
-                        continue;
-                want = c->cached_regs[i].n;
-                while (j < got && allocs[j] != c->cached_regs[i].alloc)
-                        j++;
-                if (j == got)
+        /* One entry per allocation: the daemon lists each once. */
+        for (unsigned i = 0; i < n; i++)
+                if (c->cached_regs[i].id == id) {
+                        want = c->cached_regs[i].n;
                         allocs[got++] = c->cached_regs[i].alloc;
-        }
+                }
         return got > 0 && got == want ? (int)got : -ENOENT;
 }
 

@@ -34,7 +34,7 @@
  *     gpuipc_reg_wait_released).  On the line "again" it unregisters both
  *     and registers the same 4 MiB at 0 again as NAME/c: "again R".  On the
  *     line "unregister" it unregisters what is registered and waits for
- *     unmapped: "unmapped R" (R the result), then frees the memory.
+ *     unmapped: "unmapped R MSG" (R the result), then frees the memory.
  *   helper-alloc cachebatch NAME SEED
  *     cuMemAlloc's 8 MiB (A, h_pattern(j, SEED)) and 4 MiB (B,
  *     h_pattern(j, SEED + 1)), and registers the batch NAME of three
@@ -229,12 +229,23 @@ static int run_defpool(gpuipc_client *c, const char *name, uint32_t seed)
         return 0;
 }
 
+/* "unmapped R MSG" for gpuipc_reg_wait_unmapped(c, id, MS), MS from the
+ * line's second word (10000 without one); returns R. */
+static int unmapped_line(gpuipc_client *c, uint64_t id, const char *line)
+{
+        const char *sp = strchr(line, ' ');
+        int r = gpuipc_reg_wait_unmapped(c, id, sp ? atoi(sp + 1) : 10000);
+
+        printf("unmapped %d %s\n", r, r < 0 ? gpuipc_errmsg(c) : "");
+        fflush(stdout);
+        return r;
+}
+
 static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
 {
         CUdeviceptr a = 0;
         char na[300], nb[300], line[64];
         uint64_t ida;
-        int r;
 
         if (drv.cuMemAlloc_v2(&a, 8u << 20) || fill(a, 8u << 20, seed) < 0)
                 return 4;
@@ -264,21 +275,8 @@ static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
                 return 7;
         if (gpuipc_name_unregister(c, na) < 0 || (nb[0] && gpuipc_name_unregister(c, nb) < 0))
                 return 8;
-        r = gpuipc_reg_wait_unmapped(c, ida, 10000);
-        printf("unmapped %d\n", r);
-        fflush(stdout);
+        unmapped_line(c, ida, line);
         return drv.cuMemFree_v2(a) ? 9 : 0;
-}
-
-/* "unmapped R MSG" for gpuipc_reg_wait_unmapped(c, id, ms); returns R. */
-static int unmapped_line(gpuipc_client *c, uint64_t id, const char *line)
-{
-        const char *sp = strchr(line, ' ');
-        int r = gpuipc_reg_wait_unmapped(c, id, sp ? atoi(sp + 1) : 10000);
-
-        printf("unmapped %d %s\n", r, r < 0 ? gpuipc_errmsg(c) : "");
-        fflush(stdout);
-        return r;
 }
 
 static int run_cachebatch(gpuipc_client *c, const char *name, uint32_t seed)

@@ -323,6 +323,24 @@ static void send_line(struct h_child *ch, const char *s)
         cr_assert_eq(write(ch->in, s, strlen(s)), (ssize_t)strlen(s));
 }
 
+/* Sends cmd (an unregister) to a cacheipc or cachebatch producer; c's
+ * next call reads the uncache events and closes, which makes `closes`
+ * closes in all, its trim sends the unholds, and only then does the
+ * producer's wait_unmapped end, with 0.  Ends the producer. */
+static void unmapped_after_ping(struct h_child *prod, gpuipc_client *c, const char *cmd,
+                                long closes)
+{
+        char line[256];
+
+        send_line(prod, cmd);
+        usleep(200 * 1000);
+        cr_assert_eq(gpuipc_client_ping(c), 0);        /* reads the uncache events */
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), closes);
+        cr_assert_eq(gpuipc_cache_trim(c), 0);          /* sends the unholds */
+        expect_line(prod, "unmapped 0", line, sizeof(line));
+        end_child(prod);
+}
+
 Test(alloc, cacheable_ipc_stays_mapped_until_unmapped)
 {
         struct h_child prod;
@@ -347,13 +365,7 @@ Test(alloc, cacheable_ipc_stays_mapped_until_unmapped)
         cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0);
         /* Unregistered: the daemon says uncache; our next call closes and
          * unholds; only then may the producer free. */
-        send_line(&prod, "unregister\n");
-        usleep(200 * 1000);
-        cr_assert_eq(gpuipc_client_ping(c), 0);        /* reads the uncache event */
-        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1);
-        cr_assert_eq(gpuipc_cache_trim(c), 0);  /* sends the unhold */
-        expect_line(&prod, "unmapped 0", line, sizeof(line));
-        end_child(&prod);
+        unmapped_after_ping(&prod, c, "unregister\n", 1);
         gpuipc_client_free(c);
 }
 
@@ -545,13 +557,7 @@ Test(alloc, cacheable_batch_stays_mapped_until_unmapped)
         cr_assert_eq(dcount("cuIpcCloseMemHandle"), 0, "kept mapped after the view");
         batch_round_trip(c, "cb/t", 31);
         cr_assert_eq(dcount("cuIpcOpenMemHandle_v2"), 2, "the second lookup was warm");
-        send_line(&prod, "unregister 10000\n");
-        usleep(200 * 1000);
-        cr_assert_eq(gpuipc_client_ping(c), 0);        /* reads both uncache events */
-        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 2);
-        cr_assert_eq(gpuipc_cache_trim(c), 0);          /* sends the unholds */
-        expect_line(&prod, "unmapped 0", line, sizeof(line));
-        end_child(&prod);
+        unmapped_after_ping(&prod, c, "unregister 10000\n", 2);
         gpuipc_client_free(c);
 }
 

@@ -4,6 +4,10 @@ check-java), through the gpuipc package and without numpy.
 
     batch_peer.py consume NAME    looks the batch up and prints it as JSON
     batch_peer.py produce NAME    registers a batch (see below) and exits
+    batch_peer.py hold NAME       looks the batch up, lets go of the view,
+                                  prints "released", then answers each
+                                  "ping" line on stdin with a ping of the
+                                  daemon and "pinged"; exits at EOF
 
 consume prints KEY=VALUE lines (UTF-8): rows, columns (comma-separated),
 meta.KEY, and for each array, PATH being the column's name and its
@@ -91,13 +95,24 @@ def produce(client, name):
     print(client.register_batch(name, cols, meta={"from": "python"}))
 
 
+def hold(client, name):
+    """A consumer that keeps a cacheable batch's allocations mapped after its
+    view (the library's mapping cache), and reads the daemon's unmap
+    requests only when told to ping."""
+    with client.lookup_batch(name, timeout=5) as bv:
+        out = [f"columns={','.join(bv.columns)}"]
+    print("\n".join(out + ["released"]), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "ping":
+            client.ping()
+            print("pinged", flush=True)
+
+
 def main():
     mode, name = sys.argv[1], sys.argv[2]
+    modes = {"consume": consume, "produce": produce, "hold": hold}
     with gpuipc.Client() as client:
-        if mode == "consume":
-            consume(client, name)
-        else:
-            produce(client, name)
+        modes[mode](client, name)
     return 0
 
 

@@ -10,6 +10,10 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.Writer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
@@ -21,6 +25,7 @@ import java.util.HashMap;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.function.ObjIntConsumer;
 
 import org.junit.jupiter.api.AfterAll;
@@ -458,6 +463,57 @@ class BatchTest {
             producer.unregister("bt/device");
         } finally {
             CudaTestDriver.free(base);
+        }
+    }
+
+    @Test
+    void cacheableDeviceBatchStaysMappedUntilAwaitUnmapped() throws Exception {
+        /* A CACHEABLE batch over two allocations, looked up by a Python
+         * consumer: it keeps both mapped after its view, awaitUnmapped
+         * counts each, and returns once the consumer has read the unmap
+         * request and let go. */
+        python();
+        long a = CudaTestDriver.alloc(1 << 16), a2 = CudaTestDriver.alloc(1 << 16);
+        ProcessBuilder pb = new ProcessBuilder(python().toString(),
+                TestSupport.srcDir().resolve("tests/java/batch_peer.py").toString(), "hold",
+                "bt/cacheable");
+        pb.environment().putAll(Map.of("GPUIPC_SOCKET", daemon.socket,
+                "PYTHONPATH", TestSupport.srcDir().resolve("client/python").toString(),
+                "GPUIPC_LIBRARY", TestSupport.buildDir().resolve("libgpuipc.so.1").toString()));
+        pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+        try (GpuIpcClient producer = GpuIpcClient.connect(daemon.socket);
+             Batch b = new Batch()) {
+            CudaTestDriver.copyToDevice(a, bytes(longs(IDS)));
+            CudaTestDriver.copyToDevice(a2, bytes(ints(MAYBE)));
+            b.addColumn("v", "l", 5, 0, null, BatchBuffer.device(a, 40, 0));
+            b.addColumn("m", "i", 5, 0, null, BatchBuffer.device(a2, 20, 0));
+            long id = producer.registerBatch("bt/cacheable", b, RegisterFlag.CACHEABLE);
+            Process p = pb.start();
+            try (BufferedReader out = new BufferedReader(
+                    new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
+                 Writer in = new OutputStreamWriter(p.getOutputStream(), StandardCharsets.UTF_8)) {
+                assertEquals("columns=v,m", out.readLine());
+                assertEquals("released", out.readLine());
+                producer.awaitRelease(id, Duration.ofSeconds(5));
+                producer.unregister("bt/cacheable");
+                /* The consumer has not read the unmap request: both stay mapped. */
+                GpuIpcException e = assertThrows(GpuIpcException.class,
+                        () -> producer.awaitUnmapped(id, Duration.ofMillis(300)));
+                assertEquals(GpuIpcException.ETIMEDOUT, e.code(), e.getMessage());
+                assertTrue(e.getMessage().contains("2 of the 2 allocations of registration " + id),
+                        e.getMessage());
+                in.write("ping\n");           /* it reads the request and closes both */
+                in.flush();
+                assertEquals("pinged", out.readLine());
+                producer.awaitUnmapped(id, Duration.ofSeconds(10));
+            } finally {
+                p.getOutputStream().close();
+                assertTrue(p.waitFor(30, TimeUnit.SECONDS));
+            }
+            assertEquals(0, p.exitValue());
+        } finally {
+            CudaTestDriver.free(a);
+            CudaTestDriver.free(a2);
         }
     }
 

@@ -39,7 +39,10 @@
  * usage: gpu_bench all [ROUNDS]       CSV on stdout (ROUNDS 2..64, default 16)
  *        gpu_bench role ...            (internal)
  * $GPU_BENCH_ONLY, a shell pattern, runs only the cases whose first five CSV
- * fields match it (e.g. "gpuipc,cuda-ipc,*,50,1MiB"). */
+ * fields match it (e.g. "gpuipc,cuda-ipc,*,50,1MiB").  $GPU_BENCH_PASSES=N
+ * (1..8, default 1) runs every case N times, pass after pass, with new
+ * processes each time; each row then gives the quantiles over the timed
+ * rounds of all N passes ("rounds" counts them) and the rtts' median. */
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -61,6 +64,8 @@ extern char **environ;
 #define MiB (1ull << 20)
 #define SEED 91u
 #define MAXR 64
+#define MAXPASS 8
+#define NCASE (3 * 2 * 4 * 2 * 2)   /* sizes, idles, systems, kinds, patterns */
 
 enum { S_FLOOR, S_GPUIPC, S_PINNED, S_RELAY };
 enum { K_IPC, K_VMM, K_HOST };
@@ -704,34 +709,65 @@ static int run_case(const char *self, const struct cfg *g, struct result *res)
         return ok;
 }
 
-/* q-quantile of v[1..n) (round 0 warms up), nearest rank. */
-static double quant(const double *v, int n, double q)
+/* q-quantile of v[0..n), nearest rank; sorts v. */
+static double quant(double *v, int n, double q)
 {
-        double t[MAXR];
-        int k = 0;
-
-        for (int i = 1; i < n; i++)
-                t[k++] = v[i];
-        qsort(t, (size_t)k, sizeof(double), cmp_d);
-        int at = (int)(q * (k - 1) + 0.5);
-        return t[at];
+        qsort(v, (size_t)n, sizeof(double), cmp_d);
+        return v[(int)(q * (n - 1) + 0.5)];
 }
 
-static void report(const struct cfg *g, const char *sname, const struct result *res)
+/* Median of v[0..n) that are not NaN (a pass may not have measured it). */
+static double median_of(const double *v, int n)
 {
-        double us[MAXR], ker[MAXR];
+        double t[MAXPASS];
+        int k = 0;
 
-        for (int i = 0; i < g->rounds; i++) {
-                us[i] = res->t1[i] - res->t0[i];
-                ker[i] = res->t2[i] - res->t0[i];
+        for (int i = 0; i < n; i++)
+                if (!isnan(v[i]))
+                        t[k++] = v[i];
+        return k ? quant(t, k, 0.5) : NAN;
+}
+
+/* One CSV row over the passes of a case: the timed rounds of every pass
+ * (round 0 of each warms up and is left out), the rtts' median across them. */
+static void report(const struct cfg *g, const char *sname, const struct result *res, int passes)
+{
+        static double us[MAXPASS * MAXR], ker[MAXPASS * MAXR], call[MAXPASS * MAXR];
+        double rtt[MAXPASS], rtt_idle[MAXPASS];
+        int n = 0;
+
+        for (int p = 0; p < passes; p++) {
+                for (int i = 1; i < g->rounds; i++, n++) {
+                        us[n] = res[p].t1[i] - res[p].t0[i];
+                        ker[n] = res[p].t2[i] - res[p].t0[i];
+                        call[n] = res[p].call[i];
+                }
+                rtt[p] = res[p].rtt;
+                rtt_idle[p] = res[p].rtt_idle;
         }
+        double u50 = quant(us, n, 0.5), u99 = quant(us, n, 0.99);
+        double k50 = quant(ker, n, 0.5), k99 = quant(ker, n, 0.99);
         printf("%s,%s,%s,%g,%s,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", sys_name[g->sys],
                kind_name[g->kind], g->sys == S_PINNED ? "-" : g->fresh ? "fresh" : "reused",
-               g->idle_us / 1e3, sname, g->rounds - 1, quant(us, g->rounds, 0.5),
-               quant(us, g->rounds, 0.99), quant(ker, g->rounds, 0.5),
-               quant(ker, g->rounds, 0.99), quant(res->call, g->rounds, 0.5), res->rtt,
-               res->rtt_idle);
+               g->idle_us / 1e3, sname, n, u50, u99, k50, k99, quant(call, n, 0.5),
+               median_of(rtt, passes), median_of(rtt_idle, passes));
         fflush(stdout);
+}
+
+/* $GPU_BENCH_PASSES: 1 to MAXPASS, default 1. */
+static int passes_from_env(void)
+{
+        const char *e = getenv("GPU_BENCH_PASSES");
+        char *end;
+        long n;
+
+        if (!e || !*e)
+                return 1;
+        errno = 0;
+        n = strtol(e, &end, 10);
+        if (errno || *end || n < 1 || n > MAXPASS)
+                return -1;
+        return (int)n;
 }
 
 int main(int argc, char **argv)
@@ -739,8 +775,10 @@ int main(int argc, char **argv)
         static const uint64_t sizes[] = { MiB, 64 * MiB, 1024 * MiB };
         static const char *const sname[] = { "1MiB", "64MiB", "1GiB" };
         static const unsigned idles[] = { 2000, 50000 };
+        static struct result res[NCASE][MAXPASS];
+        static bool failed[NCASE];
         const char *only = getenv("GPU_BENCH_ONLY");
-        int rounds = 16, failures = 0, cases = 0;
+        int rounds = 16, failures = 0, cases = 0, passes;
 
         if (argc == 9 && !strcmp(argv[1], "role"))
                 return role(argv);
@@ -754,6 +792,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "gpu_bench: ROUNDS must be 2..%d (the first warms up)\n", MAXR);
                 return 2;
         }
+        passes = passes_from_env();
+        if (passes < 0) {
+                fprintf(stderr, "gpu_bench: GPU_BENCH_PASSES must be 1..%d\n", MAXPASS);
+                return 2;
+        }
         if (!getenv("GPUIPC_SOCKET") || !getenv("GPUIPC_GPU_PTX")) {
                 fprintf(stderr, "gpu_bench: set GPUIPC_SOCKET (a running gpuipcd) and "
                         "GPUIPC_GPU_PTX (tests/gpu/kernels.ptx); tests/bench/gpu_run.sh does\n");
@@ -763,36 +806,40 @@ int main(int argc, char **argv)
         printf("system,kind,pattern,idle_ms,size,rounds,usable_p50_us,usable_p99_us,"
                "kernel_p50_us,kernel_p99_us,call_p50_us,rtt_p50_us,rtt_idle_p50_us\n");
         fflush(stdout);
-        for (int s = 0; s < 3; s++)
+        /* Pass after pass over every case, new processes each time, so that
+         * a slow minute of the machine falls on every row alike; a case's
+         * row comes after its last pass. */
+        for (int p = 0; p < passes; p++) {
+                int at = 0;
+                for (int s = 0; s < 3; s++)
                 for (int w = 0; w < 2; w++)
-                        for (int sys = S_FLOOR; sys <= S_RELAY; sys++)
-                                for (int k = K_IPC; k <= K_VMM; k++)
-                                        for (int f = 0; f < 2; f++) {
-                                                struct cfg g = { sys, sys == S_PINNED ? K_HOST : k,
-                                                                 f, idles[w], sizes[s], rounds };
-                                                struct result res = { .rtt = NAN,
-                                                                      .rtt_idle = NAN };
-                                                char label[96];
-                                                if (sys == S_PINNED && (k || f))
-                                                        continue;
-                                                snprintf(label, sizeof(label), "%s,%s,%s,%g,%s",
-                                                         sys_name[sys], kind_name[g.kind],
-                                                         sys == S_PINNED ? "-" : f ? "fresh"
-                                                                                   : "reused",
-                                                         idles[w] / 1e3, sname[s]);
-                                                if (only && fnmatch(only, label, 0) != 0)
-                                                        continue;
-                                                cases++;
-                                                if (run_case(argv[0], &g, &res) < 0) {
-                                                        fprintf(stderr, "gpu_bench: %s %s %s %s "
-                                                                "FAILED\n", sys_name[sys],
-                                                                kind_name[g.kind], sname[s],
-                                                                f ? "fresh" : "reused");
-                                                        failures++;
-                                                        continue;
-                                                }
-                                                report(&g, sname[s], &res);
-                                        }
+                for (int sys = S_FLOOR; sys <= S_RELAY; sys++)
+                for (int k = K_IPC; k <= K_VMM; k++)
+                for (int f = 0; f < 2; f++, at++) {
+                        struct cfg g = { sys, sys == S_PINNED ? K_HOST : k, f, idles[w],
+                                         sizes[s], rounds };
+                        char label[96];
+                        if (sys == S_PINNED && (k || f))
+                                continue;
+                        snprintf(label, sizeof(label), "%s,%s,%s,%g,%s", sys_name[sys],
+                                 kind_name[g.kind], sys == S_PINNED ? "-" : f ? "fresh" : "reused",
+                                 idles[w] / 1e3, sname[s]);
+                        if ((only && fnmatch(only, label, 0) != 0) || failed[at])
+                                continue;
+                        if (p == 0)
+                                cases++;
+                        res[at][p] = (struct result){ .rtt = NAN, .rtt_idle = NAN };
+                        if (run_case(argv[0], &g, &res[at][p]) < 0) {
+                                fprintf(stderr, "gpu_bench: %s (pass %d of %d) FAILED\n", label,
+                                        p + 1, passes);
+                                failed[at] = true;
+                                failures++;
+                                continue;
+                        }
+                        if (p == passes - 1)
+                                report(&g, sname[s], res[at], passes);
+                }
+        }
         if (failures)
                 fprintf(stderr, "gpu_bench: %d of %d cases failed\n", failures, cases);
         return failures ? 1 : 0;

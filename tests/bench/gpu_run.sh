@@ -9,6 +9,9 @@
 # copies in BUILDDIR/bench/gpu.csv, gpu_handoff.csv, gpu_exports.csv and
 # gpu_summary.md.
 # GPUIPC_BENCH_C=0 or GPUIPC_BENCH_PY=0 skips a half (then no summary).
+# GPU_BENCH_PASSES=N and GPU_HANDOFF_PASSES=N run the C and the Python rows
+# N times each, interleaved, new processes every pass (gpu_bench.c and
+# gpu_handoff.py say how); each row then covers every pass's rounds.
 # usage: tests/bench/gpu_run.sh [BUILDDIR] [ROUNDS]      (ROUNDS 16: 15 timed)
 # Build first (here or on a build host, then carry BUILDDIR):
 #   make STATIC_DEPS=1 BUILDDIR=build/gpub gpu-bench

@@ -102,7 +102,10 @@ def bound_table(py, c):
     calls through ctypes, the handle over a pipe, torch.as_tensor of a bare
     interface; no broker, no library), to which the broker's hop (relay
     minus floor, from C) is added.  Where the target is below a floor, no
-    brokered handoff from Python can meet it."""
+    brokered handoff from Python is expected to meet it; where gpuipc came
+    out below the Python floor plus the hop, that sum is no bound in the run
+    (its py-floor rows talk over a multiprocessing pipe, framed in Python:
+    not the least a Python process can pay)."""
     print("### The Python target against the floors (p50 µs)\n")
     print("The relay floor is the C driver floor through one forwarding process: the "
           "least a handoff through any broker costs, with no daemon work and no Python. "
@@ -111,8 +114,11 @@ def bound_table(py, c):
           "with no broker and no library; the broker's hop (relay floor minus driver "
           "floor, C, or 0 where the relay row came out below its floor row) is added "
           "to it. Where half of torch.mp's time is below a floor, "
-          "the target is out of reach of any brokered handoff from Python by the "
-          "difference.\n")
+          "the target is out of reach of a brokered handoff from Python by the "
+          "difference, as far as the floors measure: where gpuipc came out below the "
+          "Python floor plus the hop (a negative last column), that sum bounds nothing "
+          "in this run (the Python floor talks over a multiprocessing pipe, framed in "
+          "Python: not the least a Python process can pay).\n")
     print("| idle, size | pattern | torch.mp | target (0.5×) | relay floor, cuda-ipc | "
           "target − relay floor | Python floor | + broker hop | target − that | "
           "gpuipc Python | gpuipc − that |")
@@ -174,9 +180,9 @@ def py_table(py, c):
     for idle, (a, b, g) in idle_rtt.items():
         print(f"| {idle} ms | {a:.1f} | {b:.1f} | {g:.1f} |")
     print()
-    print("The Python floor plus the broker's hop (as in the floor table) is the least a "
-          "brokered handoff from Python costs: where it is over 3× the round trip after "
-          "idle, that floor blocks the target.\n")
+    print("The Python floor plus the broker's hop (as in the floor table) estimates the "
+          "least a brokered handoff from Python costs: where it is over 3× the round trip "
+          "after idle, and gpuipc is not below it, that floor blocks the target.\n")
     print("| idle, size | system | cuda-ipc reused | / socket rtt | / gpuipc ping "
           "| / socket rtt after idle | / gpuipc ping after idle |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -5,9 +5,10 @@ check-java), through the gpuipc package and without numpy.
     batch_peer.py consume NAME    looks the batch up and prints it as JSON
     batch_peer.py produce NAME    registers a batch (see below) and exits
     batch_peer.py hold NAME       looks the batch up, lets go of the view,
-                                  prints "released", then answers each
-                                  "ping" line on stdin with a ping of the
-                                  daemon and "pinged"; exits at EOF
+                                  prints "columns=A,B" and "released",
+                                  then answers each "ping" line on stdin
+                                  with a ping of the daemon and "pinged";
+                                  exits at EOF
 
 consume prints KEY=VALUE lines (UTF-8): rows, columns (comma-separated),
 meta.KEY, and for each array, PATH being the column's name and its

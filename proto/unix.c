@@ -52,6 +52,13 @@ ssize_t proto_recv(int sock, void *buf, size_t len, int *fds, unsigned max_fds, 
                 size_t k;
                 if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
                         continue;
+                /* A header the kernel would not write (a recvmsg() wrapper's,
+                 * say): nothing past it is read as fds. */
+                if (c->cmsg_len < CMSG_LEN(0) ||
+                    (size_t)((char *)c - ctl.buf) + c->cmsg_len > sizeof(ctl.buf)) {
+                        truncated = true;
+                        break;
+                }
                 k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
                 for (size_t i = 0; i < k; i++) {
                         int fd;

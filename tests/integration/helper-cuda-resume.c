@@ -167,9 +167,16 @@ static ssize_t drain(int fd)
 
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-        if (fd == drop_fd)
-                return drain(fd);
-        return syscall(SYS_recvmsg, fd, msg, flags);
+        ssize_t n;
+
+        if (fd != drop_fd)
+                return syscall(SYS_recvmsg, fd, msg, flags);
+        n = drain(fd);
+        if (n >= 0) {           /* as the kernel leaves an EOF: no control data */
+                msg->msg_controllen = 0;
+                msg->msg_flags = 0;
+        }
+        return n;
 }
 
 #ifdef GPUIPC_HAVE_CUDA_H

@@ -233,27 +233,33 @@ ready:
         cr_assert_eq(access(d->sock, F_OK), 0, "READY=1 but no socket at %s", d->sock);
 }
 
-void h_daemon_stop(struct h_daemon *d)
+void h_daemon_wait(struct h_daemon *d)
 {
         int status = 0;
-        int64_t deadline;
+        int64_t deadline = h_now_ms() + 10000;
         pid_t r = 0;
 
+        if (d->pid <= 0)
+                return;
+        while ((r = waitpid(d->pid, &status, WNOHANG)) == 0 && h_now_ms() < deadline)
+                h_sleep_ms(10);
+        if (r == 0) {
+                kill(d->pid, SIGKILL);
+                waitpid(d->pid, &status, 0);
+                d->pid = -1;
+                dump_log(d);
+                cr_assert_fail("gpuipcd did not exit within 10 s of SIGTERM");
+        }
+        d->pid = -1;
+        check_exit(d, status, "after SIGTERM");
+        cr_assert_neq(access(d->sock, F_OK), 0, "socket %s left behind", d->sock);
+}
+
+void h_daemon_stop(struct h_daemon *d)
+{
         if (d->pid > 0) {
                 cr_assert_eq(kill(d->pid, SIGTERM), 0);
-                deadline = h_now_ms() + 10000;
-                while ((r = waitpid(d->pid, &status, WNOHANG)) == 0 && h_now_ms() < deadline)
-                        h_sleep_ms(10);
-                if (r == 0) {
-                        kill(d->pid, SIGKILL);
-                        waitpid(d->pid, &status, 0);
-                        d->pid = -1;
-                        dump_log(d);
-                        cr_assert_fail("gpuipcd did not exit within 10 s of SIGTERM");
-                }
-                d->pid = -1;
-                check_exit(d, status, "after SIGTERM");
-                cr_assert_neq(access(d->sock, F_OK), 0, "socket %s left behind", d->sock);
+                h_daemon_wait(d);
         }
         if (d->notify_fd >= 0)
                 close(d->notify_fd);

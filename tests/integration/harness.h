@@ -41,6 +41,11 @@ void h_daemon_start(struct h_daemon *d, const char *const *extra_args);
 /* SIGTERM, waitpid (10 s), asserts exit status 0 and that the socket file
  * is gone; removes the directory.  Prints the daemon's log on failure. */
 void h_daemon_stop(struct h_daemon *d);
+/* The second half of h_daemon_stop() for a test that sent the signal
+ * itself: waits (10 s) for the exit and asserts it, as stop does; the
+ * directory stays for stop (a second SIGTERM would find the signal's
+ * default action back, and kill the daemon mid-shutdown). */
+void h_daemon_wait(struct h_daemon *d);
 bool h_daemon_alive(const struct h_daemon *d);
 /* Open fds of the daemon (/proc/PID/fd) and its resident memory in KiB. */
 int h_daemon_fd_count(const struct h_daemon *d);

@@ -1328,6 +1328,7 @@ Test(protocol, shutdown_answers_and_announces)
         h_raw_expect_event(idle, "shutting_down", true);
         close(fd);
         close(idle);
+        h_daemon_wait(&h_d);            /* exits 0 after the one signal */
 }
 
 /* A peer that reads nothing does not hold shutdown up beyond the grace. */

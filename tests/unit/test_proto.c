@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -1243,6 +1244,54 @@ Test(sock, send_limits)
         /* MSG_NOSIGNAL: a closed peer is EPIPE, not SIGPIPE */
         cr_expect_eq(proto_send(sv[0], &iov, 1, NULL, 0), -EPIPE);
         close(sv[0]);
+}
+
+/* A recvmsg() that, once armed, reads nothing and writes its own SCM_RIGHTS
+ * header (cmsg_len fake_cmsg_len, then fake_fd) into the caller's control
+ * buffer, as a careless wrapper might: proto_recv must not read past that
+ * buffer whatever the header claims.  Each test runs in its own process. */
+static long fake_cmsg_len = -1;
+static int fake_fd = -1;
+
+ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+        struct cmsghdr h = { .cmsg_level = SOL_SOCKET, .cmsg_type = SCM_RIGHTS };
+
+        if (fake_cmsg_len < 0)
+                return syscall(SYS_recvmsg, fd, msg, flags);
+        h.cmsg_len = (size_t)fake_cmsg_len;
+        memset(msg->msg_control, 0xff, msg->msg_controllen);
+        memcpy(msg->msg_control, &h, sizeof(h));
+        memcpy(CMSG_DATA((struct cmsghdr *)msg->msg_control), &fake_fd, sizeof(fake_fd));
+        msg->msg_flags = 0;
+        fake_cmsg_len = -1;
+        return 1;
+}
+
+Test(sock, bad_control_header_is_truncation)
+{
+        int fds[PROTO_MAX_PENDING_FDS], pipefd[2];
+        unsigned nfds = 99;
+        char buf[4];
+
+        cr_assert_eq(pipe(pipefd), 0);
+        fake_fd = pipefd[0];
+        /* a well-formed header: the one fd it names */
+        fake_cmsg_len = (long)CMSG_LEN(sizeof(int));
+        cr_expect_eq(proto_recv(-1, buf, sizeof(buf), fds, PROTO_MAX_PENDING_FDS, &nfds), 1);
+        cr_assert_eq(nfds, 1);
+        cr_expect_eq(fds[0], pipefd[0]);
+        /* shorter than a header: (0 - CMSG_LEN(0)) / 4 fds, were it trusted */
+        fake_cmsg_len = 0;
+        cr_expect_eq(proto_recv(-1, buf, sizeof(buf), fds, PROTO_MAX_PENDING_FDS, &nfds),
+                     -EMSGSIZE);
+        /* longer than the buffer it sits in */
+        fake_cmsg_len = (long)CMSG_SPACE(sizeof(int) * PROTO_MAX_PENDING_FDS) + 64;
+        cr_expect_eq(proto_recv(-1, buf, sizeof(buf), fds, PROTO_MAX_PENDING_FDS, &nfds),
+                     -EMSGSIZE);
+        cr_expect_geq(fcntl(pipefd[1], F_GETFD), 0, "an fd the header did not name was closed");
+        close(pipefd[0]);
+        close(pipefd[1]);
 }
 
 /* Sends n fds (n may exceed PROTO_MAX_FDS) with raw sendmsg. */

@@ -233,24 +233,35 @@ ready:
         cr_assert_eq(access(d->sock, F_OK), 0, "READY=1 but no socket at %s", d->sock);
 }
 
+bool h_reap(pid_t pid, int timeout_ms, int *ret_status)
+{
+        int64_t deadline = h_now_ms() + timeout_ms;
+        pid_t r;
+
+        while ((r = waitpid(pid, ret_status, WNOHANG)) == 0 && h_now_ms() < deadline)
+                h_sleep_ms(5);
+        if (r == pid)
+                return true;
+        cr_assert_eq(r, 0, "waitpid(%d): %s", (int)pid, strerror(errno));
+        kill(pid, SIGKILL);
+        cr_assert_eq(waitpid(pid, ret_status, 0), pid, "waitpid(%d) after SIGKILL: %s",
+                     (int)pid, strerror(errno));
+        return false;
+}
+
 void h_daemon_wait(struct h_daemon *d)
 {
         int status = 0;
-        int64_t deadline = h_now_ms() + 10000;
-        pid_t r = 0;
+        bool in_time;
 
         if (d->pid <= 0)
                 return;
-        while ((r = waitpid(d->pid, &status, WNOHANG)) == 0 && h_now_ms() < deadline)
-                h_sleep_ms(10);
-        if (r == 0) {
-                kill(d->pid, SIGKILL);
-                waitpid(d->pid, &status, 0);
-                d->pid = -1;
+        in_time = h_reap(d->pid, 10000, &status);
+        d->pid = -1;
+        if (!in_time) {
                 dump_log(d);
                 cr_assert_fail("gpuipcd did not exit within 10 s of SIGTERM");
         }
-        d->pid = -1;
         check_exit(d, status, "after SIGTERM");
         cr_assert_neq(access(d->sock, F_OK), 0, "socket %s left behind", d->sock);
 }
@@ -650,25 +661,19 @@ void h_spawn(struct h_child *c, const char *helper, const char *const *args, boo
 
 int h_wait(struct h_child *c, int timeout_ms)
 {
-        int64_t deadline = h_now_ms() + timeout_ms;
-        int status;
-        pid_t r;
+        int status = 0;
+        bool in_time;
 
         /* EOF on its stdin tells a holding helper to finish */
         if (c->in >= 0)
                 close(c->in);
         c->in = -1;
-        while ((r = waitpid(c->pid, &status, WNOHANG)) == 0 && h_now_ms() < deadline)
-                h_sleep_ms(5);
+        in_time = h_reap(c->pid, timeout_ms, &status);
         if (c->out >= 0)
                 close(c->out);
         c->out = -1;
-        if (r == 0) {
-                kill(c->pid, SIGKILL);
-                waitpid(c->pid, &status, 0);
+        if (!in_time)
                 cr_assert_fail("helper pid %d still running after %d ms", (int)c->pid, timeout_ms);
-        }
-        cr_assert_eq(r, c->pid);
         if (WIFSIGNALED(status))
                 return 128 + WTERMSIG(status);
         return WEXITSTATUS(status);

@@ -57,6 +57,10 @@ int h_daemon_fd_settle(const struct h_daemon *d, int want, int timeout_ms);
 /* Milliseconds on CLOCK_MONOTONIC. */
 int64_t h_now_ms(void);
 void h_sleep_ms(int ms);
+/* Waits up to timeout_ms for child pid to end, its wait status into
+ * *ret_status; true when it ended in time, false when it had to be killed
+ * (SIGKILL, then reaped: *ret_status is that of the kill). */
+bool h_reap(pid_t pid, int timeout_ms, int *ret_status);
 int h_self_fd_count(void);
 
 /* ---- raw connections -------------------------------------------------- */

@@ -551,25 +551,20 @@ void h_sd_start(struct h_sd *s, const char *const *extra_args)
  * end as sig should have ended it. */
 static bool reap(struct h_sd *s, int sig, char *why, size_t len)
 {
-        int64_t deadline = h_now_ms() + 10000;
         int status = 0;
-        pid_t r;
+        bool in_time;
         char st_text[64];
 
         if (kill(s->pid, sig) < 0) {
                 snprintf(why, len, "kill(%d, %d): %s", (int)s->pid, sig, strerror(errno));
                 return false;
         }
-        while ((r = waitpid(s->pid, &status, WNOHANG)) == 0 && h_now_ms() < deadline)
-                h_sleep_ms(5);
-        if (r == 0) {
-                kill(s->pid, SIGKILL);
-                waitpid(s->pid, &status, 0);
-                s->pid = -1;
+        in_time = h_reap(s->pid, 10000, &status);
+        s->pid = -1;
+        if (!in_time) {
                 snprintf(why, len, "gpuipcd did not end within 10 s of signal %d", sig);
                 return false;
         }
-        s->pid = -1;
         describe_status(status, st_text, sizeof(st_text));
         if (sig == SIGTERM && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
                 snprintf(why, len, "gpuipcd after SIGTERM: %s, want exit status 0", st_text);

@@ -37,6 +37,8 @@
  * time (the answering side blocked in read all along, as a consumer is).
  *
  * usage: gpu_bench all [ROUNDS]       CSV on stdout (ROUNDS 2..64, default 16)
+ *        gpu_bench relay FD_A FD_B     the relay alone, between two inherited
+ *                                      sockets (gpu_handoff.py's py-relay rows)
  *        gpu_bench role ...            (internal)
  * $GPU_BENCH_ONLY, a shell pattern, runs only the cases whose first five CSV
  * fields match it (e.g. "gpuipc,cuda-ipc,*,50,1MiB").  $GPU_BENCH_PASSES=N
@@ -570,9 +572,10 @@ struct result {
 };
 
 /* The relay: a forked process between the floor's producer and consumer
- * that forwards every message, with its fd, from one side to the other, as
- * a broker would with no work of its own.  Exits at the first EOF. */
-static void relay(int a, int b)
+ * (or, as `gpu_bench relay`, between gpu_handoff.py's) that forwards every
+ * message, with its fd, from one side to the other, as a broker would with
+ * no work of its own.  Exits at the first EOF. */
+_Noreturn static void relay(int a, int b)
 {
         struct pollfd p[2] = { { a, POLLIN, 0 }, { b, POLLIN, 0 } };
         char buf[512], cbuf[CMSG_SPACE(sizeof(int))];
@@ -782,6 +785,17 @@ int main(int argc, char **argv)
 
         if (argc == 9 && !strcmp(argv[1], "role"))
                 return role(argv);
+        if (argc == 4 && !strcmp(argv[1], "relay")) {
+                /* No CUDA here: the sockets' bytes (a stream's chunks, as
+                 * they come) and any fd, until the first EOF. */
+                int a = atoi(argv[2]), b = atoi(argv[3]);
+                if (a < 0 || b < 0 || a == b || fcntl(a, F_GETFD) < 0 || fcntl(b, F_GETFD) < 0) {
+                        fprintf(stderr, "gpu_bench: relay needs two open, distinct fds\n");
+                        return 2;
+                }
+                signal(SIGPIPE, SIG_IGN);
+                relay(a, b);
+        }
         if (argc < 2 || strcmp(argv[1], "all") != 0) {
                 fprintf(stderr, "usage: %s all [ROUNDS]\n", argv[0]);
                 return 2;

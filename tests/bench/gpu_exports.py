@@ -16,6 +16,11 @@ One process with two clients: the daemon hands the producer's own pointer
 back to its lookups, so no mapping is opened and every figure is the
 binding's and the library's, not the driver's.
 
+$GPU_EXPORTS_IDLE_MS=T sleeps T ms before each timed call, as a handoff's
+producer and consumer do before theirs: the same costs with the caches as
+cold as a process finds them after that idle (the daemon's round trip, for
+register and lookup, after its own idle too).
+
 usage: gpu_exports.py [N] > exports.csv     (needs torch with CUDA, a gpuipcd
        on $GPUIPC_SOCKET; CuPy rows when CuPy imports)
 """
@@ -37,6 +42,13 @@ except ImportError:
     cupy = None
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+IDLE = float(os.environ.get("GPU_EXPORTS_IDLE_MS", "0")) / 1e3
+
+
+def pause():
+    """The idle time before a timed call (none by default)."""
+    if IDLE > 0:
+        time.sleep(IDLE)
 REG, LOOK = "gpuipc_cuda_register", "gpuipc_view_lookup"
 
 
@@ -56,6 +68,7 @@ def main():
         tot, inner = [], []
         for i in range(N + 1):
             name = f"ex/{what}/{i}"
+            pause()
             t = time.perf_counter_ns()
             p.register(name, x, cacheable=True)
             d = (time.perf_counter_ns() - t) / 1e3
@@ -76,6 +89,7 @@ def main():
     p.register("ex/buf", x, cacheable=True)
     tot, inner = [], []
     for _ in range(N):
+        pause()
         t = time.perf_counter_ns()
         v = c.lookup("ex/buf")
         tot.append((time.perf_counter_ns() - t) / 1e3)
@@ -87,6 +101,7 @@ def main():
         out = []
         for _ in range(N):
             v = c.lookup("ex/buf")
+            pause()
             t = time.perf_counter_ns()
             r = fn(v)
             out.append((time.perf_counter_ns() - t) / 1e3)
@@ -116,10 +131,10 @@ def main():
     if int((x != 7).sum().item()):
         raise SystemExit("gpu_exports: the tensor changed")
 
-    print("what,total_p50_us,c_call_p50_us,python_p50_us")
+    print("what,total_p50_us,c_call_p50_us,python_p50_us,idle_ms")
     for what, a, b, d in rows:
         fmt = (lambda z: f"{z:.1f}" if z != "" else "")
-        print(f"{what},{fmt(a)},{fmt(b)},{fmt(d)}")
+        print(f"{what},{fmt(a)},{fmt(b)},{fmt(d)},{IDLE * 1e3:g}")
     p.close()
     c.close()
 

@@ -17,7 +17,9 @@ mapped); ``fresh``, ``torch.cuda.empty_cache()`` between rounds, so every
 round is a new cudaMalloc.  Kinds: gpuipc with the default allocator
 (``cuda-ipc``) and with ``expandable_segments:True`` (``cuda-vmm``).  The
 ``py-floor`` rows are the least a handoff from Python costs, with no broker
-and no library (see run_pyfloor).  The
+and no library (see run_pyfloor); the ``py-relay`` rows are the same through
+a forwarding C process ($GPU_HANDOFF_RELAY, gpu_bench, which gpu_run.sh
+sets), the least a brokered handoff from Python costs.  The
 first round of each series is a warm-up and is left out.  Then 1000 tensors
 of 64 KiB handed over back to back: one name each (``gpuipc``), and as eight
 column batches of 125 (``gpuipc-batch``: one register and one lookup per
@@ -39,7 +41,8 @@ second pass of gpuipc alone, with other settings); $GPU_HANDOFF_PASSES=N runs
 each row of a case N times with new processes, the case's rows in turn, and
 reports each row over all its rounds; $GPU_HANDOFF_ROWS (e.g.
 "torch.mp,py-floor,gpuipc") picks the rows of each case, by the names
-torch.mp, py-floor, gpuipc, gpuipc+cupy and gpuipc/vmm (default all);
+torch.mp, py-floor, py-relay, gpuipc, gpuipc+cupy and gpuipc/vmm (default
+all);
 $GPU_HANDOFF_TENSOR=dlpack
 makes the torch consumers use ``torch.from_dlpack(view)`` instead of
 ``torch.as_tensor(view, device="cuda")``.
@@ -416,19 +419,45 @@ def pf_consumer(conn, res, ready):
         res.put((i, t1, t2, bad))
 
 
-def run_pyfloor(ctx, size, pattern, idle, rounds):
+def relayed_pipe():
+    """(producer's end, consumer's end, relay process): two socketpairs
+    with gpu_bench's relay (`gpu_bench relay FD_A FD_B`, $GPU_HANDOFF_RELAY)
+    between them, a forwarding C process with no work of its own, each end
+    a multiprocessing Connection as ctx.Pipe() gives."""
+    import socket
+    import subprocess
+    from multiprocessing.connection import Connection
+    exe = os.environ.get("GPU_HANDOFF_RELAY", "")
+    if not os.access(exe, os.X_OK):
+        raise RuntimeError(f"py-relay needs $GPU_HANDOFF_RELAY, gpu_bench (got {exe!r})")
+    p, q = socket.socketpair()
+    r, s = socket.socketpair()
+    with q, r:
+        rel = subprocess.Popen([exe, "relay", str(q.fileno()), str(r.fileno())],
+                               pass_fds=(q.fileno(), r.fileno()))
+    return Connection(p.detach()), Connection(s.detach()), rel
+
+
+def run_pyfloor(ctx, size, pattern, idle, rounds, relay=False):
     """The driver floor from Python: cuIpcGetMemHandle and
     cuMemGetAddressRange through ctypes on the tensor (once for a reused
     block), the handle over a multiprocessing pipe, cuIpcOpenMemHandle
     through ctypes (once for a reused block) and torch.as_tensor of a bare
     CUDA Array Interface: the least a Python handoff costs, with no broker
-    and no library."""
+    and no library.  relay=True (the py-relay rows) puts gpu_bench's C relay
+    process between the two ends of the pipe: the least a brokered handoff
+    from Python costs, with no broker work."""
     import ctypes
     import struct
-    a, b = ctx.Pipe()
+    rel = None
+    if relay:
+        a, b, rel = relayed_pipe()
+    else:
+        a, b = ctx.Pipe()
     res, ready = ctx.Queue(), ctx.Event()
     cons = ctx.Process(target=pf_consumer, args=(b, res, ready))
     cons.start()
+    b.close()
     if not ready.wait(120):
         raise SystemExit("gpu_handoff: the py-floor consumer did not start")
     cu, Handle = _libcuda()
@@ -443,9 +472,15 @@ def run_pyfloor(ctx, size, pattern, idle, rounds):
                 raise SystemExit("gpu_handoff: py-floor cuIpcGetMemHandle failed")
             have[0] = ptr
         a.send_bytes(struct.pack("<iQQi", i, ptr - base.value, size, fresh) + bytes(h))
-    lat, ker = producer_rounds(size, pattern, idle, rounds, res, "py-floor", hand)
-    a.send_bytes(b"")
-    cons.join(120)
+    what = "py-relay" if relay else "py-floor"
+    try:
+        lat, ker = producer_rounds(size, pattern, idle, rounds, res, what, hand)
+        a.send_bytes(b"")
+        cons.join(120)
+    finally:
+        a.close()
+        if rel is not None:
+            rel.wait(60)
     return lat, ker
 
 
@@ -612,7 +647,7 @@ PASSES = max(1, int(os.environ.get("GPU_HANDOFF_PASSES", "1")))
 
 
 # $GPU_HANDOFF_ROWS: the rows of each case to run (default all).
-ROW_KEYS = ("torch.mp", "py-floor", "gpuipc", "gpuipc+cupy", "gpuipc/vmm")
+ROW_KEYS = ("torch.mp", "py-floor", "py-relay", "gpuipc", "gpuipc+cupy", "gpuipc/vmm")
 ROWS = set(filter(None, os.environ.get("GPU_HANDOFF_ROWS", "").split(",")))
 if ROWS - set(ROW_KEYS):
     raise SystemExit(f"gpu_handoff: GPU_HANDOFF_ROWS names unknown rows "
@@ -680,8 +715,9 @@ def main():
         for idle in IDLES:
             for pattern in ("reused", "fresh"):
                 # (system, vmm, run): vmm None for the rows that are not gpuipc's
-                rows = [] if label_sfx else [("torch.mp", None, run_mp),
-                                             ("py-floor", None, run_pyfloor)]
+                rows = [] if label_sfx else [
+                    ("torch.mp", None, run_mp), ("py-floor", None, run_pyfloor),
+                    ("py-relay", None, lambda *a: run_pyfloor(*a, relay=True))]
                 for vmm, lib in ((False, "torch"), (False, "cupy"), (True, "torch")):
                     if lib != "cupy" or HAVE_CUPY:
                         rows.append((f"gpuipc{label_sfx}{'+cupy' if lib == 'cupy' else ''}", vmm,

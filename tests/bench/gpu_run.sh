@@ -4,10 +4,10 @@
 # through a relay process, the C library and the pinned copy; cuda-ipc and
 # cuda-vmm, fresh and reused, 2 and 50 ms idle) and gpu_handoff.py (Python:
 # gpuipc with torch and CuPy consumers against torch.multiprocessing and the
-# Python floor, then gpu_exports.py) when torch imports, then
-# gpu_summary.py's ratio tables.  Prints the CSVs on stdout and keeps
-# copies in BUILDDIR/bench/gpu.csv, gpu_handoff.csv, gpu_exports.csv and
-# gpu_summary.md.
+# Python floor, direct and through gpu_bench's relay, then gpu_exports.py)
+# when torch imports, then gpu_summary.py's ratio tables.  Prints the CSVs
+# on stdout and keeps copies in BUILDDIR/bench/gpu.csv, gpu_handoff.csv,
+# gpu_exports.csv and gpu_summary.md.
 # GPUIPC_BENCH_C=0 or GPUIPC_BENCH_PY=0 skips a half (then no summary).
 # GPU_BENCH_PASSES=N and GPU_HANDOFF_PASSES=N run the C and the Python rows
 # N times each, interleaved, new processes every pass (gpu_bench.c and
@@ -58,7 +58,7 @@ shim=
 bench_py() {
         libcuda=$1 script=$2
         shift 2
-        GPUIPC_LIBCUDA=$libcuda GPUIPC_LIBRARY="$B/libgpuipc.so.1" \
+        GPUIPC_LIBCUDA=$libcuda GPUIPC_LIBRARY="$B/libgpuipc.so.1" GPU_HANDOFF_RELAY="$B/bench/gpu_bench" \
                 PYTHONPATH="$here/../../client/python${PYTHONPATH:+:$PYTHONPATH}" \
                 "$PY" "$here/$script" "$@"
 }

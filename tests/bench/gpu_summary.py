@@ -7,7 +7,8 @@ the C library against the driver floor (target: at most 2x) and against
 the relay floor (the driver floor through one forwarding process: the
 least any brokered handoff costs), Python against torch.mp (target: at most
 0.5x), with the relay floor and the Python floor (py-floor rows) beside
-each target, reused Python handoffs
+each target (and the py-relay rows, the Python floor through a relay,
+where the run has them), reused Python handoffs
 against the socket round trip, warm and after the same idle (target: at
 most 3x), and 1000 x 64 KiB (target: torch.mp at least 3x slower).
 
@@ -95,6 +96,18 @@ def py_floor_hop(py, c, pat, idle, s):
     return pf_v, pf_v + hop
 
 
+def py_bound(py, c, pat, idle, s):
+    """The least a brokered handoff from Python costs, as this run gives
+    it: the py-relay row (the Python floor through gpu_bench's C relay,
+    measured) where there is one, else the Python floor plus the broker's
+    hop (an estimate).  (value, "measured" or "estimate")."""
+    pr = pick(py, system="py-relay", pattern=pat, idle_ms=idle, size=s)
+    v = f(pr, "tensor_p50_us") if pr else float("nan")
+    if v == v:
+        return v, "measured"
+    return py_floor_hop(py, c, pat, idle, s)[1], "estimate"
+
+
 def bound_table(py, c):
     """The Python target (half of torch.mp's time) beside the floors: the
     relay floor (the driver calls and one forwarding process, no daemon and
@@ -119,10 +132,14 @@ def bound_table(py, c):
           "Python floor plus the hop (a negative last column), that sum bounds nothing "
           "in this run (the Python floor talks over a multiprocessing pipe, framed in "
           "Python: not the least a Python process can pay).\n")
+    print("The Python relay floor (py-relay rows) is the Python floor with gpu_bench's C "
+          "relay between its two ends: the same least brokered handoff from Python, "
+          "measured in the run rather than estimated. The bound is that measurement where "
+          "the run has it, else the Python floor plus the hop.\n")
     print("| idle, size | pattern | torch.mp | target (0.5×) | relay floor, cuda-ipc | "
-          "target − relay floor | Python floor | + broker hop | target − that | "
-          "gpuipc Python | gpuipc − that |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "target − relay floor | Python floor | + broker hop | Python relay floor | "
+          "target − bound | gpuipc Python | gpuipc − bound |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for idle in ("2", "50"):
         for s in SIZES:
             for pat in ("reused", "fresh"):
@@ -133,11 +150,14 @@ def bound_table(py, c):
                     continue
                 t = f(mp, "tensor_p50_us") / 2
                 r = f(rl, "usable_p50_us")
-                pf_v, pv = py_floor_hop(py, c, pat, idle, s)
+                pf_v, est = py_floor_hop(py, c, pat, idle, s)
+                pr = pick(py, system="py-relay", pattern=pat, idle_ms=idle, size=s)
+                bv, _ = py_bound(py, c, pat, idle, s)
                 gv = f(g, "tensor_p50_us") if g else float("nan")
                 print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
-                      f"{t - r:+.0f} | {pf_v:.0f} | {pv:.0f} | {t - pv:+.0f} | "
-                      f"{gv:.0f} | {gv - pv:+.0f} |")
+                      f"{t - r:+.0f} | {pf_v:.0f} | {est:.0f} | "
+                      f"{f(pr, 'tensor_p50_us') if pr else float('nan'):.0f} | {t - bv:+.0f} | "
+                      f"{gv:.0f} | {gv - bv:+.0f} |")
     print()
 
 
@@ -180,18 +200,20 @@ def py_table(py, c):
     for idle, (a, b, g) in idle_rtt.items():
         print(f"| {idle} ms | {a:.1f} | {b:.1f} | {g:.1f} |")
     print()
-    print("The Python floor plus the broker's hop (as in the floor table) estimates the "
-          "least a brokered handoff from Python costs: where it is over 3× the round trip "
-          "after idle, and gpuipc is not below it, that floor blocks the target.\n")
+    print("The bound of the floor table (the Python relay floor, measured, or the Python "
+          "floor plus the broker's hop, estimated) is the least a brokered handoff from "
+          "Python costs: where it is over 3× the round trip after idle, and gpuipc is not "
+          "below it, that floor blocks the target.\n")
     print("| idle, size | system | cuda-ipc reused | / socket rtt | / gpuipc ping "
           "| / socket rtt after idle | / gpuipc ping after idle |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for idle in ("2", "50"):
         for s in SIZES:
-            _, pv = py_floor_hop(py, c, "reused", idle, s)
+            pv, how = py_bound(py, c, "reused", idle, s)
             if pv == pv:
                 a, _, gp = idle_rtt[idle]
-                print(f"| {idle} ms, {s} | Python floor + hop | {pv:.0f} | {ratio(pv, sock):.1f} "
+                what = "Python relay floor" if how == "measured" else "Python floor + hop"
+                print(f"| {idle} ms, {s} | {what} | {pv:.0f} | {ratio(pv, sock):.1f} "
                       f"| {ratio(pv, ping):.1f} | {ratio(pv, a):.1f} | {ratio(pv, gp):.1f} |")
             for system in ("gpuipc", "gpuipc-busy"):
                 g = pick(py, system=system, kind="cuda-ipc", pattern="reused", idle_ms=idle,

@@ -390,35 +390,43 @@ class Client:
             flags |= _lib.REGISTER_COPY
         if cacheable:
             flags |= _lib.REGISTER_CACHEABLE
-        bname = _name(name)
+        if cuda_ipc:
+            flags |= _lib.REGISTER_CUDA_IPC
+        bname = name.encode("utf-8") if type(name) is str else _name(name)
         rid = c_uint64()
         over = (dtype, shape, strides, meta)     # the caller's, over what obj says
+        plain = dtype is None and shape is None and strides is None and not meta
 
-        if isinstance(obj, HostBuffer):
-            obj._check_open()
-            m = _meta_over(over, obj.dtype, obj.shape, None)
-            self._conn.call_checked(lambda c: _lib.lib.gpuipc_hostbuf_register(
-                c, bname, obj._handle, m.ref(), hflags, byref(rid)), "register")
-            return rid.value
-
-        if isinstance(obj, DeviceBuffer):
-            obj._check_open()
-            m = _meta_over(over, obj.dtype, obj.shape, None)
-            return self._register_cuda(bname, obj.ptr, obj.nbytes, m, event, flags, cuda_ipc,
-                                       rid)
-
-        dev = _torch_layout(obj)
+        # A plain torch tensor first, in as few Python calls as it takes: it
+        # is the common case, and this runs right at a handoff, after the
+        # producer's idle, when each call costs several times its warm time.
+        dev: Optional[Tuple[Any, ...]] = _torch_layout(obj)
         if dev is None:
-            cai = _get_cai(obj)
-            dev = _cai_layout(cai) if cai is not None else None
+            if isinstance(obj, HostBuffer):
+                obj._check_open()
+                m = _meta_over(over, obj.dtype, obj.shape, None)
+                self._conn.call_checked(lambda c: _lib.lib.gpuipc_hostbuf_register(
+                    c, bname, obj._handle, m.ref(), hflags, byref(rid)), "register")
+                return rid.value
+            if isinstance(obj, DeviceBuffer):
+                obj._check_open()
+                dev = (obj.ptr, obj.nbytes, obj.dtype, obj.shape, None, None)
+            else:
+                cai = _get_cai(obj)
+                dev = _cai_layout(cai) if cai is not None else None
         if dev is not None:
             ptr, nbytes, d, sh, st, stream = dev
             if nbytes <= 0 or not ptr:
                 raise ValueError("an empty array cannot be shared")
             if event is None and stream is not None:
                 _cuda_stream_sync(int(stream))
-            return self._register_cuda(bname, ptr, nbytes, _meta_over(over, d, sh, st), event,
-                                       flags, cuda_ipc, rid)
+            # _meta_for's cache, looked up here when nothing overrides obj's
+            # layout (sh and st are tuples or None, as its keys are).
+            cm = _META_CACHE.get((d, sh, st)) if plain else None
+            dm = cm if cm is not None else _meta_over(over, d, sh, st)
+            self._conn.run("register", _lib.lib.gpuipc_cuda_register, bname, ptr, nbytes,
+                           dm.ref(), None if event is None else int(event), flags, byref(rid))
+            return rid.value
 
         # Host data: copy once into a new shared buffer.
         src, d, sh = _host_source(obj)
@@ -439,15 +447,6 @@ class Client:
         finally:
             # The daemon holds its own reference to the memfd.
             _lib.lib.gpuipc_hostbuf_free(hb)
-        return rid.value
-
-    def _register_cuda(self, bname: bytes, ptr: int, nbytes: int, m: _Meta,
-                       event: Optional[int], flags: int, cuda_ipc: bool, rid: c_uint64) -> int:
-        if cuda_ipc:
-            flags |= _lib.REGISTER_CUDA_IPC
-        ev = int(event) if event is not None else None
-        self._conn.run("register", _lib.lib.gpuipc_cuda_register, bname, ptr, nbytes, m.ref(),
-                       ev, flags, byref(rid))
         return rid.value
 
     def register_batch(self, name: str, columns: Any, *,
@@ -878,8 +877,11 @@ def _torch_layout(obj: Any) -> Optional[_DeviceLayout]:
     what its __cuda_array_interface__ says (version 2, no stream), without
     building that dict.  None for anything else, which then takes the
     interface path (and its errors)."""
-    if type(obj).__name__ != "Tensor" or type(obj).__module__ != "torch":
-        return None
+    t = type(obj)
+    if t is not _TORCH_TENSOR[0]:
+        if t.__name__ != "Tensor" or t.__module__ != "torch":
+            return None
+        _TORCH_TENSOR[0] = t        # the next tensors' check is one comparison
     if not obj.is_cuda or obj.requires_grad or obj.is_sparse:
         return None
     # Lazily conjugated or negated views are not their memory's values.
@@ -901,6 +903,8 @@ def _torch_layout(obj: Any) -> Optional[_DeviceLayout]:
     return ptr, extent(sh, st, isz), d, sh, st, None
 
 
+# [torch.Tensor] once _torch_layout has seen one.
+_TORCH_TENSOR: List[Any] = [None]
 # The torch dtypes whose __cuda_array_interface__ torch can give.
 _CAI_DTYPES = frozenset(("float16", "float32", "float64", "complex64", "complex128",
                          "uint8", "int8", "int16", "int32", "int64", "bool"))

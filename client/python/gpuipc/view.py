@@ -359,6 +359,8 @@ class _Memory:
     """Common base: a pointer, a size, a dtype/shape and tracked exports."""
 
     _holder: _Holder
+    # The __cuda_array_interface__ dict, once it was read.
+    _cai_d: Optional[Dict[str, Any]] = None
 
     def _setup(self, ptr: int, nbytes: int, dtype: Optional[str],
                shape: Optional[Tuple[int, ...]], strides: Optional[Tuple[int, ...]],
@@ -534,18 +536,24 @@ class _Memory:
         No ``stream`` key: the data is ready (libgpuipc waited for the
         producer's event at lookup).  Reading this ties the memory's lifetime
         to this object: it stays mapped until this object is garbage-
-        collected, since consumers keep a reference to it, not to an export."""
+        collected, since consumers keep a reference to it, not to an export.
+        Every read after the first returns the same dict (do not change it):
+        torch.as_tensor reads it twice, right after a lookup's wake."""
+        d = self._cai_d
+        if d is not None and self._holder.cai:
+            return d
         if not self.is_device:
             raise AttributeError("__cuda_array_interface__ (host memory)")
         self._holder.acquire_cai()      # dropped when self is collected
         dt, shape, strides = self._layout()
-        return {
+        d = self._cai_d = {
             "shape": shape,
             "typestr": dtype_typestr(dt),
             "data": (self._ptr, False),
             "strides": strides,
             "version": 3,
         }
+        return d
 
     def _dlpack_device_type(self) -> int:
         return _dlpack.kDLCUDA if self.is_device else _dlpack.kDLCPU

@@ -317,6 +317,48 @@ def test_cai_ties_lifetime_to_the_view(client):
     buf.close()
 
 
+def test_cai_read_twice_is_one_export(client):
+    """torch.as_tensor reads the interface twice: the second read gives the
+    same dict and takes no second export, so one release and one
+    collection free the view; a view released before any read refuses."""
+    buf = client.alloc_device((16,), "float32")
+    client.register("dev/cai-twice", buf)
+    v = client.lookup("dev/cai-twice")
+    first = v.__cuda_array_interface__
+    assert v.__cuda_array_interface__ is first
+    assert first == {"shape": (16,), "typestr": "<f4", "data": (v.ptr, False),
+                     "strides": None, "version": 3}
+    v.release()
+    assert v.__cuda_array_interface__ is first      # the export still holds it
+    assert not v.freed and client.stat("dev/cai-twice").leases == 1
+    del v, first
+    gc.collect()
+    assert client.stat("dev/cai-twice").leases == 0
+    w = client.lookup("dev/cai-twice")
+    w.release()
+    assert w.freed
+    with pytest.raises(ValueError, match="released"):
+        w.__cuda_array_interface__
+    buf.close()
+
+
+def test_torch_tensor_subclass_takes_the_interface_path(client, driver):
+    """Only torch.Tensor itself is read directly; a subclass (as
+    nn.Parameter is) goes through its __cuda_array_interface__, which
+    here refuses as torch's does for a tensor that requires grad."""
+    class Sub(Tensor):
+        pass
+    ptr = driver.alloc(4096)
+    client.register("dev/torch-first", Tensor(ptr, (4,), "float32", 4))
+    with pytest.raises(RuntimeError, match="requires grad"):
+        client.register("dev/torch-sub", Sub(ptr, (4,), "float32", 4))
+    assert client.stat("dev/torch-first").shape == (4,)
+    with pytest.raises(gpuipc.NotFound):
+        client.stat("dev/torch-sub")
+    client.unregister("dev/torch-first")
+    driver.free(ptr)
+
+
 def test_host_view_has_no_cai(client):
     client.register("dev/host", b"abc")
     with client.lookup("dev/host") as v:

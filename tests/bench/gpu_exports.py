@@ -49,6 +49,8 @@ def pause():
     """The idle time before a timed call (none by default)."""
     if IDLE > 0:
         time.sleep(IDLE)
+
+
 REG, LOOK = "gpuipc_cuda_register", "gpuipc_view_lookup"
 
 

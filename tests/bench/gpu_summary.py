@@ -151,12 +151,11 @@ def bound_table(py, c):
                 t = f(mp, "tensor_p50_us") / 2
                 r = f(rl, "usable_p50_us")
                 pf_v, est = py_floor_hop(py, c, pat, idle, s)
-                pr = pick(py, system="py-relay", pattern=pat, idle_ms=idle, size=s)
-                bv, _ = py_bound(py, c, pat, idle, s)
+                bv, how = py_bound(py, c, pat, idle, s)
+                relayed = bv if how == "measured" else float("nan")
                 gv = f(g, "tensor_p50_us") if g else float("nan")
                 print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
-                      f"{t - r:+.0f} | {pf_v:.0f} | {est:.0f} | "
-                      f"{f(pr, 'tensor_p50_us') if pr else float('nan'):.0f} | {t - bv:+.0f} | "
+                      f"{t - r:+.0f} | {pf_v:.0f} | {est:.0f} | {relayed:.0f} | {t - bv:+.0f} | "
                       f"{gv:.0f} | {gv - bv:+.0f} |")
     print()
 

@@ -456,10 +456,6 @@ def run_pyfloor(ctx, size, pattern, idle, rounds, relay=False):
         a, b = ctx.Pipe()
     res, ready = ctx.Queue(), ctx.Event()
     cons = ctx.Process(target=pf_consumer, args=(b, res, ready))
-    cons.start()
-    b.close()
-    if not ready.wait(120):
-        raise SystemExit("gpu_handoff: the py-floor consumer did not start")
     cu, Handle = _libcuda()
     h, base, asz = Handle(), ctypes.c_uint64(), ctypes.c_size_t()
     fresh, have = pattern == "fresh", [0]
@@ -473,7 +469,11 @@ def run_pyfloor(ctx, size, pattern, idle, rounds, relay=False):
             have[0] = ptr
         a.send_bytes(struct.pack("<iQQi", i, ptr - base.value, size, fresh) + bytes(h))
     what = "py-relay" if relay else "py-floor"
-    try:
+    try:        # the relay, when there is one, ends at the pipe's EOF
+        cons.start()
+        b.close()
+        if not ready.wait(120):
+            raise SystemExit(f"gpu_handoff: the {what} consumer did not start")
         lat, ker = producer_rounds(size, pattern, idle, rounds, res, what, hand)
         a.send_bytes(b"")
         cons.join(120)

@@ -392,14 +392,13 @@ class Client:
             flags |= _lib.REGISTER_CACHEABLE
         if cuda_ipc:
             flags |= _lib.REGISTER_CUDA_IPC
-        bname = name.encode("utf-8") if type(name) is str else _name(name)
+        bname = _name(name)
         rid = c_uint64()
         over = (dtype, shape, strides, meta)     # the caller's, over what obj says
-        plain = dtype is None and shape is None and strides is None and not meta
 
-        # A plain torch tensor first, in as few Python calls as it takes: it
-        # is the common case, and this runs right at a handoff, after the
-        # producer's idle, when each call costs several times its warm time.
+        # A plain torch tensor first: it is the common case, and this runs
+        # right at a handoff, after the producer's idle, when each call costs
+        # several times its warm time.
         dev: Optional[Tuple[Any, ...]] = _torch_layout(obj)
         if dev is None:
             if isinstance(obj, HostBuffer):
@@ -420,12 +419,9 @@ class Client:
                 raise ValueError("an empty array cannot be shared")
             if event is None and stream is not None:
                 _cuda_stream_sync(int(stream))
-            # _meta_for's cache, looked up here when nothing overrides obj's
-            # layout (sh and st are tuples or None, as its keys are).
-            cm = _META_CACHE.get((d, sh, st)) if plain else None
-            dm = cm if cm is not None else _meta_over(over, d, sh, st)
+            m = _meta_over(over, d, sh, st)
             self._conn.run("register", _lib.lib.gpuipc_cuda_register, bname, ptr, nbytes,
-                           dm.ref(), None if event is None else int(event), flags, byref(rid))
+                           m.ref(), None if event is None else int(event), flags, byref(rid))
             return rid.value
 
         # Host data: copy once into a new shared buffer.

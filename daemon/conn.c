@@ -359,6 +359,7 @@ static void read_some(struct conn *c)
                         return;
                 }
                 n = proto_recv(c->fd, p, room, fds, PROTO_MAX_PENDING_FDS, &nfds);
+                TRACE("d.recvd", n);
                 if (n == -EAGAIN)
                         return;
                 if (n == -EMSGSIZE) {

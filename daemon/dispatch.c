@@ -114,6 +114,7 @@ void ops_dispatch(struct conn *c, const uint8_t *body, uint32_t len, uint64_t of
 
         TRACE("d.frame", c->id);
         r = proto_decode(body, len, &m, &why);
+        TRACE("d.decoded", r);
         if (r < 0) {
                 drop_refused_fds(&q, off);
                 error_event(c, r == -ENOMEM ? -ENOMEM : -EBADMSG,

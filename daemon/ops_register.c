@@ -14,6 +14,7 @@
 #include "ops.h"
 #include "quota.h"
 #include "register_part.h"
+#include "trace.h"
 #include "waits.h"
 
 /* Validates a request's meta map and packs its known keys into sb.  Returns
@@ -98,6 +99,7 @@ int op_register(struct req *q)
                 return op_register_batch(q);
         msgpack_sbuffer_init(&sb);
         k = register_params(q, &p, &meta, &ephemeral_given, &shared_write);
+        TRACE("r.params", k);
         if (k < 0)
                 goto out;
         if (meta) {
@@ -117,10 +119,12 @@ int op_register(struct req *q)
                 goto out;
         }
         k = register_admit(q, p.name, p.name_len);
+        TRACE("r.admitted", k);
         if (k < 0)
                 goto out;
         /* Checks the fds; takes the allocation reference (and a cuda-vmm fd). */
         k = register_buffer_attach(q, q->m, q->fds, q->nfds, &p, shared_write, ephemeral_given);
+        TRACE("r.attached", k);
         if (k < 0)
                 goto out;
         if (p.kind == PROTO_KIND_HOST) {
@@ -138,6 +142,7 @@ int op_register(struct req *q)
         if (p.expires_ms)
                 p.expires_ms += p.created_ms;
         k = registry_add(d->reg, &c->party, &p, &r);
+        TRACE("r.added", k);
         if (k == 0)
                 p.access = NULL;        /* r's now */
         if (k < 0) {
@@ -151,6 +156,7 @@ int op_register(struct req *q)
                 ro_fd = -1;
         }
         k = register_reply_fits(r, d->cfg.max_frame);
+        TRACE("r.fits", k);
         if (k <= 0) {
                 registry_unregister(d->reg, r);         /* frees r, closing its fds */
                 k = k < 0 ? req_fail(q, k, "out of memory")
@@ -165,6 +171,7 @@ int op_register(struct req *q)
          * do next (a release) is read before this handler returns, so the
          * producer's reply still comes before any event about r. */
         waits_wake(d, r);
+        TRACE("r.woken", r->id);
         reply_begin(&o, &m, q->seq);
         proto_map_ku64(&m, "id", r->id);
         proto_map_kstrn(&m, "name", r->name, r->name_len);
@@ -173,6 +180,7 @@ int op_register(struct req *q)
         proto_map_end(&m);
         (void)reply_send(c, q->seq, &o, NULL);
         proto_out_free(&o);
+        TRACE("r.replied", r->id);
         log_debug("registered %s (id %" PRIu64 ", %" PRIu64 " bytes) for pid %u", r->name,
                   r->id, r->size, c->party.pid);
         if (r->cuda && r->cuda->copied) {

@@ -343,6 +343,7 @@ int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint64_t dptr, uint
         d = malloc(sizeof(*d));
         if (!d)
                 return gpuipc__end(c, -ENOMEM);
+        TRACE("c.cureg_begun", 0);
         r = gpuipc__cu_share(c, cu, dptr, size, event, flags, d);
         if (r < 0)
                 goto out;

@@ -289,7 +289,7 @@ def test_device_columns_of_one_allocation_share_a_span(client, driver):  # noqa:
     client.register_batch("bt/span", cols, ephemeral=True)
     with client.lookup_batch("bt/span") as bv:
         # _arrays() with the span itself, so the grouping shows without torch
-        got = bv._arrays(True, lambda s: s, lambda s, cuts: [(s, at, n) for at, n in cuts],
+        got = bv._arrays(True, lambda s: s, lambda s, at, length: (s, at, length),
                          lambda col: None)
         spans = {id(s) for s, _, _ in got.values()}
         assert len(spans) == 1, "one allocation, one span"
@@ -302,32 +302,6 @@ def test_device_columns_of_one_allocation_share_a_span(client, driver):  # noqa:
             bv.to_numpy()                           # device columns
         del got, s
     driver.free(p)
-
-
-@pytest.mark.parametrize("cuts", [
-    [(0, 4), (4, 4), (8, 4)],                   # back to back
-    [(10, 3), (0, 2), (20, 5)],                 # out of order, with gaps
-    [(5, 0), (5, 3), (8, 0), (2, 1)],           # empty cuts at shared edges
-    [(7, 9)],
-])
-def test_split_plan_reproduces_every_cut(cuts):
-    """to_torch() makes a mapping's tensors with one split of the range the
-    columns cover; each piece it picks must be exactly its column."""
-    from gpuipc.batch import _split_plan
-    a = np.arange(64)
-    start, total, sizes, pick = _split_plan(cuts)
-    assert sum(sizes) == total
-    assert all(sz > 0 for k, sz in enumerate(sizes) if k not in pick), "a gap of nothing"
-    pieces = np.split(a[start:start + total], np.cumsum(sizes)[:-1])
-    for (at, n), k in zip(cuts, pick):
-        assert list(pieces[k]) == list(a[at:at + n])
-        assert pieces[k].base is not None              # a view, not a copy
-
-
-@pytest.mark.parametrize("cuts", [[(0, 4), (2, 4)], [(3, 2), (3, 2)], [(8, 4), (0, 9)]])
-def test_split_plan_refuses_overlaps(cuts):
-    from gpuipc.batch import _split_plan
-    assert _split_plan(cuts) is None
 
 
 def test_lookup_batches_prefetches_in_order(client):

@@ -548,34 +548,6 @@ def _subtree_end(info_p: Any, node: int) -> int:
     return at
 
 
-def _slices(a: Any, cuts: List[Tuple[int, int]]) -> List[Any]:
-    """a[at:at + n] for each cut (NumPy and CuPy slices are cheap)."""
-    return [a[at:at + n] for at, n in cuts]
-
-
-def _split_plan(cuts: List[Tuple[int, int]]
-                ) -> Optional[Tuple[int, int, List[int], List[int]]]:
-    """How one split_with_sizes of a range makes every (offset, length) cut
-    of a 1-D array: (start, total, sizes, pick), where the range
-    [start, start + total) split into sizes gives cut i as piece pick[i];
-    the gaps between cuts are pieces of their own.  None when two cuts
-    overlap (each is then sliced on its own)."""
-    order = sorted(range(len(cuts)), key=cuts.__getitem__)
-    start = pos = cuts[order[0]][0]
-    sizes: List[int] = []
-    pick = [0] * len(cuts)
-    for i in order:
-        at, n = cuts[i]
-        if at < pos:
-            return None
-        if at > pos:
-            sizes.append(at - pos)
-        pick[i] = len(sizes)
-        sizes.append(n)
-        pos = at + n
-    return start, pos - start, sizes, pick
-
-
 class BatchView:
     """A looked-up batch, every buffer mapped, under one lease.
 
@@ -689,20 +661,7 @@ class BatchView:
 
         def one(col: BatchColumn) -> Any:
             return torch.as_tensor(col, device=f"cuda:{col.device}" if col.is_device else None)
-
-        def parts(t: Any, cuts: List[Tuple[int, int]]) -> List[Any]:
-            # One split of the covered range makes every slice in one torch
-            # call, where an as_strided each costs microseconds from Python.
-            # The unsafe split's pieces are not views to autograd (its safe
-            # twin's may not be modified in place under grad): the cuts do
-            # not overlap, and the span itself is never handed out.
-            plan = _split_plan(cuts)
-            if plan is None or not hasattr(t, "unsafe_split_with_sizes"):
-                return [t.as_strided((n,), (1,), at) for at, n in cuts]
-            start, total, sizes, pick = plan
-            pieces = t.narrow(0, start, total).unsafe_split_with_sizes(sizes)
-            return [pieces[k] for k in pick]
-        return self._arrays(True, whole, parts, one)
+        return self._arrays(True, whole, lambda t, at, n: t.as_strided((n,), (1,), at), one)
 
     def to_cupy(self) -> Dict[str, Any]:
         """The same as :meth:`to_torch`, with CuPy arrays: device columns only
@@ -713,7 +672,7 @@ class BatchView:
             if not col.is_device:
                 raise ValueError(f"column {col.column_name!r} is host memory: use to_numpy()")
             return cupy.asarray(col)
-        return self._arrays(True, cupy.asarray, _slices, one)
+        return self._arrays(True, cupy.asarray, lambda a, at, n: a[at:at + n], one)
 
     def to_numpy(self) -> Dict[str, Any]:
         """The same as :meth:`to_torch`, with read-only NumPy arrays: host
@@ -726,36 +685,33 @@ class BatchView:
                 raise ValueError(f"column {col.column_name!r} is device memory: use to_torch() "
                                  "or to_cupy()")
             return _np.asarray(col)
-        return self._arrays(False, _np.asarray, _slices, one)
+        return self._arrays(False, _np.asarray, lambda a, at, n: a[at:at + n], one)
 
-    def _arrays(self, device: bool, whole: Any, parts: Any, one: Any) -> Dict[str, Any]:
+    def _arrays(self, device: bool, whole: Any, part: Any, one: Any) -> Dict[str, Any]:
         """{name: array}: fixed-width columns on the wanted side (device or
-        host) as parts(whole(span), [(element offset, length), ...]) of one
-        span per mapping and dtype, in one call per span; every other column
-        as one(BatchColumn)."""
+        host) as part(whole(span), element offset, length) of one span per
+        mapping and dtype; every other column as one(BatchColumn)."""
         self._check_open()
         out: Dict[str, Any] = {}
-        # (mapping, dtype) -> (size in elements, device, [name], [(at, n)])
-        groups: Dict[Tuple[int, str], Tuple[int, int, List[str], List[Tuple[int, int]]]] = {}
+        spans: Dict[Tuple[int, str], Any] = {}
         dtypes = _FORMAT_DTYPES
         for name, v in zip(self.columns, self._values):
             # one gpuipc_batch_values each, read in __init__: no C call here
-            isz = v.width
-            dtype = dtypes.get(v.format) if isz else None
+            dtype = dtypes.get(v.format) if v.width else None
             mb, data = v.map, v.data
-            if (dtype is None or not mb or not data or (v.device >= 0) != device or
-                    (data - mb) % isz or mb % isz or isz != itemsize(dtype)):
+            if dtype is None or not mb or not data or (v.device >= 0) != device:
                 out[name] = one(BatchColumn(self, v.node))
                 continue
-            out[name] = None                    # its place in the column order
-            g = groups.get((mb, dtype))
-            if g is None:
-                g = groups[(mb, dtype)] = (v.map_size // isz, v.device, [], [])
-            g[2].append(name)
-            g[3].append(((data - mb) // isz, v.length))
-        for (mb, dtype), (n, dev, names, cuts) in groups.items():
-            span = whole(_Span(self, mb, n, dtype, dev))
-            out.update(zip(names, parts(span, cuts)))
+            isz = v.width
+            off = data - mb
+            if off % isz or mb % isz or isz != itemsize(dtype):
+                out[name] = one(BatchColumn(self, v.node))
+                continue
+            span = spans.get((mb, dtype))
+            if span is None:
+                span = spans[(mb, dtype)] = whole(_Span(self, mb, v.map_size // isz, dtype,
+                                                        v.device))
+            out[name] = part(span, off // isz, v.length)
         return out
 
     def keys(self) -> Tuple[str, ...]:

@@ -154,6 +154,39 @@ static int add_holder(struct gpuipc__cumap *m, gpuipc_client *c)
 /* The shared entry for key k (filled in by the caller), opening it on first
  * use.  held: the lookup reply says c holds k's allocation.  The context of
  * k->ordinal is current. */
+/* The entry for k with a reference taken, or NULL; the lock is held. */
+static struct gpuipc__cumap *entry_take(gpuipc_client *c, const struct gpuipc__cumap *k,
+                                        bool held)
+{
+        struct gpuipc__cumap *m;
+
+        for (m = cumaps; m; m = m->next)
+                if (gpuipc__cumap_key_eq(m, k))
+                        break;
+        if (!m)
+                return NULL;
+        if (m->refs++ == 0)
+                lru_remove(m);  /* a warm lookup: out of the cache */
+        if (held) {
+                m->doomed = false;      /* registered again and held */
+                m->alloc_id = k->alloc_id;
+                if (add_holder(m, c) < 0)
+                        queue_unhold(c, k->alloc_id);
+        }
+        return m;
+}
+
+struct gpuipc__cumap *gpuipc__cumap_take(gpuipc_client *c, const struct gpuipc__cumap *k,
+                                         bool held)
+{
+        struct gpuipc__cumap *m;
+
+        pthread_mutex_lock(&cumaps_lock);
+        m = entry_take(c, k, held);
+        pthread_mutex_unlock(&cumaps_lock);
+        return m;
+}
+
 int gpuipc__cumap_get(gpuipc_client *c, struct cuda *cu, const int *fds, struct gpuipc__cumap *k,
                      bool held, struct gpuipc__cumap **ret)
 {
@@ -161,20 +194,9 @@ int gpuipc__cumap_get(gpuipc_client *c, struct cuda *cu, const int *fds, struct 
         int r = 0;
 
         pthread_mutex_lock(&cumaps_lock);
-        for (m = cumaps; m; m = m->next)
-                if (gpuipc__cumap_key_eq(m, k))
-                        break;
-        if (m) {
-                if (m->refs++ == 0)
-                        lru_remove(m);  /* a warm lookup: out of the cache */
-                if (held) {
-                        m->doomed = false;      /* registered again and held */
-                        m->alloc_id = k->alloc_id;
-                        if (add_holder(m, c) < 0)
-                                queue_unhold(c, k->alloc_id);
-                }
+        m = entry_take(c, k, held);
+        if (m)
                 goto out;
-        }
         m = malloc(sizeof(*m));
         if (!m) {
                 r = -ENOMEM;

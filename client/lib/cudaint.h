@@ -194,6 +194,10 @@ void gpuipc__cumap_free(struct gpuipc__cumap *m);
  * reply says c holds k's allocation.  The context of k->ordinal is current. */
 int gpuipc__cumap_get(gpuipc_client *c, struct cuda *cu, const int *fds,
                       struct gpuipc__cumap *k, bool held, struct gpuipc__cumap **ret);
+/* The same when the entry is there already (a warm lookup), with no driver
+ * call and no context needed: it, referenced, or NULL. */
+struct gpuipc__cumap *gpuipc__cumap_take(gpuipc_client *c, const struct gpuipc__cumap *k,
+                                         bool held);
 /* Drops a view's reference: the last one keeps the entry in the cache, or
  * closes it. */
 void gpuipc__cumap_put(struct cuda *cu, struct gpuipc__cumap *m);

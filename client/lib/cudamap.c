@@ -274,8 +274,8 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         struct gpuipc__cumap k = {};
         const gpuipc_info *info = v->info;
         struct cuda *cu;
-        CUcontext saved;
-        bool copy;
+        CUcontext saved = NULL;
+        bool copy, evented, entered = false;
         int home, r;
 
         r = gpuipc__cu_get(c, &cu);
@@ -298,13 +298,20 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         if (r < 0)
                 goto out;
         TRACE("c.cv_keyed", 0);
-        r = gpuipc__cu_enter(c, cu, k.ordinal, &saved);
-        TRACE("c.cv_entered", 0);
-        if (r < 0)
-                goto out;
         k.alloc_id = info->alloc_id;
-        r = gpuipc__cumap_get(c, cu, fds, &k, held, &v->cumap);
-        TRACE("c.cv_mapped", 0);
+        /* A warm lookup with no event to open and nothing to copy makes no
+         * driver call: the context is entered only to map, open or copy. */
+        evented = proto_get(reg, "event") != NULL;
+        v->cumap = copy || evented ? NULL : gpuipc__cumap_take(c, &k, held);
+        entered = !v->cumap;
+        if (entered) {
+                r = gpuipc__cu_enter(c, cu, k.ordinal, &saved);
+                TRACE("c.cv_entered", 0);
+                if (r < 0)
+                        goto out;
+                r = gpuipc__cumap_get(c, cu, fds, &k, held, &v->cumap);
+        }
+        TRACE("c.cv_mapped", entered);
         if (r < 0)
                 goto leave;
         v->device = k.ordinal;
@@ -319,7 +326,8 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         if (r == 0 && copy)
                 r = gpuipc__cuview_copy(c, cu, device, v);
 leave:
-        gpuipc__cu_leave(cu, saved);
+        if (entered)
+                gpuipc__cu_leave(cu, saved);
         TRACE("c.cv_left", 0);
 out:
         free(k.keys);

@@ -48,6 +48,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -575,6 +576,17 @@ struct result {
  * (or, as `gpu_bench relay`, between gpu_handoff.py's) that forwards every
  * message, with its fd, from one side to the other, as a broker would with
  * no work of its own.  Exits at the first EOF. */
+/* A decimal fd number, or -1 for anything else ("x", "", "3x", "-1"). */
+static int fd_arg(const char *s)
+{
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(s, &end, 10);
+        return errno || end == s || *end || v < 0 || v > INT_MAX ? -1 : (int)v;
+}
+
 _Noreturn static void relay(int a, int b)
 {
         struct pollfd p[2] = { { a, POLLIN, 0 }, { b, POLLIN, 0 } };
@@ -788,7 +800,7 @@ int main(int argc, char **argv)
         if (argc == 4 && !strcmp(argv[1], "relay")) {
                 /* No CUDA here: the sockets' bytes (a stream's chunks, as
                  * they come) and any fd, until the first EOF. */
-                int a = atoi(argv[2]), b = atoi(argv[3]);
+                int a = fd_arg(argv[2]), b = fd_arg(argv[3]);
                 if (a < 0 || b < 0 || a == b || fcntl(a, F_GETFD) < 0 || fcntl(b, F_GETFD) < 0) {
                         fprintf(stderr, "gpu_bench: relay needs two open, distinct fds\n");
                         return 2;

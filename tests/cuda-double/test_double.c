@@ -506,6 +506,10 @@ static void role_basics(int sock)
         CHECK(p_count("cuIpcOpenMemHandle_v2") == 1);
         CHECK(p_count("cuInit") == 3);
         CHECK(p_count("cuNoSuchThing") == -1);
+        long all = p_count("*");
+        CHECK(all >= 5 + 1 + 3);
+        OK(p_cuGetErrorName(CUDA_ERROR_ALREADY_MAPPED, &s));
+        CHECK(p_count("*") == all + 1);          /* "*": every entry point's calls */
         teardown(0);
         CHECK_RC(p_cuMemAlloc(&p2, MiB), CUDA_ERROR_INVALID_CONTEXT);
 }

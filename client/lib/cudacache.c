@@ -151,10 +151,8 @@ static int add_holder(struct gpuipc__cumap *m, gpuipc_client *c)
         return 0;
 }
 
-/* The shared entry for key k (filled in by the caller), opening it on first
- * use.  held: the lookup reply says c holds k's allocation.  The context of
- * k->ordinal is current. */
-/* The entry for k with a reference taken, or NULL; the lock is held. */
+/* The entry for k with a reference taken, or NULL; the lock is held.
+ * held: the lookup reply says c holds k's allocation. */
 static struct gpuipc__cumap *entry_take(gpuipc_client *c, const struct gpuipc__cumap *k,
                                         bool held)
 {
@@ -187,6 +185,8 @@ struct gpuipc__cumap *gpuipc__cumap_take(gpuipc_client *c, const struct gpuipc__
         return m;
 }
 
+/* The shared entry for key k (filled in by the caller), opening it on first
+ * use.  The context of k->ordinal is current. */
 int gpuipc__cumap_get(gpuipc_client *c, struct cuda *cu, const int *fds, struct gpuipc__cumap *k,
                      bool held, struct gpuipc__cumap **ret)
 {

@@ -276,6 +276,8 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         struct cuda *cu;
         CUcontext saved = NULL;
         bool copy, evented, entered = false;
+        const uint8_t *ev;
+        size_t ev_len;
         int home, r;
 
         r = gpuipc__cu_get(c, &cu);
@@ -301,7 +303,7 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         k.alloc_id = info->alloc_id;
         /* A warm lookup with no event to open and nothing to copy makes no
          * driver call: the context is entered only to map, open or copy. */
-        evented = proto_get(reg, "event") != NULL;
+        evented = proto_get_bin(reg, "event", &ev, &ev_len) == 0;    /* as view_event() reads it */
         v->cumap = copy || evented ? NULL : gpuipc__cumap_take(c, &k, held);
         entered = !v->cumap;
         if (entered) {

@@ -572,21 +572,24 @@ struct result {
         double rtt, rtt_idle;
 };
 
-/* The relay: a forked process between the floor's producer and consumer
- * (or, as `gpu_bench relay`, between gpu_handoff.py's) that forwards every
- * message, with its fd, from one side to the other, as a broker would with
- * no work of its own.  Exits at the first EOF. */
-/* A decimal fd number, or -1 for anything else ("x", "", "3x", "-1"). */
+/* A decimal fd number, digits only, or -1 for anything else ("x", "",
+ * "3x", "-1", " 3", "+3"). */
 static int fd_arg(const char *s)
 {
         char *end;
         long v;
 
+        if (*s < '0' || *s > '9')
+                return -1;
         errno = 0;
         v = strtol(s, &end, 10);
-        return errno || end == s || *end || v < 0 || v > INT_MAX ? -1 : (int)v;
+        return errno || *end || v > INT_MAX ? -1 : (int)v;
 }
 
+/* The relay: a forked process between the floor's producer and consumer
+ * (or, as `gpu_bench relay`, between gpu_handoff.py's) that forwards every
+ * message, with its fd, from one side to the other, as a broker would with
+ * no work of its own.  Exits at the first EOF. */
 _Noreturn static void relay(int a, int b)
 {
         struct pollfd p[2] = { { a, POLLIN, 0 }, { b, POLLIN, 0 } };

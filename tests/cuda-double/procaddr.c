@@ -156,14 +156,15 @@ void dbl_counts_reset(void)
 
 long gpuipc_cuda_double_count(const char *name)
 {
-        int i = name != NULL ? find_name(name) : -1;
         long all = 0;
+        int i;
 
         if (name != NULL && strcmp(name, "*") == 0) {
                 for (size_t k = 0; k <= NENTRIES; k++)
                         all += (long)atomic_load(&counts[k]);
                 return all;
         }
+        i = name != NULL ? find_name(name) : -1;
         return i < 0 ? -1 : (long)atomic_load(&counts[i]);
 }
 

@@ -397,6 +397,21 @@ JNIEXPORT jobject FN(directBuffer)(JNIEnv *env, jclass cls, jlong address, jlong
         return bb;
 }
 
+/* A register call's name and metadata: the name (free() it, and
+ * gpuipc_jni_meta_free(m)), or NULL with an exception pending and nothing
+ * to free. */
+static char *register_args(JNIEnv *env, jbyteArray jname, jobjectArray jkeys,
+                           jobjectArray jvalues, struct jmeta *m)
+{
+        char *name = gpuipc_jni_cstr(env, jname);
+
+        if (name && gpuipc_jni_meta_get(env, jkeys, jvalues, m) < 0) {
+                free(name);
+                return NULL;
+        }
+        return name;
+}
+
 JNIEXPORT jlong FN(registerHost)(JNIEnv *env, jclass cls, jlong c, jbyteArray jname, jlong b,
                                  jobjectArray jkeys, jobjectArray jvalues, jint flags)
 {
@@ -405,13 +420,9 @@ JNIEXPORT jlong FN(registerHost)(JNIEnv *env, jclass cls, jlong c, jbyteArray jn
         char *name;
         int r;
 
-        name = gpuipc_jni_cstr(env, jname);
+        name = register_args(env, jname, jkeys, jvalues, &m);
         if (!name)
                 return 0;
-        if (gpuipc_jni_meta_get(env, jkeys, jvalues, &m) < 0) {
-                free(name);
-                return 0;
-        }
         r = gpuipc_hostbuf_register(CLIENT(c), name, HOSTBUF(b), m.n ? &m.meta : NULL,
                                  (unsigned)flags, &id);
         if (r < 0)
@@ -430,13 +441,9 @@ JNIEXPORT jlong FN(registerCuda)(JNIEnv *env, jclass cls, jlong c, jbyteArray jn
         char *name;
         int r;
 
-        name = gpuipc_jni_cstr(env, jname);
+        name = register_args(env, jname, jkeys, jvalues, &m);
         if (!name)
                 return 0;
-        if (gpuipc_jni_meta_get(env, jkeys, jvalues, &m) < 0) {
-                free(name);
-                return 0;
-        }
         r = gpuipc_cuda_register(CLIENT(c), name, (uint64_t)dptr, (uint64_t)size,
                                  m.n ? &m.meta : NULL, NULL, (unsigned)flags, &id);
         if (r < 0)

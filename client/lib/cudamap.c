@@ -214,16 +214,15 @@ static int event_open(gpuipc_client *c, struct cuda *cu, const uint8_t *b, bool 
         return 0;
 }
 
-/* The producer's event of a record, into v->event. */
-static int view_event(gpuipc_client *c, struct cuda *cu, const msgpack_object *reg,
+/* The producer's event of a record (its bin b of n bytes; NULL: none),
+ * into v->event. */
+static int view_event(gpuipc_client *c, struct cuda *cu, const uint8_t *b, size_t n,
                       unsigned flags, gpuipc_view *v)
 {
         CUevent ev;
-        const uint8_t *b;
-        size_t n;
         int r;
 
-        if (proto_get_bin(reg, "event", &b, &n) < 0)
+        if (!b)
                 return 0;
         if (n != CUDA_IPC_HANDLE_LEN)
                 return gpuipc__fail(c, -EBADMSG, "gpuipcd's record has a malformed event");
@@ -275,9 +274,9 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         const gpuipc_info *info = v->info;
         struct cuda *cu;
         CUcontext saved = NULL;
-        bool copy, evented, entered = false;
-        const uint8_t *ev;
-        size_t ev_len;
+        bool copy, entered = false;
+        const uint8_t *ev = NULL;
+        size_t ev_len = 0;
         int home, r;
 
         r = gpuipc__cu_get(c, &cu);
@@ -303,8 +302,9 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         k.alloc_id = info->alloc_id;
         /* A warm lookup with no event to open and nothing to copy makes no
          * driver call: the context is entered only to map, open or copy. */
-        evented = proto_get_bin(reg, "event", &ev, &ev_len) == 0;    /* as view_event() reads it */
-        v->cumap = copy || evented ? NULL : gpuipc__cumap_take(c, &k, held);
+        if (proto_get_bin(reg, "event", &ev, &ev_len) < 0)
+                ev = NULL;
+        v->cumap = copy || ev ? NULL : gpuipc__cumap_take(c, &k, held);
         entered = !v->cumap;
         if (entered) {
                 r = gpuipc__cu_enter(c, cu, k.ordinal, &saved);
@@ -324,7 +324,7 @@ int gpuipc__cuview_open(gpuipc_client *c, const msgpack_object *reg, const int *
         }
         v->data = (uint8_t *)(uintptr_t)(v->cumap->base + info->offset);
         /* A copy is taken after the producer's writes, whatever NO_SYNC says. */
-        r = view_event(c, cu, reg, copy ? flags & ~GPUIPC_LOOKUP_NO_SYNC : flags, v);
+        r = view_event(c, cu, ev, ev_len, copy ? flags & ~GPUIPC_LOOKUP_NO_SYNC : flags, v);
         if (r == 0 && copy)
                 r = gpuipc__cuview_copy(c, cu, device, v);
 leave:

@@ -434,6 +434,21 @@ GPUIPC_EXPORT int gpuipc_view_wait_stream(const gpuipc_view *v, void *stream);
  * before it reuses the memory. */
 GPUIPC_EXPORT int gpuipc_view_release_after(gpuipc_view *v, void *event);
 
+/* Device view v as a DLPack DLManagedTensor (dlpack.h before 1.0: what a
+ * "dltensor" capsule carries), for handing to an array library without
+ * building one: data, kDLCUDA and v's ordinal here, and the registration's
+ * dtype (a name such as "float32" or a little-endian typestr such as
+ * "<f4"), shape and strides (bytes in the metadata, elements here), or the
+ * view's bytes as a 1-D uint8 array when it has none.  The consumer calls
+ * its deleter once, which frees it and then calls on_delete(ctx) (may be
+ * NULL), from whichever thread drops the consumer's last tensor.  v must
+ * stay unreleased until on_delete ran: release it there or after.
+ * -EINVAL: v is NULL or not a device view, a dtype DLPack has no type for,
+ * strides that are negative or not a multiple of the item size, or a
+ * layout beyond v's size; -EOVERFLOW; -ENOMEM. */
+GPUIPC_EXPORT int gpuipc_view_dlpack(const gpuipc_view *v, void (*on_delete)(void *ctx),
+                                     void *ctx, void **ret_managed);
+
 /* ---- inspecting --------------------------------------------------------- */
 
 /* Flags of gpuipc_list_fetch(). */

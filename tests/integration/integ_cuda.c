@@ -215,6 +215,90 @@ Test(cuda, same_process_uses_own_pointer)
         cuda_unload(cu);
 }
 
+/* gpuipc_view_dlpack()'s struct: dlpack.h's DLManagedTensor before 1.0. */
+struct dl_managed {
+        void *data;
+        int32_t device_type, device_id, ndim;
+        uint8_t code, bits;
+        uint16_t lanes;
+        int64_t *shape, *strides;
+        uint64_t byte_offset;
+        void *manager_ctx;
+        void (*deleter)(struct dl_managed *self);
+};
+
+static void on_dl_delete(void *ctx)
+{
+        (*(int *)ctx)++;
+}
+
+Test(cuda, view_as_dlpack)
+{
+        const int64_t shape[] = { 3, 4 }, strides[] = { 4, 12 };
+        gpuipc_meta meta = GPUIPC_META_INIT;
+        gpuipc_client *a = connect_client(), *b = connect_client();
+        gpuipc_view *v = NULL, *hv = NULL;
+        gpuipc_hostbuf *hb = NULL;
+        struct dl_managed *m = NULL;
+        struct cuda *cu;
+        CUcontext ctx;
+        CUdeviceptr p;
+        char why[256];
+        int deleted = 0, r;
+        void *out = NULL;
+
+        cr_assert_eq(cuda_load(&cu, why, sizeof(why)), 0, "%s", why);
+        cr_assert_eq(cuda_init(cu), 0);
+        cr_assert_eq(cu->cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+        cr_assert_eq(cu->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        cr_assert_eq(cu->cuMemAlloc_v2(&p, 1 << 20), CUDA_SUCCESS);
+        meta.dtype = "float32";
+        meta.ndim = 2;
+        meta.shape = shape;
+        meta.strides = strides;
+        r = gpuipc_cuda_register(a, "dl/x", p + 256, 48, &meta, NULL, 0, NULL);
+        cr_assert_eq(r, 0, "register: %s", gpuipc_errmsg(a));
+        cr_assert_eq(gpuipc_view_lookup(b, "dl/x", 0, 0, &v), 0, "%s", gpuipc_errmsg(b));
+
+        r = gpuipc_view_dlpack(v, on_dl_delete, &deleted, &out);
+        cr_assert_eq(r, 0, "%s", gpuipc_strerror(r));
+        m = out;
+        cr_expect_eq(m->data, gpuipc_view_data(v));
+        cr_expect_eq((uint64_t)(uintptr_t)m->data, p + 256);
+        cr_expect_eq(m->device_type, 2);        /* kDLCUDA */
+        cr_expect_eq(m->device_id, gpuipc_view_device(v));
+        cr_expect_eq(m->ndim, 2);
+        cr_expect(m->code == 2 && m->bits == 32 && m->lanes == 1);      /* float32 */
+        cr_expect(m->shape[0] == 3 && m->shape[1] == 4);
+        cr_assert_not_null(m->strides);
+        cr_expect(m->strides[0] == 1 && m->strides[1] == 3);            /* elements */
+        cr_expect_eq(m->byte_offset, 0);
+        /* The view is released only after the consumer let go, which
+         * calls on_delete once. */
+        cr_expect_eq(deleted, 0);
+        m->deleter(m);
+        cr_expect_eq(deleted, 1);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+
+        /* What it cannot describe, and what it does not take. */
+        meta.dtype = ">f4";
+        meta.strides = NULL;
+        cr_assert_eq(gpuipc_cuda_register(a, "dl/be", p, 48, &meta, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_view_lookup(b, "dl/be", 0, 0, &v), 0, "%s", gpuipc_errmsg(b));
+        cr_expect_eq(gpuipc_view_dlpack(v, NULL, NULL, &out), -EINVAL);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(gpuipc_hostbuf_new(4096, &hb), 0);
+        cr_assert_eq(gpuipc_hostbuf_register(a, "dl/host", hb, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_view_lookup(b, "dl/host", 0, 0, &hv), 0, "%s", gpuipc_errmsg(b));
+        cr_expect_eq(gpuipc_view_dlpack(hv, NULL, NULL, &out), -EINVAL);
+        cr_expect_eq(gpuipc_view_dlpack(NULL, NULL, NULL, &out), -EINVAL);
+        cr_assert_eq(gpuipc_view_release(hv), 0);
+        gpuipc_hostbuf_free(hb);
+        gpuipc_client_free(b);
+        gpuipc_client_free(a);
+        cuda_unload(cu);
+}
+
 Test(cuda, vmm_outlives_producer)
 {
         const char *args[] = { "vmm", "v/buf", "0", "3145733", "9", NULL };

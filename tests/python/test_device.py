@@ -398,3 +398,119 @@ def test_stats_report_cuda(client):
     s = client.stats()
     assert s.bytes_cuda_vmm == 1000 and s.registrations == 1
     buf.close()
+
+
+class _FakeTorch:
+    """torch as View.to_torch() uses it: from_dlpack takes a "dltensor"
+    capsule as torch does (renames it, keeps the struct, calls its deleter
+    when the tensor dies); as_tensor records the fallback."""
+
+    class Tensor:
+        def __init__(self, addr, m):
+            self.addr, self.m = addr, m
+
+        def __del__(self):
+            self.m.deleter(self.addr)
+
+    def __init__(self, fail=False):
+        self.fail = fail
+        self.as_tensor_calls = []
+
+    def from_dlpack(self, cap):
+        if self.fail:
+            raise RuntimeError("no CUDA here")
+        addr, m = _consume_capsule(cap)
+        return self.Tensor(addr, m)
+
+    def as_tensor(self, obj, device=None):
+        self.as_tensor_calls.append(device)
+        return obj.__cuda_array_interface__
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    from gpuipc import view
+    t = _FakeTorch()
+    monkeypatch.setattr(view, "_TORCH", [t])
+    return t
+
+
+def test_to_torch_layout_and_lease(client, fake_torch):
+    buf = client.alloc_device((3, 4), "float32")
+    client.register("dev/tt", buf, dtype="float32", shape=(3, 4), strides=(4, 12))
+    v = client.lookup("dev/tt")
+    t = v.to_torch()
+    d = t.m.dl_tensor
+    assert d.data == v.ptr and d.byte_offset == 0
+    assert (d.device.device_type, d.device.device_id) == (dlpack.kDLCUDA, v.device)
+    assert (d.dtype.code, d.dtype.bits, d.dtype.lanes) == (dlpack.kDLFloat, 32, 1)
+    assert d.ndim == 2 and [d.shape[0], d.shape[1]] == [3, 4]
+    assert [d.strides[0], d.strides[1]] == [1, 3]
+    # The tensor keeps the lease after release(), as every export does.
+    v.release()
+    assert not v.freed and client.stat("dev/tt").leases == 1
+    del t
+    gc.collect()
+    assert v.freed and client.stat("dev/tt").leases == 0
+    assert fake_torch.as_tensor_calls == []
+    with pytest.raises(ValueError):
+        v.to_torch()                    # released
+    buf.close()
+
+
+def test_to_torch_bytes_and_two_tensors(client, fake_torch):
+    buf = client.alloc_device(4096)
+    client.register("dev/tt-bytes", buf)
+    with client.lookup("dev/tt-bytes") as v:
+        a, b = v.to_torch(), v.to_torch()
+        for t in (a, b):
+            d = t.m.dl_tensor
+            assert (d.dtype.code, d.dtype.bits) == (dlpack.kDLUInt, 8)
+            assert d.ndim == 1 and d.shape[0] == 4096 and not d.strides
+    del a, t, d
+    gc.collect()
+    assert not v.freed                  # b is alive
+    del b
+    gc.collect()
+    assert v.freed and client.stat("dev/tt-bytes").leases == 0
+    buf.close()
+
+
+def test_to_torch_falls_back_to_as_tensor(client, fake_torch):
+    """A layout the C struct cannot carry (a big-endian dtype here) goes
+    through torch.as_tensor(view), which holds the view as before."""
+    buf = client.alloc_device(64)
+    client.register("dev/tt-be", buf, dtype=">f4", shape=(16,))
+    v = client.lookup("dev/tt-be")
+    cai = v.to_torch()
+    assert fake_torch.as_tensor_calls == [f"cuda:{v.device}"]
+    assert cai["typestr"] == ">f4"
+    v.release()
+    assert not v.freed                  # the interface export, until collected
+    del v, cai
+    gc.collect()
+    assert client.stat("dev/tt-be").leases == 0
+    buf.close()
+
+
+def test_to_torch_consumer_failure_lets_go(client, monkeypatch):
+    from gpuipc import view
+    monkeypatch.setattr(view, "_TORCH", [_FakeTorch(fail=True)])
+    buf = client.alloc_device(64)
+    client.register("dev/tt-fail", buf)
+    v = client.lookup("dev/tt-fail")
+    with pytest.raises(RuntimeError):
+        v.to_torch()
+    assert not view._DL_EXPORTS         # the struct's deleter ran
+    v.release()
+    assert v.freed and client.stat("dev/tt-fail").leases == 0
+    buf.close()
+
+
+def test_to_torch_host_view_is_a_type_error(client, fake_torch):
+    hb = client.alloc_host(64)
+    client.register("host/tt", hb)
+    with client.lookup("host/tt") as v:
+        with pytest.raises(TypeError):
+            v.to_torch()
+    hb.close()

@@ -292,6 +292,7 @@ _PROTOTYPES = {
     "gpuipc_view_device": (c_int, [_view_p]),
     "gpuipc_view_wait_stream": (c_int, [_view_p, c_void_p]),
     "gpuipc_view_release_after": (c_int, [_view_p, c_void_p]),
+    "gpuipc_view_dlpack": (c_int, [_view_p, c_void_p, c_void_p, POINTER(c_void_p)]),
     # inspecting
     "gpuipc_list_fetch": (c_int, [_client_p, c_char_p, c_uint, POINTER(_list_p)]),
     "gpuipc_list_count": (c_size_t, [_list_p]),

@@ -119,6 +119,9 @@ _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, c_void_p)
 # else's changes to ctypes.pythonapi's shared function objects affect them.
 _PyCapsule_New = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p, c_char_p, _CAPSULE_DESTRUCTOR)(
     ("PyCapsule_New", ctypes.pythonapi))
+# The same with no destructor (NULL), for capsules a consumer takes at once.
+_PyCapsule_New_bare = ctypes.PYFUNCTYPE(ctypes.py_object, c_void_p, c_char_p, c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
 # The destructor sees a dying object: pass it as a raw pointer, never as
 # py_object (that would take and drop a reference to it).
 _PyCapsule_IsValid = ctypes.PYFUNCTYPE(c_int, c_void_p, c_char_p)(
@@ -181,6 +184,20 @@ def live_count() -> int:
     """Exported DLPack tensors whose deleter has not run yet."""
     with _lock:
         return len(_live)
+
+
+def capsule_of(managed: int):
+    """A legacy ``"dltensor"`` capsule over a DLManagedTensor made in C
+    (gpuipc_view_dlpack), with no destructor: hand it to a consumer at
+    once, and call :func:`delete_unused` if the consumer failed."""
+    return _PyCapsule_New_bare(managed, _NAME_P, None)
+
+
+def delete_unused(capsule, managed: int) -> None:
+    """Runs the deleter of a capsule from :func:`capsule_of` unless a
+    consumer took it (renamed it)."""
+    if _PyCapsule_IsValid(id(capsule), _NAME_P):
+        DLManagedTensor.from_address(managed).deleter(managed)
 
 
 def make_capsule(ptr: int, shape: Sequence[int], strides_bytes: Optional[Sequence[int]],

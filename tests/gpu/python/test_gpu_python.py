@@ -79,6 +79,8 @@ c = gpuipc.connect()
 v = c.lookup(name, timeout=60)
 if mode == "cai":
     t = torch.as_tensor(v, device="cuda")
+elif mode == "to_torch":
+    t = v.to_torch()
 else:
     t = torch.from_dlpack(v)
 v.release()                      # t keeps the mapping
@@ -165,7 +167,7 @@ def _daemon_reachable():
         pytest.skip(f"no gpuipcd: {e} (set GPUIPC_SOCKET)")
 
 
-@pytest.mark.parametrize("mode", ["cai", "dlpack"])
+@pytest.mark.parametrize("mode", ["cai", "dlpack", "to_torch"])
 def test_cupy_producer_torch_consumer(mode):
     name = f"pytest-gpu/cupy-torch-{mode}-{uuid.uuid4().hex[:8]}"
     prod = spawn(CUPY_PRODUCER, name)

@@ -8,7 +8,8 @@ median of N calls each, µs:
   around the ctypes call), and their difference, what Python adds;
 * lookup: Client.lookup() of a registered name, and the C call inside;
 * exports of a looked-up view: the __cuda_array_interface__ dict, the
-  __dlpack__ capsule, and what torch and CuPy build from them, beside
+  __dlpack__ capsule, what torch and CuPy build from them, and
+  View.to_torch() (a DLPack struct filled by libgpuipc), beside
   torch.as_tensor of a bare interface object made beforehand (what
   gpu_handoff.py's Python floor builds its tensor from).
 
@@ -121,6 +122,7 @@ def main():
     export_row("torch.as_tensor(view)", lambda v: torch.as_tensor(v, device="cuda"),
                lambda r: r.data_ptr() == ptr)
     export_row("torch.from_dlpack(view)", torch.from_dlpack, lambda r: r.data_ptr() == ptr)
+    export_row("view.to_torch()", lambda v: v.to_torch(), lambda r: r.data_ptr() == ptr)
     if cupy is not None:
         export_row("cupy.asarray(view)", cupy.asarray, lambda r: r.data.ptr == ptr)
         export_row("cupy.from_dlpack(view)", cupy.from_dlpack, lambda r: r.data.ptr == ptr)

@@ -42,10 +42,12 @@ each row of a case N times with new processes, the case's rows in turn, and
 reports each row over all its rounds; $GPU_HANDOFF_ROWS (e.g.
 "torch.mp,py-floor,gpuipc") picks the rows of each case, by the names
 torch.mp, py-floor, py-relay, gpuipc, gpuipc+cupy and gpuipc/vmm (default
-all);
-$GPU_HANDOFF_TENSOR=dlpack
-makes the torch consumers use ``torch.from_dlpack(view)`` instead of
-``torch.as_tensor(view, device="cuda")``.
+all), and gpuipc/as_tensor (only when named: the gpuipc row with the
+consumer's tensor made by torch.as_tensor, in the same passes, for an A/B);
+$GPU_HANDOFF_TENSOR picks how the gpuipc torch consumers make their
+tensor: ``to_torch`` (the default) ``view.to_torch()``, ``as_tensor``
+``torch.as_tensor(view, device="cuda")``, ``dlpack``
+``torch.from_dlpack(view)``.
 
 Profile columns (gpuipc rows, with $GPU_HANDOFF_PROFILE=1; NaN without):
 the C call under Python's register, the driver time inside it (when
@@ -66,10 +68,12 @@ import torch
 import torch.multiprocessing as mp
 
 P = 91
-# The torch consumer's constructor: torch.as_tensor(view) (the
-# __cuda_array_interface__) by default, torch.from_dlpack(view) with
-# GPU_HANDOFF_TENSOR=dlpack.
-DLPACK = os.environ.get("GPU_HANDOFF_TENSOR", "as_tensor") == "dlpack"
+# The gpuipc torch consumer's constructor (GPU_HANDOFF_TENSOR): view.to_torch()
+# by default, torch.as_tensor(view) (the __cuda_array_interface__), or
+# torch.from_dlpack(view).
+TENSOR = os.environ.get("GPU_HANDOFF_TENSOR", "to_torch")
+if TENSOR not in ("to_torch", "as_tensor", "dlpack"):
+    raise SystemExit(f"gpu_handoff: GPU_HANDOFF_TENSOR={TENSOR!r}: to_torch, as_tensor or dlpack")
 try:
     import cupy  # noqa: F401  (CuPy consumers, when it imports)
     HAVE_CUPY = True
@@ -178,7 +182,7 @@ def driver_delta(a, b):
 # ---- gpuipc -------------------------------------------------------------
 
 
-def gi_consumer(prefix, n, res, ready, lib="torch"):
+def gi_consumer(prefix, n, res, ready, lib="torch", tensor=TENSOR):
     import gpuipc
     warm_cuda()
     if lib == "cupy":
@@ -195,7 +199,9 @@ def gi_consumer(prefix, n, res, ready, lib="torch"):
         t_lk = time.monotonic()
         if lib == "cupy":
             t = cupy.asarray(v)
-        elif DLPACK:
+        elif tensor == "to_torch":
+            t = v.to_torch()
+        elif tensor == "dlpack":
             t = torch.from_dlpack(v)
         else:
             t = torch.as_tensor(v, device="cuda")
@@ -259,10 +265,10 @@ def gi_producer(prefix, n, size, pattern, idle, res, go):
     c.close()
 
 
-def run_gpuipc(ctx, size, pattern, idle, rounds, vmm, lib="torch"):
+def run_gpuipc(ctx, size, pattern, idle, rounds, vmm, lib="torch", tensor=TENSOR):
     prefix = "bench/" + uuid.uuid4().hex[:8]
     res, ready, go = ctx.Queue(), ctx.Event(), ctx.Event()
-    cons = ctx.Process(target=gi_consumer, args=(prefix, rounds, res, ready, lib))
+    cons = ctx.Process(target=gi_consumer, args=(prefix, rounds, res, ready, lib, tensor))
     old = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if vmm:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -647,7 +653,8 @@ PASSES = max(1, int(os.environ.get("GPU_HANDOFF_PASSES", "1")))
 
 
 # $GPU_HANDOFF_ROWS: the rows of each case to run (default all).
-ROW_KEYS = ("torch.mp", "py-floor", "py-relay", "gpuipc", "gpuipc+cupy", "gpuipc/vmm")
+ROW_KEYS = ("torch.mp", "py-floor", "py-relay", "gpuipc", "gpuipc+cupy", "gpuipc/vmm",
+            "gpuipc/as_tensor")
 ROWS = set(filter(None, os.environ.get("GPU_HANDOFF_ROWS", "").split(",")))
 if ROWS - set(ROW_KEYS):
     raise SystemExit(f"gpu_handoff: GPU_HANDOFF_ROWS names unknown rows "
@@ -659,6 +666,8 @@ def row_key(system, vmm):
     label's suffix, and gpuipc/vmm for the cuda-vmm one."""
     if vmm is None:
         return system
+    if system.endswith("-as_tensor"):
+        return "gpuipc/as_tensor"
     base = "gpuipc+cupy" if system.endswith("+cupy") else "gpuipc"
     return "gpuipc/vmm" if vmm else base
 
@@ -723,6 +732,12 @@ def main():
                         rows.append((f"gpuipc{label_sfx}{'+cupy' if lib == 'cupy' else ''}", vmm,
                                      lambda c, sz, pat, i, k, v=vmm, lb=lib:
                                      run_gpuipc(c, sz, pat, i, k, v, lb)))
+                # Only when named: the torch consumer with as_tensor in the
+                # same passes as the default one, for an A/B of the two.
+                if "gpuipc/as_tensor" in ROWS and TENSOR != "as_tensor":
+                    rows.append((f"gpuipc{label_sfx}-as_tensor", False,
+                                 lambda c, sz, pat, i, k:
+                                 run_gpuipc(c, sz, pat, i, k, False, "torch", "as_tensor")))
                 if ROWS:
                     rows = [r for r in rows if row_key(r[0], r[1]) in ROWS]
                 got, failed = {}, {}

@@ -438,14 +438,16 @@ GPUIPC_EXPORT int gpuipc_view_release_after(gpuipc_view *v, void *event);
  * "dltensor" capsule carries), for handing to an array library without
  * building one: data, kDLCUDA and v's ordinal here, and the registration's
  * dtype (a name such as "float32" or a little-endian typestr such as
- * "<f4"), shape and strides (bytes in the metadata, elements here), or the
- * view's bytes as a 1-D uint8 array when it has none.  The consumer calls
- * its deleter once, which frees it and then calls on_delete(ctx) (may be
- * NULL), from whichever thread drops the consumer's last tensor.  v must
- * stay unreleased until on_delete ran: release it there or after.
- * -EINVAL: v is NULL or not a device view, a dtype DLPack has no type for,
- * strides that are negative or not a multiple of the item size, or a
- * layout beyond v's size; -EOVERFLOW; -ENOMEM. */
+ * "<f4"; uint8 when unset), shape and strides (bytes in the metadata,
+ * elements here); without a shape, one dimension of the view's size in
+ * items.  The consumer calls its deleter once, which frees it and then
+ * calls on_delete(ctx) (may be NULL), from whichever thread drops the
+ * consumer's last tensor.  v must stay unreleased until on_delete ran:
+ * release it there or after.  -EINVAL: v or ret_managed NULL, not a device
+ * view, a dtype DLPack has no type for, a size that is not a whole number
+ * of items (no shape), negative shape entries, strides that are negative
+ * or not a multiple of the item size, or a layout beyond v's size;
+ * -EOVERFLOW: a layout whose extent does not fit 64 bits; -ENOMEM. */
 GPUIPC_EXPORT int gpuipc_view_dlpack(const gpuipc_view *v, void (*on_delete)(void *ctx),
                                      void *ctx, void **ret_managed);
 

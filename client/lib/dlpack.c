@@ -5,8 +5,9 @@
  * The layout is the registration's metadata read as the Python package
  * reads it (view.py's _layout): a dtype name ("float32") or a little-endian
  * typestr ("<f4"), the shape, and byte strides that must be multiples of
- * the item size and may not be negative; no metadata gives the view's bytes
- * as a 1-D uint8 array.  The extent must fit the view. */
+ * the item size and may not be negative; without a shape, one dimension
+ * of the view's size in items (uint8 without a dtype).  The extent must fit
+ * the view. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>

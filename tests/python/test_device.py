@@ -507,7 +507,54 @@ def test_to_torch_consumer_failure_lets_go(client, monkeypatch):
     buf.close()
 
 
-def test_to_torch_host_view_is_a_type_error(client, fake_torch):
+def test_to_torch_consumer_that_ran_the_deleter_then_failed(client, monkeypatch):
+    """A consumer that took the struct, ran its deleter while unwinding and
+    raised before renaming the capsule: the struct is freed once (a second
+    deleter call would free it twice)."""
+    from gpuipc import view
+
+    class Unwinding(_FakeTorch):
+        def from_dlpack(self, cap):
+            addr, m = _capsule_tensor(cap)
+            m.deleter(addr)
+            raise MemoryError("from_blob")
+    monkeypatch.setattr(view, "_TORCH", [Unwinding()])
+    buf = client.alloc_device(64)
+    client.register("dev/tt-unwind", buf)
+    v = client.lookup("dev/tt-unwind")
+    with pytest.raises(MemoryError):
+        v.to_torch()
+    assert not view._DL_EXPORTS
+    v.release()
+    assert v.freed and client.stat("dev/tt-unwind").leases == 0
+    buf.close()
+
+
+def test_to_torch_capsule_failure_keeps_no_lease(client, fake_torch, monkeypatch):
+    """A failure between the C call and torch (no capsule made) frees the
+    struct and drops the export."""
+    from gpuipc import view
+
+    def no_capsule(managed):
+        raise MemoryError("PyCapsule_New")
+    monkeypatch.setattr(dlpack, "capsule_of", no_capsule)
+    buf = client.alloc_device(64)
+    client.register("dev/tt-nocap", buf)
+    v = client.lookup("dev/tt-nocap")
+    with pytest.raises(MemoryError):
+        v.to_torch()
+    assert not view._DL_EXPORTS
+    v.release()
+    assert v.freed and client.stat("dev/tt-nocap").leases == 0
+    buf.close()
+
+
+def test_to_torch_host_view_is_a_type_error(client, monkeypatch):
+    """Even without torch: the view is checked before torch is imported."""
+    import sys
+    from gpuipc import view
+    monkeypatch.setattr(view, "_TORCH", [])
+    monkeypatch.setitem(sys.modules, "torch", None)     # import torch fails
     hb = client.alloc_host(64)
     client.register("host/tt", hb)
     with client.lookup("host/tt") as v:

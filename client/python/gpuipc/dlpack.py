@@ -189,15 +189,20 @@ def live_count() -> int:
 def capsule_of(managed: int):
     """A legacy ``"dltensor"`` capsule over a DLManagedTensor made in C
     (gpuipc_view_dlpack), with no destructor: hand it to a consumer at
-    once, and call :func:`delete_unused` if the consumer failed."""
+    once; if the consumer fails without taking it (:func:`capsule_unused`),
+    free it with :func:`run_deleter`."""
     return _PyCapsule_New_bare(managed, _NAME_P, None)
 
 
-def delete_unused(capsule, managed: int) -> None:
-    """Runs the deleter of a capsule from :func:`capsule_of` unless a
-    consumer took it (renamed it)."""
-    if _PyCapsule_IsValid(id(capsule), _NAME_P):
-        DLManagedTensor.from_address(managed).deleter(managed)
+def capsule_unused(capsule) -> bool:
+    """True while no consumer took a capsule of :func:`capsule_of` (a
+    consumer renames the capsules it takes)."""
+    return bool(_PyCapsule_IsValid(id(capsule), _NAME_P))
+
+
+def run_deleter(managed: int) -> None:
+    """Runs a DLManagedTensor's own deleter (once: it frees the struct)."""
+    DLManagedTensor.from_address(managed).deleter(managed)
 
 
 def make_capsule(ptr: int, shape: Sequence[int], strides_bytes: Optional[Sequence[int]],

@@ -733,17 +733,21 @@ class View(_Memory):
         ``torch.as_tensor(view)`` gives, made from a DLPack struct that
         libgpuipc fills in one call (``gpuipc_view_dlpack``), which costs
         less right after a lookup than the interfaces the other exports
-        build in Python.  dtype, shape and strides are the metadata's, else
-        the bytes as uint8.  Like every export the tensor keeps the view's
-        lease: ``release()`` gives it back once the tensor, and every tensor
-        made from it, is freed.  The data is ready unless the view was
-        looked up with ``sync=False`` (see :meth:`wait_stream`).  A dtype
-        that DLPack has no type for goes through ``torch.as_tensor``; host
-        views are a TypeError (use ``torch.from_numpy(view.array)``)."""
-        torch = _TORCH[0] if _TORCH else _torch()
+        build in Python.  The layout is the exports' (dtype, shape and
+        strides from the metadata; without a shape, one dimension of the
+        dtype, uint8 without one).  Like every export the tensor keeps the
+        view's lease: ``release()`` gives it back once the tensor, and
+        every tensor made from it, is freed.  The data is ready unless the
+        view was looked up with ``sync=False`` (see :meth:`wait_stream`).
+        A layout the struct cannot carry (a dtype DLPack has no type for,
+        such as a big-endian one, or strides it cannot express) goes
+        through ``torch.as_tensor(view)``, which takes it or says what is
+        wrong; host views are a TypeError (use
+        ``torch.from_numpy(view.array)``)."""
         if self._device < 0:
             raise TypeError("to_torch() takes device views; a host view's array is "
                             "torch.from_numpy(view.array)")
+        torch = _TORCH[0] if _TORCH else _torch()
         h = self._holder
         h.acquire()             # raises once released
         key = next(_DL_KEYS)
@@ -759,11 +763,16 @@ class View(_Memory):
                 return torch.as_tensor(self, device=f"cuda:{self._device}")
             raise error_for(r, _lib.strerror(r), "view_dlpack")
         managed = out.value or 0        # not NULL on success
-        cap = _dlpack.capsule_of(managed)
+        cap = None
         try:
+            cap = _dlpack.capsule_of(managed)
             return torch.from_dlpack(cap)
         except BaseException:
-            _dlpack.delete_unused(cap, managed)     # torch did not take it
+            # Free it once, through its deleter (which drops the export),
+            # unless the deleter ran already (the key is gone) or torch
+            # took the struct (renamed the capsule) and will run it.
+            if key in _DL_EXPORTS and (cap is None or _dlpack.capsule_unused(cap)):
+                _dlpack.run_deleter(managed)
             raise
 
     def release(self) -> None:

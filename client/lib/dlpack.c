@@ -104,10 +104,10 @@ int gpuipc__dl_dtype(const char *dtype, uint8_t *ret_code, uint8_t *ret_bits)
         return dl_typestr(dtype, ret_code, ret_bits);
 }
 
-int gpuipc__dl_layout(const gpuipc_info *info, uint64_t size, uint32_t isize,
-                      int64_t *shape, int64_t *strides, uint32_t *ret_ndim, bool *ret_strided)
+int gpuipc__dl_layout(const gpuipc_info *info, uint32_t isize, int64_t *shape, int64_t *strides,
+                      uint32_t *ret_ndim, bool *ret_strided)
 {
-        uint64_t span = isize, n;
+        uint64_t size = info->size, span = isize, n;
         bool empty = false;
 
         assert(isize > 0);
@@ -184,8 +184,7 @@ int gpuipc_view_dlpack(const gpuipc_view *v, void (*on_delete)(void *ctx), void 
         e = calloc(1, sizeof(*e));
         if (!e)
                 return -ENOMEM;
-        r = gpuipc__dl_layout(v->info, v->info->size, bits / 8, e->shape, e->strides, &ndim,
-                              &strided);
+        r = gpuipc__dl_layout(v->info, bits / 8, e->shape, e->strides, &ndim, &strided);
         if (r < 0) {
                 free(e);
                 return r;

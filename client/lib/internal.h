@@ -441,13 +441,13 @@ struct gpuipc_view {
 /* DLPack's type code and bits of a dtype name or typestr ("" or NULL:
  * uint8); -EINVAL when it has none. */
 int gpuipc__dl_dtype(const char *dtype, uint8_t *ret_code, uint8_t *ret_bits);
-/* The shape and element strides of info's metadata for a buffer of size
- * bytes and items of isize bytes (PROTO_NDIM_MAX entries each; no
- * metadata: size / isize items in one dimension); *ret_strided false when
- * the metadata has no strides (compact).  -EINVAL / -EOVERFLOW when it does
- * not fit. */
-int gpuipc__dl_layout(const gpuipc_info *info, uint64_t size, uint32_t isize, int64_t *shape,
-                      int64_t *strides, uint32_t *ret_ndim, bool *ret_strided);
+/* The shape and element strides of info's metadata for its buffer
+ * (info->size bytes) and items of isize bytes (PROTO_NDIM_MAX entries
+ * each; no shape: info->size / isize items in one dimension);
+ * *ret_strided false when the metadata has no strides (compact).
+ * -EINVAL / -EOVERFLOW when it does not fit. */
+int gpuipc__dl_layout(const gpuipc_info *info, uint32_t isize, int64_t *shape, int64_t *strides,
+                      uint32_t *ret_ndim, bool *ret_strided);
 
 /* Releases the lease (with an IPC event handle of GPUIPC__EVENT_LEN bytes,
  * or NULL) and frees v. */

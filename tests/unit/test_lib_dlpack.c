@@ -65,7 +65,7 @@ static int layout(uint32_t ndim, const int64_t *shape, const int64_t *strides, u
 {
         gpuipc_info info = { .ndim = ndim, .shape = shape, .strides = strides, .size = size };
 
-        return gpuipc__dl_layout(&info, size, isize, out->shape, out->strides, &out->ndim,
+        return gpuipc__dl_layout(&info, isize, out->shape, out->strides, &out->ndim,
                                  &out->strided);
 }
 

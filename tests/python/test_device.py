@@ -493,18 +493,25 @@ def test_to_torch_falls_back_to_as_tensor(client, fake_torch):
     buf.close()
 
 
+def _to_torch_fails_and_lets_go(client, name, exc):
+    """to_torch() of a fresh registration raises exc, and leaves no export
+    behind: the struct's deleter ran once, and release() frees the view."""
+    from gpuipc import view
+    buf = client.alloc_device(64)
+    client.register(name, buf)
+    v = client.lookup(name)
+    with pytest.raises(exc):
+        v.to_torch()
+    assert not view._DL_EXPORTS
+    v.release()
+    assert v.freed and client.stat(name).leases == 0
+    buf.close()
+
+
 def test_to_torch_consumer_failure_lets_go(client, monkeypatch):
     from gpuipc import view
     monkeypatch.setattr(view, "_TORCH", [_FakeTorch(fail=True)])
-    buf = client.alloc_device(64)
-    client.register("dev/tt-fail", buf)
-    v = client.lookup("dev/tt-fail")
-    with pytest.raises(RuntimeError):
-        v.to_torch()
-    assert not view._DL_EXPORTS         # the struct's deleter ran
-    v.release()
-    assert v.freed and client.stat("dev/tt-fail").leases == 0
-    buf.close()
+    _to_torch_fails_and_lets_go(client, "dev/tt-fail", RuntimeError)
 
 
 def test_to_torch_consumer_that_ran_the_deleter_then_failed(client, monkeypatch):
@@ -519,34 +526,16 @@ def test_to_torch_consumer_that_ran_the_deleter_then_failed(client, monkeypatch)
             m.deleter(addr)
             raise MemoryError("from_blob")
     monkeypatch.setattr(view, "_TORCH", [Unwinding()])
-    buf = client.alloc_device(64)
-    client.register("dev/tt-unwind", buf)
-    v = client.lookup("dev/tt-unwind")
-    with pytest.raises(MemoryError):
-        v.to_torch()
-    assert not view._DL_EXPORTS
-    v.release()
-    assert v.freed and client.stat("dev/tt-unwind").leases == 0
-    buf.close()
+    _to_torch_fails_and_lets_go(client, "dev/tt-unwind", MemoryError)
 
 
 def test_to_torch_capsule_failure_keeps_no_lease(client, fake_torch, monkeypatch):
     """A failure between the C call and torch (no capsule made) frees the
     struct and drops the export."""
-    from gpuipc import view
-
     def no_capsule(managed):
         raise MemoryError("PyCapsule_New")
     monkeypatch.setattr(dlpack, "capsule_of", no_capsule)
-    buf = client.alloc_device(64)
-    client.register("dev/tt-nocap", buf)
-    v = client.lookup("dev/tt-nocap")
-    with pytest.raises(MemoryError):
-        v.to_torch()
-    assert not view._DL_EXPORTS
-    v.release()
-    assert v.freed and client.stat("dev/tt-nocap").leases == 0
-    buf.close()
+    _to_torch_fails_and_lets_go(client, "dev/tt-nocap", MemoryError)
 
 
 def test_to_torch_host_view_is_a_type_error(client, monkeypatch):

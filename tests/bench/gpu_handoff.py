@@ -39,7 +39,8 @@ rows; $GPU_HANDOFF_LABEL (e.g. "-busy") is
 appended to the gpuipc rows' system, and then torch.mp is left out (a
 second pass of gpuipc alone, with other settings); $GPU_HANDOFF_PASSES=N runs
 each row of a case N times with new processes, the case's rows in turn, and
-reports each row over all its rounds; $GPU_HANDOFF_ROWS (e.g.
+reports each row over all its rounds (pass p starts at the case's row p,
+so each row takes each place in turn); $GPU_HANDOFF_ROWS (e.g.
 "torch.mp,py-floor,gpuipc") picks the rows of each case, by the names
 torch.mp, py-floor, py-relay, gpuipc, gpuipc+cupy and gpuipc/vmm (default
 all), and gpuipc/as_tensor (only when named: the gpuipc row with the
@@ -754,9 +755,15 @@ def main():
                     rows = [r for r in rows if row_key(r[0], r[1]) in ROWS]
                 got, failed = {}, {}
                 # PASSES passes, each of every row in turn (new processes
-                # each time), so that drift between them falls on all rows.
-                for _ in range(PASSES):
-                    for j, (system, vmm, run) in enumerate(rows):
+                # each time), so that drift between them falls on all rows;
+                # pass p starts at row p (mod the rows), so that no row
+                # always runs right after the same one (a row's processes
+                # may still be tearing down 1 GiB mappings when the next
+                # row starts).
+                for p in range(PASSES):
+                    first = p % len(rows) if rows else 0
+                    for j in [*range(first, len(rows)), *range(first)]:
+                        system, vmm, run = rows[j]
                         if j in failed:
                             continue
                         try:

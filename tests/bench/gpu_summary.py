@@ -11,6 +11,12 @@ each target (and the py-relay rows, the Python floor through a relay,
 where the run has them), reused Python handoffs
 against the socket round trip, warm and after the same idle (target: at
 most 3x), and 1000 x 64 KiB (target: torch.mp at least 3x slower).
+Each case of the Python and reused targets gets a verdict, and a last
+table counts them: "met"; "blocked by N µs" where the target lies N µs
+below the bound (the Python relay floor, measured, or the Python floor
+plus the broker's hop) and gpuipc is not below the bound (where gpuipc
+beat it, it bounds nothing); else "neither".  The C target counts the
+cold (fresh) cases.
 
 usage: python3 tests/bench/gpu_summary.py GPU_CSV HANDOFF_CSV
 """
@@ -49,6 +55,7 @@ def c_table(c):
     print("| idle, size | kind | pattern | floor | gpuipc | ratio | gpuipc busy-poll | ratio "
           "| relay floor | gpuipc / relay | floor kernel | gpuipc kernel | pinned copy kernel |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    verdicts = []
     for idle in ("2", "50"):
         for s in SIZES:
             pin = pick(c, system="pinned", idle_ms=idle, size=s)
@@ -60,6 +67,9 @@ def c_table(c):
                         continue
                     r = ratio(f(gi, "usable_p50_us"), f(fl, "usable_p50_us"))
                     mark = "**" if r <= 2 else ""
+                    if pat == "fresh":      # the target is the cold handoff's
+                        verdicts.append("met" if r <= 2 else
+                                        "no figure" if r != r else f"neither ({r:.2f}×)")
                     bu = pick(c, system="gpuipc-busy", kind=kind, pattern=pat, idle_ms=idle, size=s)
                     bv = f(bu, "usable_p50_us") if bu else float("nan")
                     br = ratio(bv, f(fl, "usable_p50_us"))
@@ -73,6 +83,7 @@ def c_table(c):
                           f"{f(fl, 'kernel_p50_us'):.0f} | {f(gi, 'kernel_p50_us'):.0f} | "
                           f"{f(pin, 'kernel_p50_us') if pin else float('nan'):.0f} |")
     print()
+    return verdicts
 
 
 def med(rs, system, key, idle=None):
@@ -108,6 +119,44 @@ def py_bound(py, c, pat, idle, s):
     return py_floor_hop(py, c, pat, idle, s)[1], "estimate"
 
 
+def py_verdict(mp, bound, gv):
+    """The Python target's verdict for one case, from torch.mp's, the
+    bound's and gpuipc's p50 (µs; NaN where the run lacks the row): "met"
+    (gpuipc at most half of torch.mp), "blocked by N µs" (the target is N
+    µs below the bound and gpuipc is not below the bound either: no
+    brokered handoff from Python measured here meets it), else "neither (N
+    µs over)"."""
+    return _verdict(mp / 2, bound, gv)
+
+
+def rtt_verdict(rtt_idle, bound, gv):
+    """The reused target's verdict (gpuipc at most 3x the socket round trip
+    after the same idle), by py_verdict's rules."""
+    return _verdict(3 * rtt_idle, bound, gv)
+
+
+def _verdict(target, bound, gv):
+    if gv != gv or target != target:
+        return "no figure"
+    if gv <= target:
+        return "met"
+    if bound == bound and target < bound <= gv:
+        return f"blocked by {bound - target:.0f} µs"
+    return f"neither ({gv - target:.0f} µs over)"
+
+
+def tally(verdicts):
+    """'met 4 of 12; 5 blocked; 3 neither' from a list of verdicts."""
+    n = len(verdicts)
+    met = sum(v == "met" for v in verdicts)
+    out = [f"met {met} of {n}"]
+    for word in ("blocked", "neither", "no figure"):
+        k = sum(v.startswith(word) for v in verdicts)
+        if k:
+            out.append(f"{k} {word}")
+    return "; ".join(out)
+
+
 def bound_table(py, c):
     """The Python target (half of torch.mp's time) beside the floors: the
     relay floor (the driver calls and one forwarding process, no daemon and
@@ -138,26 +187,30 @@ def bound_table(py, c):
           "the run has it, else the Python floor plus the hop.\n")
     print("| idle, size | pattern | torch.mp | target (0.5×) | relay floor, cuda-ipc | "
           "target − relay floor | Python floor | + broker hop | Python relay floor | "
-          "target − bound | gpuipc Python | gpuipc − bound |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "target − bound | gpuipc Python | gpuipc − bound | verdict |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    verdicts = []
     for idle in ("2", "50"):
         for s in SIZES:
             for pat in ("reused", "fresh"):
                 mp = pick(py, system="torch.mp", pattern=pat, idle_ms=idle, size=s)
                 rl = pick(c, system="relay", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
                 g = pick(py, system="gpuipc", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
-                if not mp or not rl:
+                if not mp:
                     continue
                 t = f(mp, "tensor_p50_us") / 2
-                r = f(rl, "usable_p50_us")
+                r = f(rl, "usable_p50_us") if rl else float("nan")
                 pf_v, est = py_floor_hop(py, c, pat, idle, s)
                 bv, how = py_bound(py, c, pat, idle, s)
                 relayed = bv if how == "measured" else float("nan")
                 gv = f(g, "tensor_p50_us") if g else float("nan")
+                v = py_verdict(2 * t, bv, gv)
+                verdicts.append(v)
                 print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
                       f"{t - r:+.0f} | {pf_v:.0f} | {est:.0f} | {relayed:.0f} | {t - bv:+.0f} | "
-                      f"{gv:.0f} | {gv - bv:+.0f} |")
+                      f"{gv:.0f} | {gv - bv:+.0f} | {v} |")
     print()
+    return verdicts
 
 
 def py_table(py, c):
@@ -184,7 +237,7 @@ def py_table(py, c):
                     cells.append(f"{v:.0f} | {mark}{r:.2f}{mark}")
                 print(f"| {idle} ms, {s} | {pat} | {m:.0f} | " + " | ".join(cells) + " |")
     print()
-    bound_table(py, c)
+    targets = {"py": bound_table(py, c), "rtt": []}
     sock = med(c, "floor", "rtt_p50_us")
     ping = med(c, "gpuipc", "rtt_p50_us")
     print(f"### Reused blocks from Python against the socket round trip (target ≤ 3×)\n\n"
@@ -204,8 +257,8 @@ def py_table(py, c):
           "Python costs: where it is over 3× the round trip after idle, and gpuipc is not "
           "below it, that floor blocks the target.\n")
     print("| idle, size | system | cuda-ipc reused | / socket rtt | / gpuipc ping "
-          "| / socket rtt after idle | / gpuipc ping after idle |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "| / socket rtt after idle | / gpuipc ping after idle | verdict |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for idle in ("2", "50"):
         for s in SIZES:
             pv, how = py_bound(py, c, "reused", idle, s)
@@ -213,7 +266,7 @@ def py_table(py, c):
                 a, _, gp = idle_rtt[idle]
                 what = "Python relay floor" if how == "measured" else "Python floor + hop"
                 print(f"| {idle} ms, {s} | {what} | {pv:.0f} | {ratio(pv, sock):.1f} "
-                      f"| {ratio(pv, ping):.1f} | {ratio(pv, a):.1f} | {ratio(pv, gp):.1f} |")
+                      f"| {ratio(pv, ping):.1f} | {ratio(pv, a):.1f} | {ratio(pv, gp):.1f} | |")
             for system in ("gpuipc", "gpuipc-busy"):
                 g = pick(py, system=system, kind="cuda-ipc", pattern="reused", idle_ms=idle,
                          size=s)
@@ -222,8 +275,12 @@ def py_table(py, c):
                     a, _, gp = idle_rtt[idle]
                     ri = ratio(v, a)
                     mark = "**" if ri <= 3 else ""
+                    verdict = rtt_verdict(a, pv, v)
+                    if system == "gpuipc":
+                        targets["rtt"].append(verdict)
                     print(f"| {idle} ms, {s} | {system} | {v:.0f} | {ratio(v, sock):.1f} | "
-                          f"{ratio(v, ping):.1f} | {mark}{ri:.1f}{mark} | {ratio(v, gp):.1f} |")
+                          f"{ratio(v, ping):.1f} | {mark}{ri:.1f}{mark} | {ratio(v, gp):.1f} | "
+                          f"{verdict} |")
     print()
     many = {}
     for r in py:
@@ -234,15 +291,34 @@ def py_table(py, c):
         print("### 1000 × 64 KiB (target: torch.mp ≥ 3× gpuipc's time)\n")
         print("| system | ms, each run | torch.mp / it (medians) |\n| --- | --- | --- |")
         for system, v in many.items():
-            print(f"| {system} | {', '.join(f'{x / 1e3:.1f}' for x in v)} | "
-                  f"{ratio(statistics.median(mp), statistics.median(v)):.2f} |")
+            r = ratio(statistics.median(mp), statistics.median(v))
+            if system != "torch.mp":
+                targets.setdefault("many", []).append((r, system))
+            print(f"| {system} | {', '.join(f'{x / 1e3:.1f}' for x in v)} | {r:.2f} |")
         print()
+    return targets
+
+
+def targets_table(c_verdicts, targets):
+    """The verdict of each issue-13 target in this run, counted."""
+    print("### Targets in this run\n")
+    print("| target | verdict |\n| --- | --- |")
+    print(f"| C library, cold: at most 2× the driver floor | {tally(c_verdicts)} |")
+    print(f"| Python: at most 0.5× torch.multiprocessing | {tally(targets['py'])} |")
+    print(f"| reused blocks from Python: at most 3× the socket round trip after idle | "
+          f"{tally(targets['rtt'])} |")
+    many = targets.get("many")
+    if many:
+        r, system = max(many)
+        print(f"| 1000 × 64 KiB: at least 3× faster than torch.mp | "
+              f"{'met' if r >= 3 else 'not met'}: {r:.2f}× ({system}) |")
+    print()
 
 
 def main(cpath, pypath):
     c = rows(cpath)
-    c_table(c)
-    py_table(rows(pypath), c)
+    c_verdicts = c_table(c)
+    targets_table(c_verdicts, py_table(rows(pypath), c))
 
 
 if __name__ == "__main__":

@@ -458,6 +458,24 @@ def test_to_torch_layout_and_lease(client, fake_torch):
     buf.close()
 
 
+def test_to_torch_then_fields_after_free(client, fake_torch):
+    """to_torch() needs no layout in Python; the view's fields, first read
+    after the tensor freed the view, are still the registration's."""
+    buf = client.alloc_device((3, 4), "float32")
+    client.register("dev/tt-late", buf, dtype="float32", shape=(3, 4))
+    v = client.lookup("dev/tt-late")
+    t = v.to_torch()
+    ptr = t.m.dl_tensor.data
+    v.release()
+    del t
+    gc.collect()
+    assert v.freed
+    assert (v.shape, v.dtype, v.nbytes, v.strides) == ((3, 4), "float32", 48, None)
+    assert v.ptr == ptr and v.is_device and not v.readonly
+    assert v.kind == "cuda-vmm" and v.name == "dev/tt-late"
+    buf.close()
+
+
 def test_to_torch_bytes_and_two_tensors(client, fake_torch):
     buf = client.alloc_device(4096)
     client.register("dev/tt-bytes", buf)

@@ -60,6 +60,18 @@ def test_unused_view_is_released_at_once(client):
     v.release()       # idempotent
 
 
+def test_view_fields_first_read_after_free(client):
+    """A view reads its layout from the C record on first use; one first
+    read after the record is gone still gives the registration's."""
+    client.register("life/late", np.arange(12, dtype=np.int32).reshape(3, 4))
+    v = client.lookup("life/late")
+    v.release()
+    assert v.freed
+    assert (v.shape, v.dtype, v.nbytes, v.kind) == ((3, 4), "int32", 48, "host")
+    assert v.strides is None and v.ptr != 0 and v.readonly and not v.is_device
+    assert v.name == "life/late"
+
+
 def test_garbage_collected_view_releases_its_lease(client):
     client.register("life/gc", b"x" * 100)
     v = client.lookup("life/gc")

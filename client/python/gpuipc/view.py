@@ -383,8 +383,11 @@ class _Memory:
         self._strides = strides
         self._device = device
         self._readonly = readonly
-        # Garbage collection of this object counts as release()/close(), and
-        # ends its __cuda_array_interface__ export.
+        self._track()
+
+    def _track(self) -> None:
+        """Garbage collection of this object counts as release()/close(), and
+        ends its __cuda_array_interface__ export."""
         ref = _Collected(self, _on_collected)
         ref.holder = self._holder
         _LIVE.add(ref)
@@ -658,36 +661,40 @@ class View(_Memory):
         that less is left to do after the wake, with cold caches."""
         self._conn = conn
         self._synced = synced
-        self._box: List[Optional[Info]] = [None]
+        # [Info, _view_layout()]: each decoded on first use, or by the
+        # release before it frees the C record.
+        self._box: List[Any] = [None, None]
         self._holder = _Holder(None)
         self._release = _ViewRelease(conn, 0, box=self._box)
 
     def _attach(self, handle: int, writable: bool) -> None:
         """Takes over the C view handle (a lookup's result, writable if it
         was asked to be)."""
-        lib = _lib.lib
+        # This runs right after a lookup's wait, with cold caches, where
+        # each Python step costs several times its warm time: only the
+        # device is read now (to_torch() needs no more; libgpuipc reads the
+        # layout itself).  The pointer, size, dtype, shape, strides and kind
+        # are read from the C record when first used (__getattr__), and the
+        # whole Info on first use too.
         self._handle = handle
         self._release.handle = handle
-        # Only what the exports need is read now; the whole Info is decoded
-        # on first use (or before the release frees the C record).
-        # This runs right after a lookup's wait, with cold caches: each field
-        # is read once, the arrays are sliced in one ctypes call each, and
-        # the size comes from the record, not from gpuipc_view_size().
-        i = lib.gpuipc_view_info(handle).contents
-        kind = i.kind
-        self._kind = _lib.KIND_NAMES.get(kind) or str(kind)
-        is_device = kind != _lib.KIND_HOST
-        nd = i.ndim
-        sp, tp = (i.shape, i.strides) if nd else (None, None)
-        shape = tuple(sp[:nd]) if sp else None
-        strides = tuple(tp[:nd]) if tp else None
-        dt = i.dtype
-        device = lib.gpuipc_view_device(handle) if is_device else -1
+        self._device = _lib.lib.gpuipc_view_device(handle)     # -1: a host view
         # Device mappings are read-write for the device whatever was asked.
-        readonly = not writable and not is_device
-        self._fill(lib.gpuipc_view_data(handle) or 0, i.size, _lib.cstr(dt) or None, shape,
-                   strides, device, readonly)
+        self._readonly = not writable and self._device < 0
+        self._track()
         self._holder._free = self._release      # last: a failed attach frees nothing
+
+    def __getattr__(self, name: str) -> Any:
+        """The layout fields (_LAZY), read from the C record on first use;
+        only called for attributes not set yet."""
+        if name not in _LAZY:
+            raise AttributeError(f"'View' object has no attribute '{name}'")
+        lay = self._box[1]
+        if lay is None:
+            lay = self._box[1] = _view_layout(self._handle)
+        (self._ptr, self._nbytes, self._dtype, self._shape, self._strides,
+         self._kind) = lay
+        return self.__dict__[name]
 
     @property
     def info(self) -> Info:
@@ -797,19 +804,42 @@ class View(_Memory):
                 f"at 0x{self.ptr:x} device {self.device}{state}>")
 
 
+# View's fields that __getattr__ reads from the C record on first use.
+_LAZY = frozenset(("_ptr", "_nbytes", "_dtype", "_shape", "_strides", "_kind"))
+
+
+def _view_layout(handle: int) -> Tuple[int, int, Optional[str], Optional[Tuple[int, ...]],
+                                       Optional[Tuple[int, ...]], str]:
+    """A C view's (pointer, size, dtype, shape, byte strides, kind name),
+    read from its record: each field once, the arrays sliced in one ctypes
+    call each, the size from the record (not gpuipc_view_size())."""
+    lib = _lib.lib
+    i = lib.gpuipc_view_info(handle).contents
+    nd = i.ndim
+    sp, tp = (i.shape, i.strides) if nd else (None, None)
+    kind = i.kind
+    return (lib.gpuipc_view_data(handle) or 0, int(i.size), _lib.cstr(i.dtype) or None,
+            tuple(sp[:nd]) if sp else None, tuple(tp[:nd]) if tp else None,
+            _lib.KIND_NAMES.get(kind) or str(kind))
+
+
 class _ViewRelease:
     def __init__(self, conn: Any, handle: int, event: Optional[int] = None,
-                 box: Optional[List[Optional[Info]]] = None) -> None:
+                 box: Optional[List[Any]] = None) -> None:
         self.conn = conn
         self.handle = handle
         self.event = event
-        self.box = box         # the view's lazily decoded Info, shared
+        self.box = box         # the view's lazily decoded [Info, layout], shared
 
     def __call__(self) -> None:
         lib = _lib.lib
-        if self.box is not None and self.box[0] is None:
-            # The C record goes with the view: decode it while it exists.
-            self.box[0] = Info.from_c(lib.gpuipc_view_info(self.handle))
+        if self.box is not None:
+            # The C record goes with the view: decode what is still needed
+            # while it exists.
+            if self.box[0] is None:
+                self.box[0] = Info.from_c(lib.gpuipc_view_info(self.handle))
+            if self.box[1] is None:
+                self.box[1] = _view_layout(self.handle)
         if self.event is None:
             self.conn.call(lambda c: lib.gpuipc_view_release(self.handle), closed_ok=True)
         else:

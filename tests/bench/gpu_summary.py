@@ -307,7 +307,7 @@ def targets_table(c_verdicts, targets):
     print(f"| Python: at most 0.5× torch.multiprocessing | {tally(targets['py'])} |")
     print(f"| reused blocks from Python: at most 3× the socket round trip after idle | "
           f"{tally(targets['rtt'])} |")
-    many = targets.get("many")
+    many = [m for m in targets.get("many", []) if m[0] == m[0]]    # the best row counts
     if many:
         r, system = max(many)
         print(f"| 1000 × 64 KiB: at least 3× faster than torch.mp | "

@@ -476,6 +476,37 @@ def test_to_torch_then_fields_after_free(client, fake_torch):
     buf.close()
 
 
+def test_first_field_read_survives_a_collection_that_frees_the_view(client, fake_torch):
+    """The last export (a tensor in a reference cycle) is collected while
+    the view reads its layout for the first time: the record must stay
+    mapped until that read is done, and the view is freed after it.  Where
+    in the read the collection lands depends on the collector's threshold,
+    so each of a range of thresholds gets a view of its own."""
+    buf = client.alloc_device((3, 4), "float32")
+    client.register("dev/tt-gc", buf, dtype="float32", shape=(3, 4))
+    old = gc.get_threshold()
+    for k in range(1, 41):
+        v = client.lookup("dev/tt-gc")
+        t = v.to_torch()
+        ptr = t.m.dl_tensor.data
+        gc.collect()
+        cycle = [t]
+        cycle.append(cycle)
+        del t, cycle
+        v.release()
+        assert not v.freed
+        gc.set_threshold(k)
+        try:
+            got = (v.ptr, v.nbytes, v.dtype, v.shape, v.kind)
+        finally:
+            gc.set_threshold(*old)
+        gc.collect()
+        assert v.freed, k
+        assert got == (ptr, 48, "float32", (3, 4), "cuda-vmm"), k
+    assert client.stat("dev/tt-gc").leases == 0
+    buf.close()
+
+
 def test_to_torch_bytes_and_two_tensors(client, fake_torch):
     buf = client.alloc_device(4096)
     client.register("dev/tt-bytes", buf)

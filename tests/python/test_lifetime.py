@@ -72,6 +72,25 @@ def test_view_fields_first_read_after_free(client):
     assert v.name == "life/late"
 
 
+def test_release_during_first_field_read(client, monkeypatch):
+    """A release() that lands while the view reads its layout for the first
+    time (as another thread's may) waits for the read: the fields are the
+    registration's and the view is freed once the read is done."""
+    from gpuipc import _lib
+    client.register("life/race", np.arange(12, dtype=np.int32).reshape(3, 4))
+    v = client.lookup("life/race")
+    cstr = _lib.cstr
+
+    def release_then_cstr(p):
+        monkeypatch.setattr(_lib, "cstr", cstr)
+        v.release()                 # inside the read of the record
+        assert not v.freed
+        return cstr(p)
+    monkeypatch.setattr(_lib, "cstr", release_then_cstr)
+    assert (v.shape, v.dtype, v.nbytes) == ((3, 4), "int32", 48)
+    assert v.freed and client.stat("life/race").leases == 0
+
+
 def test_garbage_collected_view_releases_its_lease(client):
     client.register("life/gc", b"x" * 100)
     v = client.lookup("life/gc")

@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
 
 from . import _lib
 from . import dlpack as _dlpack
@@ -644,6 +644,22 @@ def _torch() -> Any:
     return _TORCH[0]
 
 
+class _Lazy:
+    """A View field read from the C record on first use: the first read
+    sets every layout field on the instance, which then shadows this."""
+
+    __slots__ = ("name",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: Optional[type] = None) -> Any:
+        if obj is None:
+            return self
+        obj._read_layout()
+        return obj.__dict__[self.name]
+
+
 class View(_Memory):
     """A looked-up registration mapped into this process (a lease).
 
@@ -674,8 +690,8 @@ class View(_Memory):
         # each Python step costs several times its warm time: only the
         # device is read now (to_torch() needs no more; libgpuipc reads the
         # layout itself).  The pointer, size, dtype, shape, strides and kind
-        # are read from the C record when first used (__getattr__), and the
-        # whole Info on first use too.
+        # are read from the C record when first used (_Lazy), and the whole
+        # Info on first use too.
         self._handle = handle
         self._release.handle = handle
         self._device = _lib.lib.gpuipc_view_device(handle)     # -1: a host view
@@ -684,17 +700,39 @@ class View(_Memory):
         self._track()
         self._holder._free = self._release      # last: a failed attach frees nothing
 
-    def __getattr__(self, name: str) -> Any:
-        """The layout fields (_LAZY), read from the C record on first use;
-        only called for attributes not set yet."""
-        if name not in _LAZY:
-            raise AttributeError(f"'View' object has no attribute '{name}'")
+    if not TYPE_CHECKING:   # (the fields' types are _Memory._fill's)
+        # Read on first use (_Lazy), then plain instance attributes.
+        _ptr = _Lazy()
+        _nbytes = _Lazy()
+        _dtype = _Lazy()
+        _shape = _Lazy()
+        _strides = _Lazy()
+        _kind = _Lazy()
+
+    def _read_layout(self) -> None:
+        """Sets the layout fields from the C record, or from the copy the
+        release took before it freed the record.  An export is held while
+        the record is read, so that no release (another thread's, or a
+        tensor's deleter run by a garbage collection in between) frees it
+        meanwhile."""
+        h = self._holder
         lay = self._box[1]
         if lay is None:
-            lay = self._box[1] = _view_layout(self._handle)
+            with h._lock:
+                held = not h.done
+                if held:
+                    h.exports += 1
+            try:
+                lay = self._box[1]
+                if lay is None:
+                    if not held:    # another thread's release is taking its copy
+                        raise ValueError("the view was released while its fields were read")
+                    lay = self._box[1] = _view_layout(self._handle)
+            finally:
+                if held:
+                    h.drop()
         (self._ptr, self._nbytes, self._dtype, self._shape, self._strides,
          self._kind) = lay
-        return self.__dict__[name]
 
     @property
     def info(self) -> Info:
@@ -804,8 +842,6 @@ class View(_Memory):
                 f"at 0x{self.ptr:x} device {self.device}{state}>")
 
 
-# View's fields that __getattr__ reads from the C record on first use.
-_LAZY = frozenset(("_ptr", "_nbytes", "_dtype", "_shape", "_strides", "_kind"))
 
 
 def _view_layout(handle: int) -> Tuple[int, int, Optional[str], Optional[Tuple[int, ...]],
@@ -833,18 +869,20 @@ class _ViewRelease:
 
     def __call__(self) -> None:
         lib = _lib.lib
-        if self.box is not None:
-            # The C record goes with the view: decode what is still needed
-            # while it exists.
-            if self.box[0] is None:
-                self.box[0] = Info.from_c(lib.gpuipc_view_info(self.handle))
-            if self.box[1] is None:
-                self.box[1] = _view_layout(self.handle)
-        if self.event is None:
-            self.conn.call(lambda c: lib.gpuipc_view_release(self.handle), closed_ok=True)
-        else:
-            self.conn.call(lambda c: lib.gpuipc_view_release_after(self.handle, self.event),
-                           closed_ok=True)
+        try:
+            if self.box is not None:
+                # The C record goes with the view: decode what is still
+                # needed while it exists.
+                if self.box[0] is None:
+                    self.box[0] = Info.from_c(lib.gpuipc_view_info(self.handle))
+                if self.box[1] is None:
+                    self.box[1] = _view_layout(self.handle)
+        finally:        # a failed decode (at exit, say) still frees the view
+            if self.event is None:
+                self.conn.call(lambda c: lib.gpuipc_view_release(self.handle), closed_ok=True)
+            else:
+                self.conn.call(lambda c: lib.gpuipc_view_release_after(self.handle, self.event),
+                               closed_ok=True)
 
 
 def _stream_ptr(stream: Any) -> int:

@@ -290,6 +290,15 @@ class _Holder:
                 raise ValueError("the buffer has been released")
             self.exports += 1
 
+    def pin(self) -> bool:
+        """Takes an export even after close(), unless it was freed: True
+        when taken (drop() gives it back), False once freed."""
+        with self._lock:
+            if self.done:
+                return False
+            self.exports += 1
+            return True
+
     def acquire_cai(self) -> None:
         """acquire() for the __cuda_array_interface__ export, once."""
         with self._lock:
@@ -718,10 +727,7 @@ class View(_Memory):
         h = self._holder
         lay = self._box[1]
         if lay is None:
-            with h._lock:
-                held = not h.done
-                if held:
-                    h.exports += 1
+            held = h.pin()
             try:
                 lay = self._box[1]
                 if lay is None:
@@ -840,8 +846,6 @@ class View(_Memory):
         state = " released" if self.released else ""
         return (f"<gpuipc.View {self.name!r} {self.kind} {self.nbytes} bytes "
                 f"at 0x{self.ptr:x} device {self.device}{state}>")
-
-
 
 
 def _view_layout(handle: int) -> Tuple[int, int, Optional[str], Optional[Tuple[int, ...]],

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "dtype.h"
 
 #define CHUNK (1u << 20)
 
@@ -57,35 +58,14 @@ struct put_opts {
         uint64_t ttl_ms, max_size;
 };
 
-/* The element size of a dtype, or 0 when it is not one this knows: the
- * names libgpuipc's bindings use, and numpy typestrs of them (<f4, |u1). */
+/* A dtype's item size in bytes, or 0 when it names none (the names the
+ * bindings use and NumPy typestrs of them, proto/dtype.h).  Any byte
+ * order: the buffer holds the producer's bytes as they are. */
 static unsigned dtype_itemsize(const char *t)
 {
-        static const struct { const char *name; unsigned size; } names[] = {
-                { "float16", 2 }, { "float32", 4 }, { "float64", 8 }, { "bfloat16", 2 },
-                { "int8", 1 }, { "int16", 2 }, { "int32", 4 }, { "int64", 8 },
-                { "uint8", 1 }, { "uint16", 2 }, { "uint32", 4 }, { "uint64", 8 },
-                { "bool", 1 }, { "complex64", 8 }, { "complex128", 16 },
-        };
-        char *end;
-        unsigned long n;
+        struct proto_dtype d;
 
-        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-                if (strcmp(t, names[i].name) == 0)
-                        return names[i].size;
-        if (!strchr("<>|=", t[0]) || !t[1] || !strchr("fiubc", t[1]))
-                return 0;
-        errno = 0;
-        n = strtoul(t + 2, &end, 10);
-        if (errno || end == t + 2 || *end)
-                return 0;
-        switch (t[1]) {
-        case 'f': return n == 2 || n == 4 || n == 8 ? (unsigned)n : 0;
-        case 'i': case 'u': return n == 1 || n == 2 || n == 4 || n == 8 ? (unsigned)n : 0;
-        case 'b': return n == 1 ? 1 : 0;
-        case 'c': return n == 8 || n == 16 ? (unsigned)n : 0;
-        }
-        return 0;
+        return proto_dtype_parse(t, &d) < 0 ? 0 : d.size;
 }
 
 /* shape x itemsize (or the product of shape alone) must fit size. */

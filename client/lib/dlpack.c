@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "internal.h"
 
 /* dlpack.h's ABI before 1.0 ("dltensor" capsules), which every consumer
@@ -46,62 +47,26 @@ struct dl_export {
         int64_t strides[PROTO_NDIM_MAX];
 };
 
-static const struct {
-        const char *name;
-        uint8_t code, bits;
-} dl_names[] = {
-        { "bool", DL_BOOL, 8 },         { "int8", DL_INT, 8 },
-        { "int16", DL_INT, 16 },        { "int32", DL_INT, 32 },
-        { "int64", DL_INT, 64 },        { "uint8", DL_UINT, 8 },
-        { "uint16", DL_UINT, 16 },      { "uint32", DL_UINT, 32 },
-        { "uint64", DL_UINT, 64 },      { "float16", DL_FLOAT, 16 },
-        { "float32", DL_FLOAT, 32 },    { "float64", DL_FLOAT, 64 },
-        { "bfloat16", DL_BFLOAT, 16 },  { "complex64", DL_COMPLEX, 64 },
-        { "complex128", DL_COMPLEX, 128 },
-};
-
-/* A typestr's kind and byte size, as view.py's _KIND_NAMES takes them. */
-static int dl_typestr(const char *s, uint8_t *ret_code, uint8_t *ret_bits)
-{
-        static const struct {
-                char kind;
-                uint8_t code;
-                const char *sizes;      /* the sizes it comes in, as digits */
-        } kinds[] = {
-                { 'f', DL_FLOAT, "248" }, { 'i', DL_INT, "1248" }, { 'u', DL_UINT, "1248" },
-                { 'b', DL_BOOL, "1" },
-        };
-
-        if (!strchr("<|=", s[0]) || s[0] == '\0' || s[1] == '\0')
-                return -EINVAL;
-        if (s[1] == 'c' && (!strcmp(s + 2, "8") || !strcmp(s + 2, "16"))) {
-                *ret_code = DL_COMPLEX;
-                *ret_bits = s[2] == '8' ? 64 : 128;
-                return 0;
-        }
-        for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-                if (s[1] == kinds[i].kind && s[2] && !s[3] && strchr(kinds[i].sizes, s[2])) {
-                        *ret_code = kinds[i].code;
-                        *ret_bits = (uint8_t)((s[2] - '0') * 8);
-                        return 0;
-                }
-        return -EINVAL;
-}
-
 int gpuipc__dl_dtype(const char *dtype, uint8_t *ret_code, uint8_t *ret_bits)
 {
+        static const uint8_t dl_code[] = {
+                [PROTO_DTYPE_BOOL] = DL_BOOL,     [PROTO_DTYPE_INT] = DL_INT,
+                [PROTO_DTYPE_UINT] = DL_UINT,     [PROTO_DTYPE_FLOAT] = DL_FLOAT,
+                [PROTO_DTYPE_BFLOAT] = DL_BFLOAT, [PROTO_DTYPE_COMPLEX] = DL_COMPLEX,
+        };
+        struct proto_dtype t;
+
         if (!dtype || !*dtype) {
                 *ret_code = DL_UINT;
                 *ret_bits = 8;
                 return 0;
         }
-        for (size_t i = 0; i < sizeof(dl_names) / sizeof(dl_names[0]); i++)
-                if (!strcmp(dtype, dl_names[i].name)) {
-                        *ret_code = dl_names[i].code;
-                        *ret_bits = dl_names[i].bits;
-                        return 0;
-                }
-        return dl_typestr(dtype, ret_code, ret_bits);
+        /* DLPack has no byte order: the items must be in the host's. */
+        if (proto_dtype_parse(dtype, &t) < 0 || t.order == '>')
+                return -EINVAL;
+        *ret_code = dl_code[t.kind];
+        *ret_bits = (uint8_t)(t.size * 8);
+        return 0;
 }
 
 int gpuipc__dl_layout(const gpuipc_info *info, uint32_t isize, int64_t *shape, int64_t *strides,

@@ -561,11 +561,17 @@ Test(operate, put_checks_meta)
                "$C put op/b $D/f --dtype float32 --shape 4,5; echo rc=$?; "
                "$C put op/c $D/f --dtype float32 --shape 4,4; echo rc=$?; "
                "$C put op/d $D/f --dtype '<f8' --shape 8; echo rc=$?; "
-               "$C put op/e $D/f --shape 65; echo rc=$?");
-        /* ids 1 and 2 for op/c and op/d */
-        cr_expect_str_eq(o.out, "rc=2\nrc=1\n1\nrc=0\n2\nrc=0\nrc=1\n");
+               "$C put op/e $D/f --shape 65; echo rc=$?; "
+               "$C put op/f $D/f --dtype '>i4' --shape 16; echo rc=$?; "
+               "$C put op/g $D/f --dtype '<f04'; echo rc=$?; "
+               "$C put op/h $D/f --dtype '>c16' --shape 5; echo rc=$?");
+        /* ids 1, 2 and 3 for op/c, op/d and op/f: a big-endian typestr
+         * sizes the items as well (the bytes are the producer's) */
+        cr_expect_str_eq(o.out, "rc=2\nrc=1\n1\nrc=0\n2\nrc=0\nrc=1\n3\nrc=0\nrc=2\nrc=1\n");
         EXPECT_IN(o.err, "unknown --dtype 'float33'");
         EXPECT_IN(o.err, "needs 80 bytes");
+        EXPECT_IN(o.err, "unknown --dtype '<f04'");
+        EXPECT_IN(o.err, "needs 80 bytes (80 B); the input has 64");
         out_free(&o);
         sh(&o, "$C list op");
         EXPECT_NOT_IN(o.out, "op/a");
@@ -573,6 +579,9 @@ Test(operate, put_checks_meta)
         EXPECT_IN(o.out, "op/c");
         EXPECT_IN(o.out, "op/d");
         EXPECT_NOT_IN(o.out, "op/e");
+        EXPECT_IN(o.out, "op/f");
+        EXPECT_NOT_IN(o.out, "op/g");
+        EXPECT_NOT_IN(o.out, "op/h");
         out_free(&o);
 }
 

@@ -46,9 +46,12 @@
 struct chunk_export {
         struct chunk_export *next;
         CUdeviceptr base;
+        uint64_t size;                  /* of the chunk's mapping */
         CUmemGenericAllocationHandle h;
         int fd;
         uint8_t key[GPUIPC__ALLOC_KEY_LEN];
+        int ordinal;
+        uint8_t uuid[CUDA_UUID_LEN];
 };
 
 struct pool_export {
@@ -119,6 +122,76 @@ static int draw_key(struct gpuipc__devreg *d, uint8_t key[GPUIPC__ALLOC_KEY_LEN]
         return why(d, (int)n, "cannot draw %s: %s", what, strerror((int)-n));
 }
 
+/* The exported chunk whose mapping holds addr, or NULL.  Lock held. */
+static struct chunk_export *chunk_at(CUdeviceptr addr)
+{
+        struct chunk_export *e;
+
+        for (e = chunk_exports; e; e = e->next)
+                if (addr >= e->base && addr - e->base < e->size)
+                        return e;
+        return NULL;
+}
+
+bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
+                                struct gpuipc__devreg *d)
+{
+        CUmemGenericAllocationHandle h[PROTO_CHUNKS_MAX], now;
+        uint64_t end = dptr + size, total = 0;
+        struct chunk_export *e;
+        unsigned n = 0;
+
+        if (!cu->cuMemRetainAllocationHandle || !cu->cuMemRelease)
+                return false;
+        memset(d, 0, sizeof(*d));
+        pthread_mutex_lock(&exports_lock);
+        e = chunk_at(dptr);
+        while (e) {
+                if (n == PROTO_CHUNKS_MAX || (n > 0 && (e->ordinal != d->ordinal ||
+                                                        memcmp(e->uuid, d->uuid, CUDA_UUID_LEN)))) {
+                        e = NULL;       /* describe says what is wrong */
+                        break;
+                }
+                if (n == 0) {
+                        d->base = e->base;
+                        d->ordinal = e->ordinal;
+                        memcpy(d->uuid, e->uuid, CUDA_UUID_LEN);
+                }
+                d->cbase[n] = e->base;
+                d->csize[n] = e->size;
+                d->fds[n] = e->fd;
+                memcpy(d->keys[n], e->key, GPUIPC__ALLOC_KEY_LEN);
+                h[n++] = e->h;
+                total += e->size;
+                if (d->base + total >= end)
+                        break;
+                /* The next chunk starts where this one ends. */
+                e = chunk_at(d->base + total);
+                if (e && e->base != d->base + total)
+                        e = NULL;
+        }
+        pthread_mutex_unlock(&exports_lock);
+        if (!e)
+                return false;
+        /* Each chunk still the allocation that was exported: an address
+         * unmapped and mapped again holds another. */
+        for (unsigned i = 0; i < n; i++) {
+                if (cu->cuMemRetainAllocationHandle(&now, (void *)(uintptr_t)d->cbase[i]) !=
+                    CUDA_SUCCESS)
+                        return false;
+                (void)cu->cuMemRelease(now);    /* drops the retain's reference only */
+                if (now != h[i])
+                        return false;
+        }
+        d->path = GPUIPC_PATH_CUDA_VMM;
+        d->n_chunks = n;
+        d->alloc_size = total;
+        d->offset = dptr - d->base;
+        for (unsigned i = n; i < PROTO_CHUNKS_MAX; i++)
+                d->fds[i] = -1;
+        return true;
+}
+
 /* The fd (owned by the table) and key of the VMM chunk mapped at base,
  * exported on first use.  Context current. */
 static int chunk_export(struct cuda *cu, CUdeviceptr base, struct gpuipc__devreg *d, unsigned i)
@@ -169,6 +242,9 @@ static int chunk_export(struct cuda *cu, CUdeviceptr base, struct gpuipc__devreg
         chunk_exports = e;
 out:
         if (e) {
+                e->size = d->csize[i];
+                e->ordinal = d->ordinal;
+                memcpy(e->uuid, d->uuid, CUDA_UUID_LEN);
                 d->fds[i] = e->fd;
                 memcpy(d->keys[i], e->key, GPUIPC__ALLOC_KEY_LEN);
         }

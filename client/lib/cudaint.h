@@ -120,6 +120,14 @@ void gpuipc__cu_pack_devreg(msgpack_packer *pk, const struct gpuipc__devreg *d,
  * with that (device, handle, buffer_id); false when it is not ours. */
 bool gpuipc__cuown_find(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle,
                         uint64_t buffer_id, CUdeviceptr *ret_base, uint64_t *ret_size);
+/* The producer's fast path for VMM memory: true when every chunk that
+ * [dptr, dptr + size) touches was exported before and its address still
+ * maps the allocation exported (one cuMemRetainAllocationHandle and
+ * cuMemRelease each), with d filled as describe and export would fill
+ * it; false when a chunk is unknown or changed (describe it then).  No
+ * context needed. */
+bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
+                                struct gpuipc__devreg *d);
 /* Forgets the exported fd of the VMM allocation at base (closing it). */
 void gpuipc__cuexport_forget(CUdeviceptr base);
 

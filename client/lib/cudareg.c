@@ -306,7 +306,9 @@ int gpuipc__cu_share(gpuipc_client *c, struct cuda *cu, uint64_t dptr, uint64_t 
 
         /* Another block of a known allocation, no event to export: the
          * fast path.  A legacy handle is wanted for cuda-ipc memory only. */
-        if (event || !known(cu, dptr, size, d)) {
+        if (event || (!known(cu, dptr, size, d) &&
+                      ((flags & GPUIPC_REGISTER_CUDA_IPC) ||
+                       !gpuipc__cuexport_known_vmm(cu, dptr, size, d)))) {
                 r = gpuipc__cu_describe(cu, dptr, size, event, flags, true, d);
                 if (r < 0)
                         return gpuipc__fail(c, r, "%s", d->why);

@@ -690,6 +690,132 @@ Test(alloc, known_allocation_costs_one_driver_call)
         dlclose(dl);
 }
 
+/* The double's VMM calls, for a range made in the test itself. */
+struct vmm_drv {
+        CUresult (*init)(unsigned);
+        CUresult (*retain)(CUcontext *, CUdevice);
+        CUresult (*set)(CUcontext);
+        CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+        CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                           unsigned long long);
+        CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                        unsigned long long);
+        CUresult (*unmap)(CUdeviceptr, size_t);
+        CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+        CUresult (*memset8)(CUdeviceptr, unsigned char, size_t);
+};
+
+static void vmm_drv_load(void *dl, struct vmm_drv *v)
+{
+        CUcontext ctx;
+
+        *(void **)&v->init = dlsym(dl, "cuInit");
+        *(void **)&v->retain = dlsym(dl, "cuDevicePrimaryCtxRetain");
+        *(void **)&v->set = dlsym(dl, "cuCtxSetCurrent");
+        *(void **)&v->reserve = dlsym(dl, "cuMemAddressReserve");
+        *(void **)&v->create = dlsym(dl, "cuMemCreate");
+        *(void **)&v->map = dlsym(dl, "cuMemMap");
+        *(void **)&v->unmap = dlsym(dl, "cuMemUnmap");
+        *(void **)&v->access = dlsym(dl, "cuMemSetAccess");
+        *(void **)&v->memset8 = dlsym(dl, "cuMemsetD8_v2");
+        cr_assert(v->init && v->retain && v->set && v->reserve && v->create && v->map &&
+                  v->unmap && v->access && v->memset8);
+        cr_assert_eq(v->init(0), 0);
+        cr_assert_eq(v->retain(&ctx, 0), 0);
+        cr_assert_eq(v->set(ctx), 0);
+}
+
+/* A new exportable chunk mapped at p and filled with byte b. */
+static void vmm_map_chunk(const struct vmm_drv *v, CUdeviceptr p, unsigned char b)
+{
+        CUmemAllocationProp prop = {
+                .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+        };
+        CUmemAccessDesc acc = { .location = prop.location,
+                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUmemGenericAllocationHandle h;
+
+        cr_assert_eq(v->create(&h, CHUNK, &prop, 0), 0);
+        cr_assert_eq(v->map(p, CHUNK, 0, h, 0), 0);
+        cr_assert_eq(v->access(p, CHUNK, &acc, 1), 0);
+        cr_assert_eq(v->memset8(p, b, CHUNK), 0);
+}
+
+static void expect_byte(gpuipc_client *c, const char *name, unsigned char b)
+{
+        gpuipc_view *v = lookup(c, name);
+        const unsigned char *data = gpuipc_view_data(v);
+
+        cr_expect_eq(gpuipc_view_info(v)->kind, GPUIPC_KIND_CUDA_VMM, "%s", name);
+        cr_expect(data[0] == b && data[4095] == b, "%s: bytes 0x%02x 0x%02x, want 0x%02x", name,
+                  data[0], data[4095], b);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+}
+
+/* The producer's fast path for VMM memory (PyTorch's expandable segments):
+ * another block of a range whose chunks were exported costs one handle
+ * check per chunk, not the walk and the export again; a chunk unmapped and
+ * mapped again with another allocation is described afresh. */
+Test(alloc, known_vmm_chunks_cost_a_handle_check)
+{
+        void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
+        static const char *walk[] = { "cuMemGetAddressRange_v2", "cuPointerGetAttribute",
+                                      "cuPointerGetAttributes", "cuMemExportToShareableHandle" };
+        gpuipc_client *c = connect_client();
+        long calls, retains, before[4];
+        struct vmm_drv v;
+        CUdeviceptr base;
+        char name[32];
+
+        cr_assert_not_null(dl);
+        vmm_drv_load(dl, &v);
+        cr_assert_eq(v.reserve(&base, 3 * CHUNK, 0, 0, 0), 0);
+        for (unsigned i = 0; i < 3; i++)
+                vmm_map_chunk(&v, base + i * CHUNK, 0x11);
+        /* Over chunks 0 and 1: the walk and one export each. */
+        cr_assert_eq(gpuipc_cuda_register(c, "vk/0", base + CHUNK / 2, CHUNK, NULL, NULL, 0,
+                                          NULL), 0, "%s", gpuipc_errmsg(c));
+        cr_assert_eq(dcount("cuMemExportToShareableHandle"), 2);
+        for (int k = 0; k < 4; k++)
+                before[k] = dcount(walk[k]);
+        calls = dcount("*");
+        retains = dcount("cuMemRetainAllocationHandle");
+        /* One chunk, then both again, then chunk 1 alone. */
+        cr_assert_eq(gpuipc_cuda_register(c, "vk/1", base + 100, 4096, NULL, NULL, 0, NULL), 0);
+        cr_assert_eq(gpuipc_cuda_register(c, "vk/2", base + CHUNK - 8, 16, NULL, NULL, 0, NULL),
+                     0);
+        cr_assert_eq(gpuipc_cuda_register(c, "vk/3", base + CHUNK, CHUNK, NULL, NULL, 0, NULL), 0);
+        for (int k = 0; k < 4; k++)
+                cr_expect_eq(dcount(walk[k]), before[k], "%s again", walk[k]);
+        cr_expect_eq(dcount("cuMemRetainAllocationHandle"), retains + 4, "one check a chunk");
+        cr_expect_eq(dcount("*"), calls + 8, "a retain and a release a chunk, nothing else");
+        /* Chunk 2 was never exported: the walk and its export. */
+        cr_assert_eq(gpuipc_cuda_register(c, "vk/4", base + CHUNK + 8, CHUNK, NULL, NULL, 0,
+                                          NULL), 0);
+        cr_expect_eq(dcount("cuMemExportToShareableHandle"), 3);
+        cr_expect_gt(dcount("cuMemGetAddressRange_v2"), before[0]);
+        /* Chunk 1 unmapped and mapped again with another allocation. */
+        cr_assert_eq(v.unmap(base + CHUNK, CHUNK), 0);
+        vmm_map_chunk(&v, base + CHUNK, 0x22);
+        cr_assert_eq(gpuipc_cuda_register(c, "vk/5", base + CHUNK, 4096, NULL, NULL, 0, NULL), 0,
+                     "%s", gpuipc_errmsg(c));
+        cr_expect_eq(dcount("cuMemExportToShareableHandle"), 4, "the new allocation exported");
+        for (int i = 0; i <= 5; i++) {
+                snprintf(name, sizeof(name), "vk/%d", i);
+                /* The daemon's fds keep the first chunk 1 for vk/3 and vk/4. */
+                expect_byte(c, name, i == 5 ? 0x22 : 0x11);
+        }
+        snprintf(name, sizeof(name), "vk/6");
+        cr_assert_eq(gpuipc_cuda_register(c, name, base + CHUNK + 4096, 4096, NULL, NULL, 0, NULL),
+                     0);
+        cr_expect_eq(dcount("cuMemExportToShareableHandle"), 4, "known again");
+        expect_byte(c, name, 0x22);
+        gpuipc_client_free(c);
+        dlclose(dl);
+}
+
 /* A consumer blocked in a waiting lookup still lets go at once: the
  * producer's wait_unmapped must not wait for the consumer's next call. */
 Test(alloc, uncache_answered_during_a_waiting_lookup)

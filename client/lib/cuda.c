@@ -87,6 +87,16 @@ int gpuipc__cu_primary(gpuipc_client *c, struct cuda *cu, int ordinal, CUcontext
         CUresult res;
         int n = 0, r = 0;
 
+        /* Retained already: the device exists, no need to count them. */
+        if (ordinal >= 0 && ordinal < GPUIPC__CU_MAX_DEVICES) {
+                pthread_mutex_lock(&cu_lock);
+                ctx = cu_primary[ordinal];
+                pthread_mutex_unlock(&cu_lock);
+                if (ctx) {
+                        *ret = ctx;
+                        return 0;
+                }
+        }
         if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS || ordinal < 0 || ordinal >= n ||
             ordinal >= GPUIPC__CU_MAX_DEVICES) {
                 if (c)

@@ -122,6 +122,23 @@ static int draw_key(struct gpuipc__devreg *d, uint8_t key[GPUIPC__ALLOC_KEY_LEN]
         return why(d, (int)n, "cannot draw %s: %s", what, strerror((int)-n));
 }
 
+/* Forgets the entries of mappings that [base, base + size) overlaps: what
+ * was mapped there is gone, so none may answer for it.  Lock held. */
+static void drop_overlaps(CUdeviceptr base, uint64_t size)
+{
+        struct chunk_export **pp = &chunk_exports, *e;
+
+        while ((e = *pp)) {
+                if (e->base < base + size && base < e->base + e->size) {
+                        *pp = e->next;
+                        close(e->fd);
+                        free(e);
+                } else {
+                        pp = &e->next;
+                }
+        }
+}
+
 /* The exported chunk whose mapping holds addr, or NULL.  Lock held. */
 static struct chunk_export *chunk_at(CUdeviceptr addr)
 {
@@ -139,7 +156,11 @@ bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
         CUmemGenericAllocationHandle h[PROTO_CHUNKS_MAX], now;
         uint64_t end = dptr + size, total = 0;
         struct chunk_export *e;
+        CUcontext saved;
+        CUdeviceptr cb;
         unsigned n = 0;
+        bool same = true;
+        size_t cs;
 
         if (!cu->cuMemRetainAllocationHandle || !cu->cuMemRelease)
                 return false;
@@ -147,9 +168,11 @@ bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
         pthread_mutex_lock(&exports_lock);
         e = chunk_at(dptr);
         while (e) {
+                /* Past what one registration carries, or another device's
+                 * chunk: not this path's to judge. */
                 if (n == PROTO_CHUNKS_MAX || (n > 0 && (e->ordinal != d->ordinal ||
                                                         memcmp(e->uuid, d->uuid, CUDA_UUID_LEN)))) {
-                        e = NULL;       /* describe says what is wrong */
+                        e = NULL;
                         break;
                 }
                 if (n == 0) {
@@ -173,16 +196,24 @@ bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
         pthread_mutex_unlock(&exports_lock);
         if (!e)
                 return false;
-        /* Each chunk still the allocation that was exported: an address
-         * unmapped and mapped again holds another. */
-        for (unsigned i = 0; i < n; i++) {
-                if (cu->cuMemRetainAllocationHandle(&now, (void *)(uintptr_t)d->cbase[i]) !=
-                    CUDA_SUCCESS)
-                        return false;
-                (void)cu->cuMemRelease(now);    /* drops the retain's reference only */
-                if (now != h[i])
-                        return false;
+        /* Each chunk still the mapping that was exported, of the allocation
+         * that was exported: an address unmapped and mapped again holds
+         * another, or the same one at another place. */
+        if (gpuipc__cu_enter(NULL, cu, d->ordinal, &saved) < 0)
+                return false;
+        for (unsigned i = 0; i < n && same; i++) {
+                same = cu->cuMemGetAddressRange_v2(&cb, &cs, d->cbase[i]) == CUDA_SUCCESS &&
+                       cb == d->cbase[i] && cs == d->csize[i] &&
+                       cu->cuMemRetainAllocationHandle(&now, (void *)(uintptr_t)cb) ==
+                               CUDA_SUCCESS;
+                if (same) {
+                        (void)cu->cuMemRelease(now);    /* drops the retain's reference only */
+                        same = now == h[i];
+                }
         }
+        gpuipc__cu_leave(cu, saved);
+        if (!same)
+                return false;
         d->path = GPUIPC_PATH_CUDA_VMM;
         d->n_chunks = n;
         d->alloc_size = total;
@@ -209,14 +240,16 @@ static int chunk_export(struct cuda *cu, CUdeviceptr base, struct gpuipc__devreg
                 if ((*pp)->base == base)
                         break;
         e = *pp;
-        if (e && e->h == h)
+        if (e && e->h == h && e->size == d->csize[i])
                 goto out;
         if (e) {
-                /* The address was freed and mapped again: a new allocation. */
+                /* The address was freed and mapped again: a new allocation
+                 * (or a handle value the driver reused, at another size). */
                 *pp = e->next;
                 close(e->fd);
                 free(e);
         }
+        drop_overlaps(base, d->csize[i]);
         e = calloc(1, sizeof(*e));
         if (!e) {
                 r = why(d, -ENOMEM, "out of memory");

@@ -122,10 +122,11 @@ bool gpuipc__cuown_find(const uint8_t uuid[CUDA_UUID_LEN], const uint8_t *handle
                         uint64_t buffer_id, CUdeviceptr *ret_base, uint64_t *ret_size);
 /* The producer's fast path for VMM memory: true when every chunk that
  * [dptr, dptr + size) touches was exported before and its address still
- * maps the allocation exported (one cuMemRetainAllocationHandle and
- * cuMemRelease each), with d filled as describe and export would fill
- * it; false when a chunk is unknown or changed (describe it then).  No
- * context needed. */
+ * starts the same mapping of the allocation exported (one
+ * cuMemGetAddressRange, cuMemRetainAllocationHandle and cuMemRelease
+ * each, in the device's primary context), with d filled as describe and
+ * export would fill it; false when a chunk is unknown or changed
+ * (describe it then). */
 bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
                                 struct gpuipc__devreg *d);
 /* Forgets the exported fd of the VMM allocation at base (closing it). */

@@ -743,75 +743,152 @@ static void vmm_map_chunk(const struct vmm_drv *v, CUdeviceptr p, unsigned char 
         cr_assert_eq(v->memset8(p, b, CHUNK), 0);
 }
 
-static void expect_byte(gpuipc_client *c, const char *name, unsigned char b)
+/* name's layout as its consumer sees it, and its first and last bytes. */
+static void expect_vmm(gpuipc_client *c, const char *name, uint64_t offset, uint32_t n_chunks,
+                       uint64_t alloc_size, unsigned char first, unsigned char last)
 {
         gpuipc_view *v = lookup(c, name);
+        const gpuipc_info *in = gpuipc_view_info(v);
         const unsigned char *data = gpuipc_view_data(v);
 
-        cr_expect_eq(gpuipc_view_info(v)->kind, GPUIPC_KIND_CUDA_VMM, "%s", name);
-        cr_expect(data[0] == b && data[4095] == b, "%s: bytes 0x%02x 0x%02x, want 0x%02x", name,
-                  data[0], data[4095], b);
+        cr_expect_eq(in->kind, GPUIPC_KIND_CUDA_VMM, "%s", name);
+        cr_expect_eq(in->offset, offset, "%s: offset %llu", name, (unsigned long long)in->offset);
+        cr_expect_eq(in->n_chunks, n_chunks, "%s: %u chunks", name, in->n_chunks);
+        cr_expect_eq(in->alloc_size, alloc_size, "%s: alloc_size %llu", name,
+                     (unsigned long long)in->alloc_size);
+        cr_expect(data[0] == first && data[in->size - 1] == last,
+                  "%s: bytes 0x%02x..0x%02x, want 0x%02x..0x%02x", name, data[0],
+                  data[in->size - 1], first, last);
         cr_assert_eq(gpuipc_view_release(v), 0);
 }
 
+static void reg_vmm(gpuipc_client *c, const char *name, CUdeviceptr p, size_t n)
+{
+        cr_assert_eq(gpuipc_cuda_register(c, name, p, n, NULL, NULL, 0, NULL), 0, "%s: %s", name,
+                     gpuipc_errmsg(c));
+}
+
 /* The producer's fast path for VMM memory (PyTorch's expandable segments):
- * another block of a range whose chunks were exported costs one handle
- * check per chunk, not the walk and the export again; a chunk unmapped and
- * mapped again with another allocation is described afresh. */
-Test(alloc, known_vmm_chunks_cost_a_handle_check)
+ * another block of a range whose chunks were exported costs a check of each
+ * chunk's mapping and handle, not the walk and the export again; a chunk
+ * unmapped and mapped again with another allocation is described afresh. */
+Test(alloc, known_vmm_chunks_cost_a_check_each)
 {
         void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
-        static const char *walk[] = { "cuMemGetAddressRange_v2", "cuPointerGetAttribute",
-                                      "cuPointerGetAttributes", "cuMemExportToShareableHandle" };
+        static const char *fns[] = { "*", "cuMemGetAddressRange_v2", "cuMemRetainAllocationHandle",
+                                     "cuMemRelease", "cuPointerGetAttribute",
+                                     "cuPointerGetAttributes", "cuMemExportToShareableHandle" };
+        /* vk/1 to vk/3 touch 4 chunks: 3 calls each, and the context's
+         * check on the way in and out of each register. */
+        static const long more[] = { 4 * 3 + 3 * 2, 4, 4, 4, 0, 0, 0 };
         gpuipc_client *c = connect_client();
-        long calls, retains, before[4];
+        long before[7];
         struct vmm_drv v;
         CUdeviceptr base;
-        char name[32];
 
         cr_assert_not_null(dl);
         vmm_drv_load(dl, &v);
         cr_assert_eq(v.reserve(&base, 3 * CHUNK, 0, 0, 0), 0);
         for (unsigned i = 0; i < 3; i++)
-                vmm_map_chunk(&v, base + i * CHUNK, 0x11);
+                vmm_map_chunk(&v, base + i * CHUNK, (unsigned char)(0x10 + i));
         /* Over chunks 0 and 1: the walk and one export each. */
-        cr_assert_eq(gpuipc_cuda_register(c, "vk/0", base + CHUNK / 2, CHUNK, NULL, NULL, 0,
-                                          NULL), 0, "%s", gpuipc_errmsg(c));
+        reg_vmm(c, "vk/0", base + CHUNK / 2, CHUNK);
         cr_assert_eq(dcount("cuMemExportToShareableHandle"), 2);
-        for (int k = 0; k < 4; k++)
-                before[k] = dcount(walk[k]);
-        calls = dcount("*");
-        retains = dcount("cuMemRetainAllocationHandle");
-        /* One chunk, then both again, then chunk 1 alone. */
-        cr_assert_eq(gpuipc_cuda_register(c, "vk/1", base + 100, 4096, NULL, NULL, 0, NULL), 0);
-        cr_assert_eq(gpuipc_cuda_register(c, "vk/2", base + CHUNK - 8, 16, NULL, NULL, 0, NULL),
-                     0);
-        cr_assert_eq(gpuipc_cuda_register(c, "vk/3", base + CHUNK, CHUNK, NULL, NULL, 0, NULL), 0);
-        for (int k = 0; k < 4; k++)
-                cr_expect_eq(dcount(walk[k]), before[k], "%s again", walk[k]);
-        cr_expect_eq(dcount("cuMemRetainAllocationHandle"), retains + 4, "one check a chunk");
-        cr_expect_eq(dcount("*"), calls + 8, "a retain and a release a chunk, nothing else");
+        for (int k = 0; k < 7; k++)
+                before[k] = dcount(fns[k]);
+        /* Chunk 0, then both across their boundary, then chunk 1. */
+        reg_vmm(c, "vk/1", base + 100, 4096);
+        reg_vmm(c, "vk/2", base + CHUNK - 8, 16);
+        reg_vmm(c, "vk/3", base + CHUNK, CHUNK);
+        for (int k = 0; k < 7; k++)
+                cr_expect_eq(dcount(fns[k]), before[k] + more[k], "%s: %ld calls, want %ld",
+                             fns[k], dcount(fns[k]) - before[k], more[k]);
         /* Chunk 2 was never exported: the walk and its export. */
-        cr_assert_eq(gpuipc_cuda_register(c, "vk/4", base + CHUNK + 8, CHUNK, NULL, NULL, 0,
-                                          NULL), 0);
+        reg_vmm(c, "vk/4", base + CHUNK + 8, CHUNK);
         cr_expect_eq(dcount("cuMemExportToShareableHandle"), 3);
-        cr_expect_gt(dcount("cuMemGetAddressRange_v2"), before[0]);
+        cr_expect_gt(dcount("cuPointerGetAttributes"), before[5]);
         /* Chunk 1 unmapped and mapped again with another allocation. */
         cr_assert_eq(v.unmap(base + CHUNK, CHUNK), 0);
-        vmm_map_chunk(&v, base + CHUNK, 0x22);
-        cr_assert_eq(gpuipc_cuda_register(c, "vk/5", base + CHUNK, 4096, NULL, NULL, 0, NULL), 0,
-                     "%s", gpuipc_errmsg(c));
+        vmm_map_chunk(&v, base + CHUNK, 0x21);
+        reg_vmm(c, "vk/5", base + CHUNK, 4096);
         cr_expect_eq(dcount("cuMemExportToShareableHandle"), 4, "the new allocation exported");
-        for (int i = 0; i <= 5; i++) {
-                snprintf(name, sizeof(name), "vk/%d", i);
-                /* The daemon's fds keep the first chunk 1 for vk/3 and vk/4. */
-                expect_byte(c, name, i == 5 ? 0x22 : 0x11);
+        /* Known again, alone and beside chunk 0; and from a thread with no
+         * context current. */
+        reg_vmm(c, "vk/6", base + CHUNK + 4096, 4096);
+        reg_vmm(c, "vk/7", base + CHUNK / 2, CHUNK);
+        cr_assert_eq(v.set(NULL), 0);
+        before[5] = dcount("cuPointerGetAttributes");
+        reg_vmm(c, "vk/8", base + 4096, 4096);
+        cr_expect_eq(dcount("cuPointerGetAttributes"), before[5], "vk/8 not described again");
+        cr_expect_eq(dcount("cuMemExportToShareableHandle"), 4, "nothing exported again");
+        /* What each consumer sees.  The daemon's fds keep the first chunk 1
+         * for the registrations made before it was replaced. */
+        expect_vmm(c, "vk/0", CHUNK / 2, 2, 2 * CHUNK, 0x10, 0x11);
+        expect_vmm(c, "vk/1", 100, 1, 1 * CHUNK, 0x10, 0x10);
+        expect_vmm(c, "vk/2", CHUNK - 8, 2, 2 * CHUNK, 0x10, 0x11);
+        expect_vmm(c, "vk/3", 0, 1, 1 * CHUNK, 0x11, 0x11);
+        expect_vmm(c, "vk/4", 8, 2, 2 * CHUNK, 0x11, 0x12);
+        expect_vmm(c, "vk/5", 0, 1, 1 * CHUNK, 0x21, 0x21);
+        expect_vmm(c, "vk/6", 4096, 1, 1 * CHUNK, 0x21, 0x21);
+        expect_vmm(c, "vk/7", CHUNK / 2, 2, 2 * CHUNK, 0x10, 0x21);
+        expect_vmm(c, "vk/8", 4096, 1, 1 * CHUNK, 0x10, 0x10);
+        gpuipc_client_free(c);
+        dlclose(dl);
+}
+
+static int open_fds(void)
+{
+        char path[64];
+        int n = 0;
+
+        for (int fd = 0; fd < 1024; fd++) {
+                snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+                n += access(path, F_OK) == 0;
         }
-        snprintf(name, sizeof(name), "vk/6");
-        cr_assert_eq(gpuipc_cuda_register(c, name, base + CHUNK + 4096, 4096, NULL, NULL, 0, NULL),
-                     0);
-        cr_expect_eq(dcount("cuMemExportToShareableHandle"), 4, "known again");
-        expect_byte(c, name, 0x22);
+        return n;
+}
+
+/* An allocation the producer exported, unmapped and mapped again at
+ * another address, so that its old place now lies inside its new mapping:
+ * the fast path must not take the old place for a mapping's start, and the
+ * export table keeps one entry (one fd) for it. */
+Test(alloc, known_vmm_allocation_mapped_elsewhere)
+{
+        void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
+        CUmemAllocationProp prop = {
+                .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+        };
+        CUmemAccessDesc acc = { .location = prop.location,
+                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        gpuipc_client *c = connect_client();
+        CUmemGenericAllocationHandle h;
+        struct vmm_drv v;
+        CUdeviceptr base;
+        int fds, grew;
+
+        cr_assert_not_null(dl);
+        vmm_drv_load(dl, &v);
+        cr_assert_eq(v.reserve(&base, 3 * CHUNK, 0, 0, 0), 0);
+        cr_assert_eq(v.create(&h, 2 * CHUNK, &prop, 0), 0);
+        cr_assert_eq(v.map(base + CHUNK, 2 * CHUNK, 0, h, 0), 0);
+        cr_assert_eq(v.access(base + CHUNK, 2 * CHUNK, &acc, 1), 0);
+        cr_assert_eq(v.memset8(base + CHUNK, 0xaa, CHUNK), 0);
+        cr_assert_eq(v.memset8(base + 2 * CHUNK, 0xbb, CHUNK), 0);
+        fds = open_fds();
+        reg_vmm(c, "vm/a", base + CHUNK + 100, 4096);
+        grew = open_fds() - fds;        /* the export, and what the registration holds */
+        cr_assert_eq(v.unmap(base + CHUNK, 2 * CHUNK), 0);
+        cr_assert_eq(v.map(base, 2 * CHUNK, 0, h, 0), 0);
+        cr_assert_eq(v.access(base, 2 * CHUNK, &acc, 1), 0);
+        fds = open_fds();
+        /* The old start is now the allocation's second half. */
+        reg_vmm(c, "vm/b", base + CHUNK + 100, 4096);
+        cr_expect_eq(open_fds() - fds, grew - 1, "the old export's fd is closed as the new one "
+                     "opens: %d more fds, the first export %d", open_fds() - fds, grew);
+        expect_vmm(c, "vm/a", 100, 1, 2 * CHUNK, 0xaa, 0xaa);
+        expect_vmm(c, "vm/b", CHUNK + 100, 1, 2 * CHUNK, 0xbb, 0xbb);
         gpuipc_client_free(c);
         dlclose(dl);
 }

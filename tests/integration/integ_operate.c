@@ -571,7 +571,7 @@ Test(operate, put_checks_meta)
         EXPECT_IN(o.err, "unknown --dtype 'float33'");
         EXPECT_IN(o.err, "needs 80 bytes");
         EXPECT_IN(o.err, "unknown --dtype '<f04'");
-        EXPECT_IN(o.err, "needs 80 bytes (80 B); the input has 64");
+        EXPECT_IN(o.err, "--dtype >c16 needs 80 bytes");
         out_free(&o);
         sh(&o, "$C list op");
         EXPECT_NOT_IN(o.out, "op/a");

@@ -164,7 +164,6 @@ bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
 
         if (!cu->cuMemRetainAllocationHandle || !cu->cuMemRelease)
                 return false;
-        memset(d, 0, sizeof(*d));
         pthread_mutex_lock(&exports_lock);
         e = chunk_at(dptr);
         while (e) {
@@ -176,6 +175,7 @@ bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
                         break;
                 }
                 if (n == 0) {
+                        memset(d, 0, sizeof(*d));
                         d->base = e->base;
                         d->ordinal = e->ordinal;
                         memcpy(d->uuid, e->uuid, CUDA_UUID_LEN);

@@ -725,21 +725,35 @@ static void vmm_drv_load(void *dl, struct vmm_drv *v)
         cr_assert_eq(v->set(ctx), 0);
 }
 
-/* A new exportable chunk mapped at p and filled with byte b. */
-static void vmm_map_chunk(const struct vmm_drv *v, CUdeviceptr p, unsigned char b)
+/* A new exportable allocation of n bytes on device 0. */
+static CUmemGenericAllocationHandle vmm_create(const struct vmm_drv *v, size_t n)
 {
-        CUmemAllocationProp prop = {
+        const CUmemAllocationProp prop = {
                 .type = CU_MEM_ALLOCATION_TYPE_PINNED,
                 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                 .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
         };
-        CUmemAccessDesc acc = { .location = prop.location,
-                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         CUmemGenericAllocationHandle h;
 
-        cr_assert_eq(v->create(&h, CHUNK, &prop, 0), 0);
-        cr_assert_eq(v->map(p, CHUNK, 0, h, 0), 0);
-        cr_assert_eq(v->access(p, CHUNK, &acc, 1), 0);
+        cr_assert_eq(v->create(&h, n, &prop, 0), 0);
+        return h;
+}
+
+/* Maps allocation h (n bytes) at p, read-write for device 0. */
+static void vmm_place(const struct vmm_drv *v, CUdeviceptr p, size_t n,
+                      CUmemGenericAllocationHandle h)
+{
+        const CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+                                      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+
+        cr_assert_eq(v->map(p, n, 0, h, 0), 0);
+        cr_assert_eq(v->access(p, n, &acc, 1), 0);
+}
+
+/* A new chunk mapped at p and filled with byte b. */
+static void vmm_map_chunk(const struct vmm_drv *v, CUdeviceptr p, unsigned char b)
+{
+        vmm_place(v, p, CHUNK, vmm_create(v, CHUNK));
         cr_assert_eq(v->memset8(p, b, CHUNK), 0);
 }
 
@@ -855,13 +869,6 @@ static int open_fds(void)
 Test(alloc, known_vmm_allocation_mapped_elsewhere)
 {
         void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
-        CUmemAllocationProp prop = {
-                .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
-        };
-        CUmemAccessDesc acc = { .location = prop.location,
-                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         gpuipc_client *c = connect_client();
         CUmemGenericAllocationHandle h;
         struct vmm_drv v;
@@ -871,17 +878,15 @@ Test(alloc, known_vmm_allocation_mapped_elsewhere)
         cr_assert_not_null(dl);
         vmm_drv_load(dl, &v);
         cr_assert_eq(v.reserve(&base, 3 * CHUNK, 0, 0, 0), 0);
-        cr_assert_eq(v.create(&h, 2 * CHUNK, &prop, 0), 0);
-        cr_assert_eq(v.map(base + CHUNK, 2 * CHUNK, 0, h, 0), 0);
-        cr_assert_eq(v.access(base + CHUNK, 2 * CHUNK, &acc, 1), 0);
+        h = vmm_create(&v, 2 * CHUNK);
+        vmm_place(&v, base + CHUNK, 2 * CHUNK, h);
         cr_assert_eq(v.memset8(base + CHUNK, 0xaa, CHUNK), 0);
         cr_assert_eq(v.memset8(base + 2 * CHUNK, 0xbb, CHUNK), 0);
         fds = open_fds();
         reg_vmm(c, "vm/a", base + CHUNK + 100, 4096);
         grew = open_fds() - fds;        /* the export, and what the registration holds */
         cr_assert_eq(v.unmap(base + CHUNK, 2 * CHUNK), 0);
-        cr_assert_eq(v.map(base, 2 * CHUNK, 0, h, 0), 0);
-        cr_assert_eq(v.access(base, 2 * CHUNK, &acc, 1), 0);
+        vmm_place(&v, base, 2 * CHUNK, h);
         fds = open_fds();
         /* The old start is now the allocation's second half. */
         reg_vmm(c, "vm/b", base + CHUNK + 100, 4096);

@@ -302,13 +302,16 @@ static int register_copy(gpuipc_client *c, struct cuda *cu, const char *name, ui
 int gpuipc__cu_share(gpuipc_client *c, struct cuda *cu, uint64_t dptr, uint64_t size,
                      void *event, unsigned flags, struct gpuipc__devreg *d)
 {
+        bool fast;
         int r;
 
         /* Another block of a known allocation, no event to export: the
-         * fast path.  A legacy handle is wanted for cuda-ipc memory only. */
-        if (event || (!known(cu, dptr, size, d) &&
-                      ((flags & GPUIPC_REGISTER_CUDA_IPC) ||
-                       !gpuipc__cuexport_known_vmm(cu, dptr, size, d)))) {
+         * fast path.  A legacy handle is wanted for cuda-ipc memory only,
+         * so GPUIPC_REGISTER_CUDA_IPC takes none of VMM memory. */
+        fast = !event && (known(cu, dptr, size, d) ||
+                          (!(flags & GPUIPC_REGISTER_CUDA_IPC) &&
+                           gpuipc__cuexport_known_vmm(cu, dptr, size, d)));
+        if (!fast) {
                 r = gpuipc__cu_describe(cu, dptr, size, event, flags, true, d);
                 if (r < 0)
                         return gpuipc__fail(c, r, "%s", d->why);

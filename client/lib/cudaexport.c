@@ -228,7 +228,7 @@ bool gpuipc__cuexport_known_vmm(struct cuda *cu, uint64_t dptr, uint64_t size,
 static int chunk_export(struct cuda *cu, CUdeviceptr base, struct gpuipc__devreg *d, unsigned i)
 {
         CUmemGenericAllocationHandle h;
-        struct chunk_export *e, **pp;
+        struct chunk_export *e;
         CUresult res;
         int fd = -1, r = 0;
 
@@ -236,19 +236,14 @@ static int chunk_export(struct cuda *cu, CUdeviceptr base, struct gpuipc__devreg
         if (res != CUDA_SUCCESS)
                 return cu_why(d, cu, res, "cuMemRetainAllocationHandle");
         pthread_mutex_lock(&exports_lock);
-        for (pp = &chunk_exports; *pp; pp = &(*pp)->next)
-                if ((*pp)->base == base)
-                        break;
-        e = *pp;
-        if (e && e->h == h && e->size == d->csize[i])
+        /* The table's mappings never overlap (each export drops what its
+         * own overlaps), so the entry holding base is the only candidate. */
+        e = chunk_at(base);
+        if (e && e->base == base && e->h == h && e->size == d->csize[i])
                 goto out;
-        if (e) {
-                /* The address was freed and mapped again: a new allocation
-                 * (or a handle value the driver reused, at another size). */
-                *pp = e->next;
-                close(e->fd);
-                free(e);
-        }
+        /* Anything else there was freed and mapped again: another
+         * allocation, the same one elsewhere, or a handle value the driver
+         * reused at another size.  The entry at base goes with the rest. */
         drop_overlaps(base, d->csize[i]);
         e = calloc(1, sizeof(*e));
         if (!e) {

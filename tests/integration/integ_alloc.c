@@ -850,18 +850,6 @@ Test(alloc, known_vmm_chunks_cost_a_check_each)
         dlclose(dl);
 }
 
-static int open_fds(void)
-{
-        char path[64];
-        int n = 0;
-
-        for (int fd = 0; fd < 1024; fd++) {
-                snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-                n += access(path, F_OK) == 0;
-        }
-        return n;
-}
-
 /* An allocation the producer exported, unmapped and mapped again at
  * another address, so that its old place now lies inside its new mapping:
  * the fast path must not take the old place for a mapping's start, and the
@@ -882,16 +870,17 @@ Test(alloc, known_vmm_allocation_mapped_elsewhere)
         vmm_place(&v, base + CHUNK, 2 * CHUNK, h);
         cr_assert_eq(v.memset8(base + CHUNK, 0xaa, CHUNK), 0);
         cr_assert_eq(v.memset8(base + 2 * CHUNK, 0xbb, CHUNK), 0);
-        fds = open_fds();
+        fds = h_self_fd_count();
         reg_vmm(c, "vm/a", base + CHUNK + 100, 4096);
-        grew = open_fds() - fds;        /* the export, and what the registration holds */
+        grew = h_self_fd_count() - fds;        /* the export, and what the registration holds */
         cr_assert_eq(v.unmap(base + CHUNK, 2 * CHUNK), 0);
         vmm_place(&v, base, 2 * CHUNK, h);
-        fds = open_fds();
+        fds = h_self_fd_count();
         /* The old start is now the allocation's second half. */
         reg_vmm(c, "vm/b", base + CHUNK + 100, 4096);
-        cr_expect_eq(open_fds() - fds, grew - 1, "the old export's fd is closed as the new one "
-                     "opens: %d more fds, the first export %d", open_fds() - fds, grew);
+        cr_expect_eq(h_self_fd_count() - fds, grew - 1,
+                     "the old export's fd is closed as the new one opens: %d more fds, "
+                     "the first export %d", h_self_fd_count() - fds, grew);
         expect_vmm(c, "vm/a", 100, 1, 2 * CHUNK, 0xaa, 0xaa);
         expect_vmm(c, "vm/b", CHUNK + 100, 1, 2 * CHUNK, 0xbb, 0xbb);
         gpuipc_client_free(c);

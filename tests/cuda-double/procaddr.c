@@ -119,6 +119,10 @@ static const struct entry entries[] = {
         E(cuMemPoolImportFromShareableHandle, cuMemPoolImportFromShareableHandle, 11020),
         E(cuMemPoolExportPointer, cuMemPoolExportPointer, 11020),
         E(cuMemPoolImportPointer, cuMemPoolImportPointer, 11020),
+        E(cuModuleLoadData, cuModuleLoadData, 2000),
+        E(cuModuleUnload, cuModuleUnload, 2000),
+        E(cuModuleGetFunction, cuModuleGetFunction, 2000),
+        E(cuLaunchKernel, cuLaunchKernel, 4000),
 };
 
 #define NENTRIES (sizeof(entries) / sizeof(entries[0]))

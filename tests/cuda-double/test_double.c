@@ -59,7 +59,8 @@
         X(cuMemPoolGetAttribute) X(cuMemPoolSetAccess) X(cuMemPoolGetAccess)          \
         X(cuMemAllocAsync) X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync)               \
         X(cuMemPoolExportToShareableHandle) X(cuMemPoolImportFromShareableHandle)     \
-        X(cuMemPoolExportPointer) X(cuMemPoolImportPointer)
+        X(cuMemPoolExportPointer) X(cuMemPoolImportPointer) X(cuModuleLoadData)       \
+        X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
 
 #define DECL(name) static __typeof__(name) *p_##name;
 CU_FUNCS(DECL)
@@ -539,6 +540,63 @@ static void role_ipc_producer(int sock)
         CHECK(names_of(getpid()) == 0);
         send_word(sock, 3);
         CHECK(recv_word(sock) == 4);
+        teardown(0);
+}
+
+/* The two kernels of tests/gpu/kernels.cu, run on the host. */
+static void role_kernels(int sock)
+{
+        (void)sock;
+        setup(0);
+        CUmodule mod = NULL;
+        CUfunction fill = NULL, count = NULL, other = NULL;
+        CHECK_RC(p_cuModuleLoadData(&mod, ".entry slow_fill"), CUDA_ERROR_INVALID_IMAGE);
+        OK(p_cuModuleLoadData(&mod, ".visible .entry slow_fill(\n.visible .entry count_bad("));
+        OK(p_cuModuleGetFunction(&fill, mod, "slow_fill"));
+        OK(p_cuModuleGetFunction(&count, mod, "count_bad"));
+        CHECK_RC(p_cuModuleGetFunction(&other, mod, "other"), CUDA_ERROR_NOT_FOUND);
+
+        CUdeviceptr p = 0, bad = 0;
+        OK(p_cuMemAlloc(&p, MiB + 3));
+        OK(p_cuMemAlloc(&bad, 8));
+        unsigned long long n = MiB + 3, spin = 0, base = 0, got = 99;
+        unsigned int seed = 91;
+        void *fa[] = { &p, &n, &seed, &spin };
+        void *ca[] = { &p, &n, &seed, &base, &bad };
+        OK(p_cuLaunchKernel(fill, 264, 1, 1, 256, 1, 1, 0, NULL, fa, NULL));
+        OK(p_cuMemsetD8(bad, 0, 8));
+        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
+        OK(p_cuMemcpyDtoH(&got, bad, 8));
+        CHECK(got == 0);
+        OK(p_cuMemsetD8(p + 5, 0, 1));                  /* pattern(91, 5) is 126 */
+        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
+        OK(p_cuMemcpyDtoH(&got, bad, 8));
+        CHECK(got == 1);
+        base = 256;                                     /* the pattern repeats every 256 */
+        OK(p_cuMemsetD8(bad, 0, 8));
+        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
+        OK(p_cuMemcpyDtoH(&got, bad, 8));
+        CHECK(got == 1);
+        base = 1;
+        OK(p_cuMemsetD8(bad, 0, 8));
+        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
+        OK(p_cuMemcpyDtoH(&got, bad, 8));
+        CHECK(got == n);
+
+        static unsigned char host[64];
+        CUdeviceptr hp = (CUdeviceptr)(uintptr_t)host;
+        unsigned long long small = sizeof(host);
+        void *ha[] = { &hp, &small, &seed, &spin };
+        CHECK_RC(p_cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, ha, NULL),
+                 CUDA_ERROR_ILLEGAL_ADDRESS);
+        n = MiB + 4;                                    /* one past the allocation */
+        CHECK_RC(p_cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL),
+                 CUDA_ERROR_ILLEGAL_ADDRESS);
+        CHECK_RC(p_cuLaunchKernel((CUfunction)mod, 1, 1, 1, 1, 1, 1, 0, NULL, fa, NULL),
+                 CUDA_ERROR_INVALID_HANDLE);
+        OK(p_cuMemFree(p));
+        OK(p_cuMemFree(bad));
+        OK(p_cuModuleUnload(mod));
         teardown(0);
 }
 
@@ -1950,6 +2008,7 @@ int main(int argc, char **argv)
         load(argv[1]);
 
         run_one("basics", role_basics, NULL);
+        run_one("kernels", role_kernels, NULL);
         run_pair("legacy ipc", role_ipc_producer, NULL, role_ipc_consumer, NULL);
         static const char *const already[] = { "GPUIPC_CUDA_DOUBLE_ALREADY_MAPPED=1", NULL };
         run_pair("already mapped", role_simple_producer, NULL, role_already_mapped_consumer,

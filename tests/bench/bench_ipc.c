@@ -118,7 +118,10 @@ static bool running(struct worker *w, uint64_t i)
 }
 
 #define WARMUP 200
-#define REG_QUOTA 6000u       /* two daemon fds per host registration */
+/* Two daemon fds per host registration, and one uid may hold at most half
+ * of the fds the daemon keeps for registrations (about 7900 of 15800 at
+ * RLIMIT_NOFILE 20000): 3000 registrations stay under that. */
+#define REG_QUOTA 3000u
 
 static void start_clock(struct worker *w)
 {
@@ -680,9 +683,12 @@ static void scale_lookups(const char *sock, uint64_t n, bool lib, struct scale_r
         samples_free(&s);
 }
 
-/* Host registrations need one daemon fd each, so their scale is bounded by
- * the daemon's RLIMIT_NOFILE; cuda-ipc registrations carry no fd (the daemon
- * never opens the handle on lookup), so they reach 1M without CUDA. */
+/* Host registrations need two daemon fds each (the memfd and its read-only
+ * copy), and the daemon lets one uid hold at most half of the fds it keeps
+ * for registrations (RLIMIT_NOFILE less max-connections + 64), so their
+ * scale is bounded by the daemon's RLIMIT_NOFILE; cuda-ipc registrations
+ * carry no fd (the daemon never opens the handle on lookup), so they reach
+ * 1M without CUDA. */
 static int run_scale(const char *bin, uint64_t max, bool cuda, struct scale_row *rows,
                      uint64_t *ret_nofile)
 {
@@ -693,13 +699,20 @@ static int run_scale(const char *bin, uint64_t max, bool cuda, struct scale_row 
         pid_t pid;
 
         snprintf(sock, sizeof(sock), "%s/scale.sock", tmpdir_get());
-        pid = daemon_start(bin, sock, cuda ? 0 : 2 * max + 4096, &nofile);
+        pid = daemon_start(bin, sock, cuda ? 0 : 4 * max + 2 * DAEMON_CONN_RESERVE, &nofile);
         *ret_nofile = nofile;
-        if (!cuda && nofile < 2 * max + 256) {
-                fprintf(stderr, "bench: RLIMIT_NOFILE for gpuipcd is %" PRIu64 " (two fds per "
-                        "host registration): host scale capped at %" PRIu64 "\n", nofile,
-                        (nofile - 300) / 2);
-                max = nofile > 600 ? (nofile - 300) / 2 : 0;
+        if (!cuda) {
+                uint64_t reserve = DAEMON_CONN_RESERVE < nofile / 2 ? DAEMON_CONN_RESERVE
+                                                                    : nofile / 2;
+                uint64_t cap = (nofile - reserve) / 4;
+
+                cap = cap > 16 ? cap - 16 : 0;
+                if (cap < max) {
+                        fprintf(stderr, "bench: RLIMIT_NOFILE for gpuipcd is %" PRIu64 " (two "
+                                "fds per host registration, one uid at most half of them): "
+                                "host scale capped at %" PRIu64 "\n", nofile, cap);
+                        max = cap;
+                }
         }
         usleep(100000);
         rss0 = proc_rss(pid);

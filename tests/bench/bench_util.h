@@ -47,6 +47,8 @@ int unix_connect(const char *path);
 /* Waits up to timeout_ms for path to accept connections. */
 int wait_socket(const char *path, int timeout_ms);
 
+/* The fds such a daemon keeps for connections: --max-connections 4096, + 64. */
+#define DAEMON_CONN_RESERVE (4096u + 64u)
 /* Starts gpuipcd at socket path with benchmark limits; nofile: the
  * RLIMIT_NOFILE to give it (0: leave as is).  Returns its pid; exits on
  * failure. */

@@ -183,10 +183,13 @@ static int wait_readable(gpuipc_client *c, struct pollfd *p, int timeout_ms)
 }
 
 /* Receives once (waiting up to timeout_ms, < 0 without limit).  Returns 1
- * when bytes arrived, 0 on timeout. */
+ * when bytes arrived, 0 on timeout.  With no limit and no spinning, the
+ * wait is the blocking recvmsg() itself (the socket is blocking): one
+ * system call to wake in instead of poll() and then recvmsg(). */
 static int client_recv(gpuipc_client *c, int timeout_ms)
 {
         struct pollfd p = { .fd = c->fd, .events = POLLIN };
+        bool blocking = timeout_ms < 0 && c->busy_poll_us == 0;
         int fds[PROTO_MAX_PENDING_FDS];
         unsigned nfds = 0;
         uint8_t *space;
@@ -194,16 +197,20 @@ static int client_recv(gpuipc_client *c, int timeout_ms)
         ssize_t n;
         int r;
 
-        r = wait_readable(c, &p, timeout_ms);
-        TRACE("c.woke", r);
-        if (r < 0)
-                return errno == EINTR ? 1 : -errno;
-        if (r == 0)
-                return 0;
+        if (!blocking) {
+                r = wait_readable(c, &p, timeout_ms);
+                TRACE("c.woke", r);
+                if (r < 0)
+                        return errno == EINTR ? 1 : -errno;
+                if (r == 0)
+                        return 0;
+        }
         r = proto_reader_space(&c->rd, &space, &room);
         if (r < 0)
                 return r;
         n = proto_recv(c->fd, space, room, fds, PROTO_MAX_PENDING_FDS, &nfds);
+        if (blocking)
+                TRACE("c.woke", n);
         if (n == -EAGAIN)
                 return 1;
         if (n == 0 || n == -ECONNRESET || n == -EPIPE)

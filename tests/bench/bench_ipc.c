@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +64,7 @@ static struct {
         double seconds;
         int rounds;
         int memfd;
+        uint64_t reg_quota;             /* REG_QUOTA_MAX or what the daemon allows */
         size_t redis_val;
         pid_t daemon, raw, redis;
 } G;
@@ -118,10 +120,10 @@ static bool running(struct worker *w, uint64_t i)
 }
 
 #define WARMUP 200
-/* Two daemon fds per host registration, and one uid may hold at most half
- * of the fds the daemon keeps for registrations (about 7900 of 15800 at
- * RLIMIT_NOFILE 20000): 3000 registrations stay under that. */
-#define REG_QUOTA 3000u
+/* Host registrations one connection of the register-only loops holds
+ * before it reconnects: at most 6000, and no more than the daemon lets one
+ * uid hold (daemon_host_reg_cap: 3944 at RLIMIT_NOFILE 20000). */
+#define REG_QUOTA_MAX 6000u
 
 static void start_clock(struct worker *w)
 {
@@ -210,8 +212,8 @@ static void run_lib(struct worker *w)
         /* The daemon holds two fds per host registration (the memfd and
          * the read-only copy lookups get) and its fd limit may be low (20000
          * here): register-only loops reconnect, untimed, after their share
-         * of REG_QUOTA (closing drops ephemeral ones). */
-        uint64_t quota = REG_QUOTA / (uint64_t)sp->conns, held = 0;
+         * of G.reg_quota (closing drops ephemeral ones). */
+        uint64_t quota = G.reg_quota / (uint64_t)sp->conns, held = 0;
 
         gk(NULL, gpuipc_client_connect(G.sock, &c), "gpuipc_client_connect");
         for (uint64_t i = 0, warm = 0, seq = 0;; i++, seq++) {
@@ -303,7 +305,7 @@ static void run_wire(struct worker *w)
                 memcpy(batch + d * one, o.sb.data, one);
         proto_out_free(&o);
         for (uint64_t i = 0, warm = 0, seq = 0, held = 0;; i++) {
-                if (sp->kind == K_WIRE_REG && (held += (uint64_t)depth) > REG_QUOTA) {
+                if (sp->kind == K_WIRE_REG && (held += (uint64_t)depth) > G.reg_quota) {
                         double tp = now_us();
                         rd_free(&c);
                         usleep(20000);
@@ -702,11 +704,8 @@ static int run_scale(const char *bin, uint64_t max, bool cuda, struct scale_row 
         pid = daemon_start(bin, sock, cuda ? 0 : 4 * max + 2 * DAEMON_CONN_RESERVE, &nofile);
         *ret_nofile = nofile;
         if (!cuda) {
-                uint64_t reserve = DAEMON_CONN_RESERVE < nofile / 2 ? DAEMON_CONN_RESERVE
-                                                                    : nofile / 2;
-                uint64_t cap = (nofile - reserve) / 4;
+                uint64_t cap = daemon_host_reg_cap(nofile);
 
-                cap = cap > 16 ? cap - 16 : 0;
                 if (cap < max) {
                         fprintf(stderr, "bench: RLIMIT_NOFILE for gpuipcd is %" PRIu64 " (two "
                                 "fds per host registration, one uid at most half of them): "
@@ -852,6 +851,18 @@ int main(int argc, char **argv)
         G.redis_sock = rsock;
         G.memfd = memfd_sealed(4096, false);
         G.daemon = daemon_start(argv[1], sock, 0, NULL);
+        {
+                /* gpuipcd raises its soft limit to the hard one we pass on. */
+                struct rlimit rl;
+                uint64_t lim = getrlimit(RLIMIT_NOFILE, &rl) < 0 ? 1024
+                               : rl.rlim_max == RLIM_INFINITY ? 1u << 20 : rl.rlim_max;
+                uint64_t cap = daemon_host_reg_cap(lim);
+
+                G.reg_quota = cap < REG_QUOTA_MAX ? cap : REG_QUOTA_MAX;
+                if (G.reg_quota < 64)
+                        die("RLIMIT_NOFILE %" PRIu64 " leaves gpuipcd too few fds for the "
+                            "register rows", lim);
+        }
         G.raw = rawsrv_start(raw);
 
         /* The hot buffer, and the exact frame sizes of each operation. */

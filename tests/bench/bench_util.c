@@ -174,6 +174,14 @@ int wait_socket(const char *path, int timeout_ms)
         }
 }
 
+uint64_t daemon_host_reg_cap(uint64_t nofile)
+{
+        uint64_t reserve = DAEMON_CONN_RESERVE < nofile / 2 ? DAEMON_CONN_RESERVE : nofile / 2;
+        uint64_t cap = (nofile - reserve) / 4;
+
+        return cap > 16 ? cap - 16 : 0;         /* room for the benchmark's own */
+}
+
 pid_t daemon_start(const char *bin, const char *path, uint64_t nofile, uint64_t *ret_nofile)
 {
         struct rlimit rl;

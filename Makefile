@@ -134,7 +134,7 @@ $(eval $(call fuzzer,fuzz-journal,fuzz-journal,corpus-journal,$(MODULES),$(DAEMO
 -include client/python/python.mk client/java/java.mk tests/bench/bench.mk packaging/packaging.mk
 check-systemd: all
 	tests/systemd/check.sh $(BUILDDIR)
-CHECK_EXTRA += check-systemd
+CHECK_EXTRA += check-systemd check-gpu-double
 # Each test as PROGRAM:ARGUMENT; integration tests find what they test by GPUIPC_BUILDDIR.
 TEST_RUNS = $(addsuffix :--jobs=2,$(UNIT_BIN) $(INTEG_BIN)) $(T)/cuda-double/test_double:$(CUDA_DOUBLE) \
             $(FUZZ_REPLAY)
@@ -161,6 +161,9 @@ $(BUILDDIR)/gpu/libcountcuda.so: tests/gpu/countcuda.c
 gpu-tests: all $(BUILDDIR)/gpu/gpu_test $(BUILDDIR)/gpu/libcountcuda.so
 check-gpu: gpu-tests
 	tests/gpu/run.sh $(BUILDDIR)
+# The same programs on the driver double, in make check (no GPU needed).
+check-gpu-double: gpu-tests $(CUDA_DOUBLE) $(BUILDDIR)/bench/gpu_bench
+	$(Q)tests/gpu/double.sh $(BUILDDIR)
 
 ensure-deps:
 	$(Q)$(PKG_CONFIG) --exists $(DEPS_PC) criterion 2>/dev/null || $(MAKE) deps
@@ -177,7 +180,7 @@ install: all
 clean:
 	rm -rf $(BUILDDIR)
 
-.PHONY: FORCE all tests check check-run check-systemd check-gpu gpu-tests ensure-deps \
+.PHONY: FORCE all tests check check-run check-systemd check-gpu check-gpu-double gpu-tests ensure-deps \
 	deps run install clean fuzz fuzz-ops fuzz-journal
 .PRECIOUS: $(BUILDDIR)/obj/%.o
 -include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

@@ -267,7 +267,8 @@ void dbl_event_mark_recorded(struct dbl_evshm *s, uint64_t gen, uint64_t at_ns);
 void dbl_events_free_ctx(struct dbl_ctx *c);
 void dbl_events_unlink_all(void);
 
-enum dbl_op_kind { DBL_OP_COPY, DBL_OP_SET8, DBL_OP_SET32, DBL_OP_RECORD, DBL_OP_WAIT };
+enum dbl_op_kind { DBL_OP_COPY, DBL_OP_SET8, DBL_OP_SET32, DBL_OP_RECORD, DBL_OP_WAIT,
+                   DBL_OP_FILL, DBL_OP_COUNT };
 
 struct dbl_op {
         struct dbl_op *next;
@@ -280,6 +281,8 @@ struct dbl_op {
         uint32_t value;
         struct dbl_event *ev;
         uint64_t gen;
+        uint64_t base;          /* DBL_OP_COUNT: the pattern's offset */
+        unsigned long long *bad;/* DBL_OP_COUNT: the count to add to */
 };
 
 /* Resolve a CUstream argument; false if it is not a valid stream. */
@@ -291,5 +294,7 @@ void dbl_stream_submit(struct dbl_stream *s, struct dbl_op *op);
 void dbl_streams_drain_all(void);       /* lock held; drops and retakes it */
 void dbl_streams_free_ctx(struct dbl_ctx *c);
 void dbl_op_run(struct dbl_op *op);     /* lock not held */
+/* The two kernels of tests/gpu/kernels.cu (module.c). */
+void dbl_kernel_run(const struct dbl_op *op);
 
 #endif

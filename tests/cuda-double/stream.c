@@ -87,6 +87,10 @@ void dbl_op_run(struct dbl_op *op)
         case DBL_OP_WAIT:
                 dbl_event_wait(op->ev->shm, op->gen);
                 break;
+        case DBL_OP_FILL:
+        case DBL_OP_COUNT:
+                dbl_kernel_run(op);
+                break;
         }
 }
 

@@ -597,6 +597,35 @@ static void role_kernels(int sock)
         OK(p_cuMemFree(p));
         OK(p_cuMemFree(bad));
         OK(p_cuModuleUnload(mod));
+        CHECK_RC(p_cuModuleGetFunction(&other, mod, "slow_fill"), CUDA_ERROR_INVALID_HANDLE);
+        CHECK_RC(p_cuModuleUnload(mod), CUDA_ERROR_INVALID_HANDLE);
+        teardown(0);
+}
+
+/* With the delay, a launch on a created stream is queued like a copy. */
+static void role_kernels_queued(int sock)
+{
+        (void)sock;
+        setup(0);
+        CUmodule mod = NULL;
+        CUfunction fill = NULL;
+        CUstream st = NULL;
+        CUdeviceptr p = 0;
+        OK(p_cuModuleLoadData(&mod, "slow_fill count_bad"));
+        OK(p_cuModuleGetFunction(&fill, mod, "slow_fill"));
+        OK(p_cuStreamCreate(&st, 0));
+        OK(p_cuMemAlloc(&p, 4096));
+        unsigned long long n = 4096, spin = 0;
+        unsigned int seed = 3;
+        void *fa[] = { &p, &n, &seed, &spin };
+        const unsigned char *host = (const unsigned char *)(uintptr_t)p;
+        OK(p_cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, st, fa, NULL));
+        CHECK(host[1] == 0);                            /* not run yet: stale */
+        OK(p_cuStreamSynchronize(st));
+        CHECK(host[1] == 10 && host[4095] == (unsigned char)(3 + 7 * 4095));
+        OK(p_cuStreamDestroy(st));
+        OK(p_cuMemFree(p));
+        OK(p_cuModuleUnload(mod));
         teardown(0);
 }
 
@@ -2018,6 +2047,7 @@ int main(int argc, char **argv)
         run_pair("vmm chunks", role_chunks_exporter, NULL, role_chunks_importer, NULL);
         static const char *const delay[] = { "GPUIPC_CUDA_DOUBLE_EVENT_DELAY_MS=300", NULL };
         run_pair("ipc event", role_event_producer, delay, role_event_consumer, NULL);
+        run_one("kernels queued", role_kernels_queued, delay);
 
         static const char *const d3[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3", NULL };
         static const char *const d3r[] = { "GPUIPC_CUDA_DOUBLE_DEVICES=3",

@@ -101,7 +101,10 @@ $(T)/helper-%: $(call obj,tests/integration/helper-%.c) $(PROTO_OBJ) $(LIBA)
 CUDA_DOUBLE := $(T)/cuda-double/libcuda.so.1
 DOUBLE_SRC  := $(filter-out %/test_double.c,$(wildcard tests/cuda-double/*.c))
 DOUBLE_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -fPIC -I$(CUDA_HOME)/include
-CUDA_STUBS  := -L$(CUDA_HOME)/lib64/stubs -lcuda
+# What the GPU programs link against: the toolkit's stub, or where a toolkit
+# has only headers, the double (the same soname, so a GPU's driver loads).
+CUDA_STUB_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64/stubs/libcuda.so) $(CUDA_DOUBLE))
+CUDA_STUBS  := -L$(dir $(CUDA_STUB_LIB)) -l:$(notdir $(CUDA_STUB_LIB))
 $(CUDA_DOUBLE): $(DOUBLE_SRC) tests/cuda-double/double.h tests/cuda-double/exports.map
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(DOUBLE_CFLAGS) -shared -Wl,-soname,libcuda.so.1 -Wl,--no-undefined \
@@ -154,9 +157,10 @@ check: ensure-deps
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$(MAKE) SANITIZE=1 check-run
 
-$(BUILDDIR)/gpu/gpu_test: $(call obj,tests/gpu/gpu_test.c tests/gpu/gpu_util.c) $(PROTO_OBJ) $(LIBA)
+$(BUILDDIR)/gpu/gpu_test: $(call obj,tests/gpu/gpu_test.c tests/gpu/gpu_util.c) $(PROTO_OBJ) $(LIBA) \
+                          $(CUDA_STUB_LIB)
 	$(call link,$(CLIENT_LIBS) $(CUDA_STUBS) -lpthread)
-$(BUILDDIR)/gpu/libcountcuda.so: tests/gpu/countcuda.c
+$(BUILDDIR)/gpu/libcountcuda.so: tests/gpu/countcuda.c $(CUDA_STUB_LIB)
 	$(Q)$(SHIM)
 gpu-tests: all $(BUILDDIR)/gpu/gpu_test $(BUILDDIR)/gpu/libcountcuda.so
 check-gpu: gpu-tests

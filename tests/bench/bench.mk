@@ -5,9 +5,10 @@ BENCH := $(BUILDDIR)/bench
 $(BENCH)/bench_%: $(call obj,tests/bench/bench_%.c tests/bench/bench_util.c) $(PROTO_OBJ) $(LIBA)
 	$(call link,$(CLIENT_LIBS) -lpthread -lm)
 $(call obj,tests/bench/gpu_bench.c): CPPFLAGS += -Itests/gpu
-$(BENCH)/gpu_bench: $(call obj,tests/bench/gpu_bench.c tests/gpu/gpu_util.c) $(PROTO_OBJ) $(LIBA)
+$(BENCH)/gpu_bench: $(call obj,tests/bench/gpu_bench.c tests/gpu/gpu_util.c) $(PROTO_OBJ) $(LIBA) \
+                   $(CUDA_STUB_LIB)
 	$(call link,$(CLIENT_LIBS) $(CUDA_STUBS) -lpthread -lm)
-$(BENCH)/libtimecuda.so: tests/bench/timecuda.c
+$(BENCH)/libtimecuda.so: tests/bench/timecuda.c $(CUDA_STUB_LIB)
 	$(Q)$(SHIM)
 bench-build: all $(BENCH)/bench_ipc $(BENCH)/bench_handoff $(BENCH)/bench_batch
 bench: bench-build

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -556,4 +557,54 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t
         if (dstDevice % 4 != 0)
                 return CUDA_ERROR_INVALID_VALUE;
         MEM_OP(DBL_OP_SET32, dstDevice, NULL, N, ui, 1, 0, hStream, true);
+}
+
+/* ---- pinned host memory: plain host memory here ---- */
+
+struct pinned {
+        struct pinned *next;
+        max_align_t data[];
+};
+
+static struct pinned *pinned_blocks;    /* under dbl_mutex */
+
+CUresult CUDAAPI cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+        DBL_ENTER();
+        CUresult rc = dbl_enter_ctx();
+        if (rc != CUDA_SUCCESS)
+                return rc;
+        struct pinned *b = NULL;
+        if (pp == NULL || bytesize == 0 || bytesize > SIZE_MAX - sizeof(*b))
+                rc = CUDA_ERROR_INVALID_VALUE;
+        else if (!(b = malloc(sizeof(*b) + bytesize)))
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else {
+                b->next = pinned_blocks;
+                pinned_blocks = b;
+                *pp = b->data;
+        }
+        dbl_unlock();
+        return rc;
+}
+
+CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+        DBL_ENTER();
+        CUresult rc = dbl_enter_ctx();
+        if (rc != CUDA_SUCCESS)
+                return rc;
+        rc = CUDA_ERROR_INVALID_VALUE;
+        for (struct pinned **at = &pinned_blocks; *at != NULL; at = &(*at)->next) {
+                if ((void *)(*at)->data == p) {
+                        struct pinned *b = *at;
+                        *at = b->next;
+                        dbl_streams_drain_all();        /* it synchronizes, as cuMemFree */
+                        free(b);
+                        rc = CUDA_SUCCESS;
+                        break;
+                }
+        }
+        dbl_unlock();
+        return rc;
 }

@@ -58,6 +58,8 @@ static const struct entry entries[] = {
         E(cuMemFree, cuMemFree_v2, 3020),
         E(cuMemGetAddressRange, cuMemGetAddressRange_v2, 3020),
         E(cuMemGetInfo, cuMemGetInfo_v2, 3020),
+        E(cuMemAllocHost, cuMemAllocHost_v2, 3020),
+        E(cuMemFreeHost, cuMemFreeHost, 2000),
         E(cuPointerGetAttribute, cuPointerGetAttribute, 4000),
         E(cuPointerGetAttributes, cuPointerGetAttributes, 7000),
         E(cuMemcpy, cuMemcpy, 4000),

@@ -60,7 +60,8 @@
         X(cuMemAllocAsync) X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync)               \
         X(cuMemPoolExportToShareableHandle) X(cuMemPoolImportFromShareableHandle)     \
         X(cuMemPoolExportPointer) X(cuMemPoolImportPointer) X(cuModuleLoadData)       \
-        X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
+        X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemAllocHost)    \
+        X(cuMemFreeHost)
 
 #define DECL(name) static __typeof__(name) *p_##name;
 CU_FUNCS(DECL)
@@ -582,6 +583,15 @@ static void role_kernels(int sock)
         OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
         OK(p_cuMemcpyDtoH(&got, bad, 8));
         CHECK(got == n);
+
+        /* Pinned memory is host memory: copies reach it, kernels do not. */
+        unsigned char *pin = NULL;
+        OK(p_cuMemAllocHost((void **)&pin, 4096));
+        OK(p_cuMemcpyDtoH(pin, p + 256, 4096));
+        CHECK(pin[0] == 91 && pin[1] == 98);
+        CHECK_RC(p_cuMemFreeHost(pin + 1), CUDA_ERROR_INVALID_VALUE);
+        OK(p_cuMemFreeHost(pin));
+        CHECK_RC(p_cuMemFreeHost(pin), CUDA_ERROR_INVALID_VALUE);
 
         static unsigned char host[64];
         CUdeviceptr hp = (CUdeviceptr)(uintptr_t)host;

@@ -210,7 +210,7 @@ static int client_recv(gpuipc_client *c, int timeout_ms)
                 return r;
         n = proto_recv(c->fd, space, room, fds, PROTO_MAX_PENDING_FDS, &nfds);
         if (blocking)
-                TRACE("c.woke", n);
+                TRACE("c.woke", n);     /* woken and read: c.recv follows at once */
         if (n == -EAGAIN)
                 return 1;
         if (n == 0 || n == -ECONNRESET || n == -EPIPE)

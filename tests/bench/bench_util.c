@@ -214,7 +214,7 @@ pid_t daemon_start(const char *bin, const char *path, uint64_t nofile, uint64_t 
                 execl(bin, bin, "--no-config", "--socket", path, "--max-registrations", "4000000",
                       "--max-leases", "100000000", "--max-connections", "4096",
                       "--max-leases-per-uid", "100000000",
-                      "--max-registrations-per-uid", "4000000",
+                      "--max-registrations-per-uid", "4000000", "--max-fds-per-uid", "4000000000",
                       "--max-connections-per-uid", "4096",
                       "--max-output", "268435456", "--log-level", "3", (char *)NULL);
                 fprintf(stderr, "bench: exec %s: %s\n", bin, strerror(errno));

@@ -50,8 +50,9 @@ int wait_socket(const char *path, int timeout_ms);
 /* The fds such a daemon keeps for connections: --max-connections 4096, + 64. */
 #define DAEMON_CONN_RESERVE (4096u + 64u)
 /* How many host registrations (two daemon fds each) one uid may hold in
- * such a daemon with RLIMIT_NOFILE nofile: a uid may take at most half of
- * the fds left after the connection reserve (at most half of nofile). */
+ * such a daemon (no --max-fds-per-uid to speak of) with RLIMIT_NOFILE
+ * nofile: a uid may take at most half of the fds left after the
+ * connection reserve (at most half of nofile). */
 uint64_t daemon_host_reg_cap(uint64_t nofile);
 /* Starts gpuipcd at socket path with benchmark limits; nofile: the
  * RLIMIT_NOFILE to give it (0: leave as is).  Returns its pid; exits on

@@ -4,11 +4,12 @@
  * Knows the two kernels of tests/gpu/kernels.cu, which the GPU programs
  * (tests/gpu/gpu_util.c: gpu_test, gpu_bench) load from kernels.ptx, and
  * runs them on the host over the double's memory, so those programs run
- * here without a GPU.  A module is any image that names both entries.  A
- * launch is a stream operation like a copy (stream.c): at once on the
- * legacy stream or without GPUIPC_CUDA_DOUBLE_EVENT_DELAY_MS, queued on a
- * created stream with it, so a reader that does not wait for the kernel
- * sees stale bytes.  Grid, block and the fill's spin are not modelled.
+ * here without a GPU.  A module is any PTX text (NUL-terminated, as
+ * cuModuleLoadData takes PTX) that names both entries.  A launch is a
+ * stream operation like a copy (stream.c): at once on the legacy stream or
+ * without GPUIPC_CUDA_DOUBLE_EVENT_DELAY_MS, queued on a created stream
+ * with it, so a reader that does not wait for the kernel sees stale bytes.
+ * Grid, block and the fill's spin are not modelled.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -55,12 +56,13 @@ static bool module_valid(CUmodule hmod)
 CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
 {
         DBL_ENTER();
-        CUresult rc = CUDA_ERROR_INVALID_HANDLE;
-        dbl_lock();
-        if (module_valid(hmod)) {
+        CUresult rc = dbl_enter();
+        if (rc != CUDA_SUCCESS)
+                return rc;
+        if (module_valid(hmod))
                 the_module.loads--;
-                rc = CUDA_SUCCESS;
-        }
+        else
+                rc = CUDA_ERROR_INVALID_HANDLE;
         dbl_unlock();
         return rc;
 }
@@ -68,8 +70,9 @@ CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
         DBL_ENTER();
-        CUresult rc = CUDA_SUCCESS;
-        dbl_lock();
+        CUresult rc = dbl_enter();
+        if (rc != CUDA_SUCCESS)
+                return rc;
         if (hfunc == NULL || name == NULL)
                 rc = CUDA_ERROR_INVALID_VALUE;
         else if (!module_valid(hmod))
@@ -102,7 +105,7 @@ void dbl_kernel_run(const struct dbl_op *op)
         }
         for (size_t i = 0; i < op->n; i++)
                 k += p[i] != pattern(op->value, op->base + i);
-        *op->bad += k;
+        __atomic_fetch_add(op->bad, k, __ATOMIC_RELAXED);      /* atomicAdd's */
 }
 
 /* slow_fill(p, n, seed, spin) and count_bad(p, n, seed, base, bad) as an

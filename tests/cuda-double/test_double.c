@@ -544,6 +544,17 @@ static void role_ipc_producer(int sock)
         teardown(0);
 }
 
+/* count_bad with args (its counter at args[4]) from a zeroed count. */
+static unsigned long long bad_bytes(CUfunction count, void **args)
+{
+        CUdeviceptr bad = *(CUdeviceptr *)args[4];
+        unsigned long long got = ~0ull;
+        OK(p_cuMemsetD8(bad, 0, sizeof(got)));
+        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+        OK(p_cuMemcpyDtoH(&got, bad, sizeof(got)));
+        return got;
+}
+
 /* The two kernels of tests/gpu/kernels.cu, run on the host. */
 static void role_kernels(int sock)
 {
@@ -560,29 +571,18 @@ static void role_kernels(int sock)
         CUdeviceptr p = 0, bad = 0;
         OK(p_cuMemAlloc(&p, MiB + 3));
         OK(p_cuMemAlloc(&bad, 8));
-        unsigned long long n = MiB + 3, spin = 0, base = 0, got = 99;
+        unsigned long long n = MiB + 3, spin = 0, base = 0;
         unsigned int seed = 91;
         void *fa[] = { &p, &n, &seed, &spin };
         void *ca[] = { &p, &n, &seed, &base, &bad };
         OK(p_cuLaunchKernel(fill, 264, 1, 1, 256, 1, 1, 0, NULL, fa, NULL));
-        OK(p_cuMemsetD8(bad, 0, 8));
-        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
-        OK(p_cuMemcpyDtoH(&got, bad, 8));
-        CHECK(got == 0);
+        CHECK(bad_bytes(count, ca) == 0);
         OK(p_cuMemsetD8(p + 5, 0, 1));                  /* pattern(91, 5) is 126 */
-        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
-        OK(p_cuMemcpyDtoH(&got, bad, 8));
-        CHECK(got == 1);
+        CHECK(bad_bytes(count, ca) == 1);
         base = 256;                                     /* the pattern repeats every 256 */
-        OK(p_cuMemsetD8(bad, 0, 8));
-        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
-        OK(p_cuMemcpyDtoH(&got, bad, 8));
-        CHECK(got == 1);
+        CHECK(bad_bytes(count, ca) == 1);
         base = 1;
-        OK(p_cuMemsetD8(bad, 0, 8));
-        OK(p_cuLaunchKernel(count, 264, 1, 1, 256, 1, 1, 0, NULL, ca, NULL));
-        OK(p_cuMemcpyDtoH(&got, bad, 8));
-        CHECK(got == n);
+        CHECK(bad_bytes(count, ca) == n);
 
         /* Pinned memory is host memory: copies reach it, kernels do not. */
         unsigned char *pin = NULL;

@@ -15,8 +15,11 @@ Each case of the Python and reused targets gets a verdict, and a last
 table counts them: "met"; "blocked by N µs" where the target lies N µs
 below the bound (the Python relay floor, measured, or the Python floor
 plus the broker's hop) and gpuipc is not below the bound (where gpuipc
-beat it, it bounds nothing); else "neither".  The C target counts the
-cold (fresh) cases.
+beat it, it bounds nothing); "blocked by N µs by the Python floor" where
+gpuipc beat that bound, the bound is not within the target either, and
+the Python floor alone (the py-floor row: no broker at all) is over the
+target and not over gpuipc; else "neither".  The C target counts the cold
+(fresh) cases.
 
 usage: python3 tests/bench/gpu_summary.py GPU_CSV HANDOFF_CSV
 """
@@ -119,29 +122,42 @@ def py_bound(py, c, pat, idle, s):
     return py_floor_hop(py, c, pat, idle, s)[1], "estimate"
 
 
-def py_verdict(mp, bound, gv):
+def py_floor(py, pat, idle, s):
+    """The Python floor of a case alone (the py-floor row: no broker at
+    all), NaN where the run lacks the row."""
+    pf = pick(py, system="py-floor", pattern=pat, idle_ms=idle, size=s)
+    return f(pf, "tensor_p50_us") if pf else float("nan")
+
+
+def py_verdict(mp, bound, gv, floor=float("nan")):
     """The Python target's verdict for one case, from torch.mp's, the
     bound's and gpuipc's p50 (µs; NaN where the run lacks the row): "met"
     (gpuipc at most half of torch.mp), "blocked by N µs" (the target is N
     µs below the bound and gpuipc is not below the bound either: no
     brokered handoff from Python measured here meets it), else "neither (N
-    µs over)"."""
-    return _verdict(mp / 2, bound, gv)
+    µs over)".  Where gpuipc came out below the bound, and the bound is not
+    itself within the target, the Python floor (floor: the same driver
+    calls from Python with no broker) is the bound instead, by the same
+    rule: "blocked by N µs by the Python floor" says that no handoff from
+    Python measured here, brokered or not, meets the target."""
+    return _verdict(mp / 2, bound, gv, floor)
 
 
-def rtt_verdict(rtt_idle, bound, gv):
+def rtt_verdict(rtt_idle, bound, gv, floor=float("nan")):
     """The reused target's verdict (gpuipc at most 3x the socket round trip
     after the same idle), by py_verdict's rules."""
-    return _verdict(3 * rtt_idle, bound, gv)
+    return _verdict(3 * rtt_idle, bound, gv, floor)
 
 
-def _verdict(target, bound, gv):
+def _verdict(target, bound, gv, floor=float("nan")):
     if gv != gv or target != target:
         return "no figure"
     if gv <= target:
         return "met"
     if bound == bound and target < bound <= gv:
         return f"blocked by {bound - target:.0f} µs"
+    if floor == floor and target < floor <= gv and not bound <= target:
+        return f"blocked by {floor - target:.0f} µs by the Python floor"
     return f"neither ({gv - target:.0f} µs over)"
 
 
@@ -204,7 +220,7 @@ def bound_table(py, c):
                 bv, how = py_bound(py, c, pat, idle, s)
                 relayed = bv if how == "measured" else float("nan")
                 gv = f(g, "tensor_p50_us") if g else float("nan")
-                v = py_verdict(2 * t, bv, gv)
+                v = py_verdict(2 * t, bv, gv, py_floor(py, pat, idle, s))
                 verdicts.append(v)
                 print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
                       f"{t - r:+.0f} | {pf_v:.0f} | {est:.0f} | {relayed:.0f} | {t - bv:+.0f} | "
@@ -275,7 +291,7 @@ def py_table(py, c):
                     a, _, gp = idle_rtt[idle]
                     ri = ratio(v, a)
                     mark = "**" if ri <= 3 else ""
-                    verdict = rtt_verdict(a, pv, v)
+                    verdict = rtt_verdict(a, pv, v, py_floor(py, "reused", idle, s))
                     if system == "gpuipc":
                         targets["rtt"].append(verdict)
                     print(f"| {idle} ms, {s} | {system} | {v:.0f} | {ratio(v, sock):.1f} | "

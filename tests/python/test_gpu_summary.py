@@ -31,10 +31,29 @@ def test_python_target_verdict(mp, bound, gv, want):
     assert gs.py_verdict(mp, bound, gv) == want
 
 
+@pytest.mark.parametrize("bound,floor,gv,want", [
+    # gpuipc beat the relay floor but not the Python floor: that floor blocks
+    (560, 520, 530, "blocked by 20 µs by the Python floor"),
+    (560, 520, 520, "blocked by 20 µs by the Python floor"),
+    # gpuipc at or over the relay floor: the relay floor, the higher, blocks
+    (560, 520, 600, "blocked by 60 µs"),
+    # gpuipc beat both floors: neither bounds it
+    (560, 520, 510, "neither (10 µs over)"),
+    # the Python floor is under the target: it blocks nothing
+    (560, 480, 530, "neither (30 µs over)"),
+    (NAN, 520, 530, "blocked by 20 µs by the Python floor"),
+    # a relay floor within the target: a brokered handoff met it, nothing blocks
+    (490, 520, 530, "neither (30 µs over)"),
+])
+def test_python_floor_bounds_where_gpuipc_beat_the_relay(bound, floor, gv, want):
+    assert gs.py_verdict(1000, bound, gv, floor) == want
+
+
 def test_rtt_verdict_is_three_round_trips():
     assert gs.rtt_verdict(100, 250, 300) == "met"
     assert gs.rtt_verdict(100, 250, 301) == "neither (1 µs over)"
     assert gs.rtt_verdict(100, 320, 400) == "blocked by 20 µs"
+    assert gs.rtt_verdict(100, 320, 310, 305) == "blocked by 5 µs by the Python floor"
 
 
 def test_tally_counts_each_kind():
@@ -96,6 +115,15 @@ def test_targets_of_a_run(tmp_path, capsys):
         "met 1 of 2; 1 neither"
     assert t["1000 × 64 KiB: at least 3× faster than torch.mp"] == \
         "met: 3.33× (gpuipc-batch-pipelined)"
+    # a Python floor over the target, under gpuipc, which beat the relay
+    # floor; at 50 ms reused the relay floor met the target, so none blocks
+    py_rows += ["py-floor,cuda-ipc,reused,50,1MiB,15,550,600,0,0",
+                "py-relay,cuda-ipc,fresh,50,1MiB,15,900,950,0,0",
+                "py-floor,cuda-ipc,fresh,50,1MiB,15,700,750,0,0",
+                "torch.mp,cuda-ipc,fresh,50,1MiB,15,1200,1300,0,0",
+                "gpuipc,cuda-ipc,fresh,50,1MiB,15,800,850,0,0"]
+    t = _run(tmp_path, capsys, c_rows, py_rows)
+    assert t["Python: at most 0.5× torch.multiprocessing"] == "met 1 of 4; 2 blocked; 1 neither"
 
 
 def test_many_not_met(tmp_path, capsys):

@@ -98,7 +98,10 @@ typedef struct gpuipc_meta {
 #define GPUIPC_REGISTER_COPY      0x8u
 /* cuda-ipc, cuda-pool: the producer frees the allocation only after
  * gpuipc_reg_wait_unmapped(), so consumers may keep it mapped after their
- * views (see "The mapping cache" in libgpuipc(3)). */
+ * views (see "The mapping cache" in libgpuipc(3)).  cuda-vmm: consumers
+ * keep it mapped over the producer's unregister and register again, until
+ * gpuipc_reg_wait_unmapped() or the end of c; freeing it before is safe,
+ * but the memory lives on in the consumers until then. */
 #define GPUIPC_REGISTER_CACHEABLE 0x10u
 
 /* Flags of gpuipc_view_lookup(). */
@@ -375,7 +378,7 @@ GPUIPC_EXPORT int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint6
  * memory is about to be freed, then waits until no consumer maps it.
  * Until then, consumers keep it mapped, so registering the same block again
  * costs them a warm lookup.  For a batch, id covers every allocation of its
- * cuda-ipc and cuda-pool parts.  c remembers the allocations of its newest
+ * CUDA parts.  c remembers the allocations of its newest
  * 256 cacheable ones (a batch counts each).  -ETIMEDOUT; -ENOENT: not
  * known, or forgotten; -EEXIST: the allocation (one of them) is registered
  * again. */

@@ -164,9 +164,8 @@ int register_cuda_params(struct req *q, const msgpack_object *m, int *fds, unsig
         if (r == -EINVAL)
                 return r;
         r = proto_get_bool(m, "cacheable", &cacheable);
-        if (r == -EINVAL || (cacheable && !bound))
-                return req_fail(q, -EINVAL, "cacheable must be a bool, and applies to cuda-ipc "
-                                "and cuda-pool only (cuda-vmm memory may always stay mapped)");
+        if (r == -EINVAL)
+                return req_fail(q, -EINVAL, "cacheable must be a bool");
         r = proto_get_bool(m, "linger", &linger);
         if (r == -EINVAL || (linger && !cacheable))
                 return req_fail(q, -EINVAL, "linger must be a bool, and applies with cacheable "

@@ -81,7 +81,7 @@ struct gpuipc__devreg {
         unsigned long long buffer_id;   /* cuda-ipc, cuda-pool */
         bool has_event;
         CUipcEventHandle event;
-        bool cacheable;                 /* GPUIPC_REGISTER_CACHEABLE, producer-bound */
+        bool cacheable;                 /* GPUIPC_REGISTER_CACHEABLE */
         char why[GPUIPC__ERRMSG_MAX];   /* why it failed, or why a copy is needed */
         const char *brief;              /* GPUIPC_PATH_COPY: what the memory is, briefly */
 };

@@ -147,7 +147,7 @@ uint32_t gpuipc__cu_devreg_fields(const struct gpuipc__devreg *d, const char *co
 {
         switch (d->path) {
         case GPUIPC_PATH_CUDA_VMM:      /* chunks or alloc_key, copied */
-                return 6 + (copied != NULL) + d->has_event;
+                return 6 + (copied != NULL) + d->has_event + 2 * d->cacheable;
         case GPUIPC_PATH_CUDA_POOL:     /* pool_key, handle, buffer_id */
                 return 8 + d->has_event + 2 * d->cacheable;
         default:                        /* handle, buffer_id */
@@ -318,7 +318,7 @@ int gpuipc__cu_share(gpuipc_client *c, struct cuda *cu, uint64_t dptr, uint64_t 
         }
         if (d->path == GPUIPC_PATH_COPY)
                 return 0;
-        d->cacheable = (flags & GPUIPC_REGISTER_CACHEABLE) && d->path != GPUIPC_PATH_CUDA_VMM;
+        d->cacheable = flags & GPUIPC_REGISTER_CACHEABLE;
         /* Producer-bound memory looked up in this process is our pointer. */
         if (d->path == GPUIPC_PATH_CUDA_IPC || d->path == GPUIPC_PATH_CUDA_POOL) {
                 r = own_add(d);

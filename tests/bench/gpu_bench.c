@@ -29,8 +29,9 @@
  *            handoff through any broker costs, with no broker work.
  * Patterns: "fresh", new memory every round, freed after the consumer let
  * go of it; "reused", the same memory every round (the floor's consumer
- * keeps its mapping and the producer its handle; gpuipc registers cuda-ipc
- * memory GPUIPC_REGISTER_CACHEABLE, so the library keeps it mapped).
+ * keeps its mapping and the producer its handle; gpuipc registers it
+ * GPUIPC_REGISTER_CACHEABLE, so the library keeps it mapped over the
+ * producer's unregister and register again).
  * rtt is the socketpair's ping-pong (floor; through the relay for relay) or
  * gpuipc_client_ping (gpuipc), median of 1000 back to back, measured before
  * the rounds; rtt_idle the same, median of ROUNDS, each after the case's idle
@@ -327,7 +328,7 @@ static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
                         if (io_all(sock, m.host, g->size, true))
                                 return 1;
                 } else if (g->sys == S_GPUIPC) {
-                        unsigned fl = !g->fresh && g->kind == K_IPC ? GPUIPC_REGISTER_CACHEABLE : 0;
+                        unsigned fl = g->fresh ? 0 : GPUIPC_REGISTER_CACHEABLE;
                         snprintf(name, sizeof(name), "bench/gpu/%d", i);
                         GK(gpuipc_cuda_register(c, name, m.d, g->size, NULL, NULL, fl, &id));
                 } else if (g->kind == K_IPC) {
@@ -366,8 +367,9 @@ static int producer(gpuipc_client *c, const struct cfg *g, int go, int sock)
                         exported = false;
                 }
         }
-        /* Cached by the consumer: free only once nobody maps it. */
-        if (g->sys == S_GPUIPC && !g->fresh && g->kind == K_IPC)
+        /* Cached by the consumer: free only once nobody maps it (for
+         * cuda-vmm, so that the consumer lets go of it now). */
+        if (g->sys == S_GPUIPC && !g->fresh)
                 GK(gpuipc_reg_wait_unmapped(c, id, 120000));
         return pmem_free(g, &m);
 }

@@ -943,3 +943,56 @@ Test(alloc, host_client_does_not_load_the_driver)
         cr_assert_null(dlopen(double_path(), RTLD_NOW | RTLD_NOLOAD),
                        "libgpuipc loaded the CUDA driver for a host-only client");
 }
+
+/* cuda-vmm registered GPUIPC_REGISTER_CACHEABLE: a block the producer
+ * unregisters and registers again (a caching allocator handing it back)
+ * stays mapped in the consumer in between, a warm lookup; the producer's
+ * wait_unmapped asks the consumer to let go.  Without the flag, the last
+ * unregister does (vmm_cached_then_uncached_and_budget). */
+Test(alloc, cacheable_vmm_stays_mapped_over_reregistration)
+{
+        void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
+        gpuipc_client *prod = connect_client(), *cons = connect_client();
+        gpuipc_view *v;
+        struct vmm_drv drv;
+        CUdeviceptr base;
+        uint64_t id;
+        long imports, frees, calls;
+
+        cr_assert_not_null(dl);
+        vmm_drv_load(dl, &drv);
+        cr_assert_eq(drv.reserve(&base, CHUNK, 0, 0, 0), 0);
+        vmm_map_chunk(&drv, base, 0x5a);
+        cr_assert_eq(gpuipc_cuda_register(prod, "cv/a", base, CHUNK, NULL, NULL,
+                                          GPUIPC_REGISTER_CACHEABLE, &id), 0, "%s",
+                     gpuipc_errmsg(prod));
+        imports = dcount("cuMemImportFromShareableHandle");
+        frees = dcount("cuMemAddressFree");
+        v = lookup(cons, "cv/a");
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        cr_assert_eq(dcount("cuMemImportFromShareableHandle"), imports + 1);
+        /* The last registration goes: no uncache, the consumer keeps it. */
+        cr_assert_eq(gpuipc_name_unregister(prod, "cv/a"), 0);
+        usleep(100 * 1000);
+        cr_assert_eq(gpuipc_client_ping(cons), 0);     /* would read an uncache */
+        cr_assert_eq(dcount("cuMemAddressFree"), frees, "no uncache at the last unregister");
+        cr_assert_eq(gpuipc_cuda_register(prod, "cv/b", base, CHUNK, NULL, NULL,
+                                          GPUIPC_REGISTER_CACHEABLE, &id), 0, "%s",
+                     gpuipc_errmsg(prod));
+        calls = dcount("*");
+        v = lookup(cons, "cv/b");
+        cr_assert_eq(dcount("*"), calls, "registered again: a warm lookup, no driver call");
+        cr_assert_eq(((const unsigned char *)gpuipc_view_data(v))[CHUNK - 1], 0x5a);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        /* wait_unmapped says unmap; the consumer lets go at its next call
+         * (here after the first wait timed out: one thread plays both). */
+        cr_assert_eq(gpuipc_name_unregister(prod, "cv/b"), 0);
+        cr_assert_eq(gpuipc_reg_wait_unmapped(prod, id, 200), -ETIMEDOUT);
+        cr_assert_eq(gpuipc_client_ping(cons), 0);     /* reads the uncache */
+        cr_assert_eq(dcount("cuMemAddressFree"), frees + 1, "uncached after unmap");
+        cr_assert_eq(gpuipc_cache_trim(cons), 0);      /* sends the unhold */
+        cr_assert_eq(gpuipc_reg_wait_unmapped(prod, id, 5000), 0, "%s", gpuipc_errmsg(prod));
+        gpuipc_client_free(cons);
+        gpuipc_client_free(prod);
+        dlclose(dl);
+}

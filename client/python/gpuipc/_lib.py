@@ -40,7 +40,7 @@ REGISTER_EPHEMERAL = 0x1
 REGISTER_CUDA_IPC = 0x2
 REGISTER_SHARED_WRITE = 0x4     # host only: no write seal, writable lookups work
 REGISTER_COPY = 0x8             # device: copy into cuda-vmm memory when zero-copy is impossible
-REGISTER_CACHEABLE = 0x10       # cuda-ipc/pool: freed only after wait_unmapped
+REGISTER_CACHEABLE = 0x10       # kept mapped until wait_unmapped (cuda-ipc/pool: freed after it)
 # gpuipc_path (gpuipc_cuda_explain)
 PATH_NAMES = {0: "none", 1: "cuda-ipc", 2: "cuda-vmm", 3: "cuda-pool", 4: "copy"}
 # flags of gpuipc_view_lookup()

@@ -347,7 +347,11 @@ class Client:
         :meth:`wait_unmapped` returns for it, after its last registration is
         gone, so consumers keep it mapped and a reused block costs them a warm
         lookup (torch's caching allocator reuses blocks; only freeing them
-        early is unsafe).
+        early is unsafe).  For ``cuda-vmm`` memory (expandable segments)
+        it makes consumers keep the mapping over an unregister and a
+        register again, until :meth:`wait_unmapped` or the end of this
+        client; freeing earlier is safe, but consumers keep the memory
+        alive until then.
 
         Host buffers are sealed against new writers (``F_SEAL_FUTURE_WRITE``):
         an :meth:`alloc_host` buffer stays writable through its own mapping,
@@ -470,7 +474,8 @@ class Client:
         promise of :meth:`register`'s for every ``cuda-ipc`` and
         ``cuda-pool`` column: consumers keep that memory mapped after their
         views, and it may be freed once :meth:`wait_unmapped` of the
-        returned id returns, after the batch is unregistered.
+        returned id returns, after the batch is unregistered (``cuda-vmm``
+        columns: as for :meth:`register`).
         """
         from . import batch
         flags = _batch_flags(ephemeral, copy, cacheable)

@@ -172,18 +172,38 @@ static void alloc_freeing(struct daemon *d, const struct reg *r, struct alloc *a
         uncache_all(a);
 }
 
+/* Whether chunk c (c > 0) of a cuda-vmm buffer about to lose its last
+ * registration needs alloc_freeing(): holds are taken on a buffer's first
+ * chunk, but that chunk may be the first of another registration, which
+ * consumers hold and its producer may wait on.  Other chunks have nobody
+ * to tell. */
+static bool chunk_told(const struct reg_cuda *rc, uint32_t c)
+{
+        const struct alloc *a = reg_cuda_chunk(rc, c);
+
+        for (uint32_t e = 0; e < c; e++)
+                if (reg_cuda_chunk(rc, e) == a)
+                        return false;   /* told for its earlier place */
+        return c == 0 || a->n_holders > 0 || a->linger;
+}
+
 void holds_reg_freeing(struct daemon *d, struct reg *r)
 {
         const struct reg_batch *b = r->batch;
+        const struct reg_cuda *rc = r->cuda;
 
-        if (holds_apply(r) && r->cuda->alloc->regs == 1)
-                alloc_freeing(d, r, r->cuda->alloc);
+        for (uint32_t c = 0; rc && holds_apply(r) && c < rc->n_chunks; c++)
+                if (reg_cuda_chunk(rc, c)->regs == 1 && chunk_told(rc, c))
+                        alloc_freeing(d, r, reg_cuda_chunk(rc, c));
         for (uint32_t i = 0; b && i < b->n_parts; i++) {
                 const struct batch_part *p = &b->parts[i];
+                if (!p->cuda || !holds_apply_part(p->kind, p->cuda))
+                        continue;
                 /* Once per allocation, when only this batch's parts use it. */
-                if (p->cuda && holds_apply_part(p->kind, p->cuda) &&
-                    batch_last_user(b, i, p->cuda->alloc))
-                        alloc_freeing(d, r, p->cuda->alloc);
+                for (uint32_t c = 0; c < p->cuda->n_chunks; c++)
+                        if (batch_last_user(b, i, reg_cuda_chunk(p->cuda, c)) &&
+                            chunk_told(p->cuda, c))
+                                alloc_freeing(d, r, reg_cuda_chunk(p->cuda, c));
         }
 }
 

@@ -996,3 +996,46 @@ Test(alloc, cacheable_vmm_stays_mapped_over_reregistration)
         gpuipc_client_free(prod);
         dlclose(dl);
 }
+
+/* Chunk A alone is registration W; Y spans chunk Z and A, so the daemon's
+ * holds for Y are on Z.  A consumer holds A through W.  When W goes, then
+ * Y, A loses its last registration as Y's second chunk: its holders must
+ * still be told, and W's producer still gets `unmapped` for it. */
+Test(alloc, cacheable_vmm_chunk_freed_by_a_later_registration)
+{
+        void *dl = dlopen(double_path(), RTLD_NOW | RTLD_LOCAL);
+        gpuipc_client *prod = connect_client(), *cons = connect_client();
+        struct vmm_drv drv;
+        CUdeviceptr base;
+        uint64_t idw, idy;
+        long frees;
+
+        cr_assert_not_null(dl);
+        vmm_drv_load(dl, &drv);
+        cr_assert_eq(drv.reserve(&base, 2 * CHUNK, 0, 0, 0), 0);
+        vmm_map_chunk(&drv, base, 0x31);                /* Z */
+        vmm_map_chunk(&drv, base + CHUNK, 0x32);        /* A */
+        cr_assert_eq(gpuipc_cuda_register(prod, "cz/w", base + CHUNK, CHUNK, NULL, NULL,
+                                          GPUIPC_REGISTER_CACHEABLE, &idw), 0, "%s",
+                     gpuipc_errmsg(prod));
+        cr_assert_eq(gpuipc_cuda_register(prod, "cz/y", base + CHUNK / 2, CHUNK, NULL, NULL,
+                                          GPUIPC_REGISTER_CACHEABLE, &idy), 0, "%s",
+                     gpuipc_errmsg(prod));
+        frees = dcount("cuMemAddressFree");
+        cr_assert_eq(gpuipc_view_release(lookup(cons, "cz/w")), 0);     /* holds A */
+        cr_assert_eq(gpuipc_view_release(lookup(cons, "cz/y")), 0);     /* holds Z */
+        cr_assert_eq(gpuipc_name_unregister(prod, "cz/w"), 0);  /* A: Y still uses it */
+        cr_assert_eq(gpuipc_name_unregister(prod, "cz/y"), 0);
+        /* Both linger for the producer; its wait_unmapped of each asks the
+         * consumer to let go, which it does at its next call. */
+        cr_assert_eq(gpuipc_reg_wait_unmapped(prod, idw, 200), -ETIMEDOUT);
+        cr_assert_eq(gpuipc_reg_wait_unmapped(prod, idy, 200), -ETIMEDOUT);
+        cr_assert_eq(gpuipc_client_ping(cons), 0);
+        cr_assert_eq(dcount("cuMemAddressFree"), frees + 2, "both mappings closed");
+        cr_assert_eq(gpuipc_cache_trim(cons), 0);
+        cr_assert_eq(gpuipc_reg_wait_unmapped(prod, idw, 5000), 0, "%s", gpuipc_errmsg(prod));
+        cr_assert_eq(gpuipc_reg_wait_unmapped(prod, idy, 5000), 0, "%s", gpuipc_errmsg(prod));
+        gpuipc_client_free(cons);
+        gpuipc_client_free(prod);
+        dlclose(dl);
+}

@@ -378,7 +378,7 @@ GPUIPC_EXPORT int gpuipc_cuda_register(gpuipc_client *c, const char *name, uint6
  * memory is about to be freed, then waits until no consumer maps it.
  * Until then, consumers keep it mapped, so registering the same block again
  * costs them a warm lookup.  For a batch, id covers every allocation of its
- * CUDA parts.  c remembers the allocations of its newest
+ * device parts shared in place (not copied ones).  c remembers the allocations of its newest
  * 256 cacheable ones (a batch counts each).  -ETIMEDOUT; -ENOENT: not
  * known, or forgotten; -EEXIST: the allocation (one of them) is registered
  * again. */

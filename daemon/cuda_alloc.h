@@ -50,10 +50,11 @@ struct alloc {
         uint8_t handle[PROTO_IPC_HANDLE_LEN];       /* cuda-ipc; cuda-pool: export data */
         uint8_t key[PROTO_ALLOC_KEY_LEN];             /* cuda-vmm, pool */
         struct alloc *pool;             /* cuda-pool: its pool's entry */
-        /* cuda-ipc, cuda-pool: the producer promised not to free the
-         * allocation before the daemon says `unmapped` (register's
-         * `cacheable`), so consumers may keep it mapped after their leases.
-         * Each connection that does is a holder (holds.c); the entry stays,
+        /* Register's `cacheable`.  cuda-ipc, cuda-pool: the producer
+         * promised not to free the allocation before the daemon says
+         * `unmapped`, so consumers may keep it mapped after their leases
+         * (cuda-vmm ones may always; for them it comes with linger).  Each
+         * connection that does is a holder (holds.c); the entry stays,
          * ended, while holders remain after its last registration. */
         bool cacheable;
         /* With cacheable, register's `linger`: the producer sends `unmap`

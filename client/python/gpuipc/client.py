@@ -644,7 +644,7 @@ class Client:
     def wait_unmapped(self, id: int, timeout: Optional[float] = None) -> None:
         """After unregistering the last registration of an allocation
         registered ``cacheable=True`` (``id`` one of them; a batch's id
-        stands for all its device columns'): tells
+        stands for all its device columns shared in place): tells
         consumers to let go of it (until now they kept it mapped), then
         waits until no consumer keeps it mapped, so that the memory may be
         freed.  Raises Timeout, or NotFound when ``id`` was not registered

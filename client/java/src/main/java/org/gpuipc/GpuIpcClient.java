@@ -300,7 +300,8 @@ public final class GpuIpcClient implements AutoCloseable {
      * @param flags {@link RegisterFlag#EPHEMERAL}, {@link RegisterFlag#CUDA_IPC},
      *              {@link RegisterFlag#COPY}, {@link RegisterFlag#CACHEABLE} (for
      *              its cuda-ipc and cuda-pool buffers: free them only after
-     *              {@link #awaitUnmapped} of the batch's id)
+     *              {@link #awaitUnmapped} of the batch's id; its cuda-vmm
+     *              buffers as for {@link #registerDevice})
      * @return the registration id, for {@link #awaitRelease}
      * @throws GpuIpcException {@link GpuIpcException#EEXIST} when the name is
      *         taken, {@link GpuIpcException#EINVAL} for an empty batch or an
@@ -410,14 +411,13 @@ public final class GpuIpcClient implements AutoCloseable {
      *
      * @param id      a registration id from this client (its last one of
      *                that allocation; a batch's stands for every allocation
-     *                of its cuda-ipc and cuda-pool buffers)
+     *                of its device buffers shared in place)
      * @param timeout zero: only check; null or negative: wait as long as the
      *                daemon allows
      * @throws GpuIpcException {@link GpuIpcException#ETIMEDOUT} when a
      *         consumer still maps it, {@link GpuIpcException#ENOENT} for an
-     *         id this client did not register {@code CACHEABLE} (a
-     *         {@code cuda-vmm} registration ignores the flag: the daemon
-     *         holds that memory itself), {@link GpuIpcException#EEXIST} when the
+     *         id this client did not register {@code CACHEABLE},
+     *         {@link GpuIpcException#EEXIST} when the
      *         allocation has been registered again
      * @throws IllegalStateException if this client is closed
      */

@@ -32,13 +32,15 @@ public enum RegisterFlag {
      */
     COPY(0x8),
     /**
-     * Device buffers only ({@code cuda-ipc}, {@code cuda-pool}): a promise
+     * Device buffers only. {@code cuda-ipc}, {@code cuda-pool}: a promise
      * not to free the memory before {@link GpuIpcClient#awaitUnmapped}
      * returns for its registration, after its last registration is gone. So
      * consumers keep the allocation mapped after their views, and a block
      * registered again (a pool handing the same memory back) costs them a
-     * warm lookup instead of an open. Ignored for {@code cuda-vmm} memory,
-     * which the daemon holds itself.
+     * warm lookup instead of an open. For {@code cuda-vmm} memory, consumers
+     * keep the mapping over an unregister and a register again, until
+     * {@link GpuIpcClient#awaitUnmapped} (freeing earlier is safe, but the
+     * memory lives on in the consumers until then).
      */
     CACHEABLE(0x10);
 

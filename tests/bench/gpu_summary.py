@@ -96,6 +96,13 @@ def med(rs, system, key, idle=None):
     return statistics.median(v) if v else float("nan")
 
 
+def py_floor(py, pat, idle, s):
+    """The Python floor of a case alone (the py-floor row: no broker at
+    all), NaN where the run lacks the row."""
+    pf = pick(py, system="py-floor", pattern=pat, idle_ms=idle, size=s)
+    return f(pf, "tensor_p50_us") if pf else float("nan")
+
+
 def py_floor_hop(py, c, pat, idle, s):
     """The Python floor of a case plus the broker's hop (relay floor minus
     driver floor, C, cuda-ipc; a relay row below its floor row is the two
@@ -103,10 +110,9 @@ def py_floor_hop(py, c, pat, idle, s):
     Python costs.  (Python floor, that sum), NaN where a row is missing."""
     rl = pick(c, system="relay", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
     fl = pick(c, system="floor", kind="cuda-ipc", pattern=pat, idle_ms=idle, size=s)
-    pf = pick(py, system="py-floor", pattern=pat, idle_ms=idle, size=s)
     hop = (max(f(rl, "usable_p50_us") - f(fl, "usable_p50_us"), 0.0) if rl and fl
            else float("nan"))
-    pf_v = f(pf, "tensor_p50_us") if pf else float("nan")
+    pf_v = py_floor(py, pat, idle, s)
     return pf_v, pf_v + hop
 
 
@@ -120,13 +126,6 @@ def py_bound(py, c, pat, idle, s):
     if v == v:
         return v, "measured"
     return py_floor_hop(py, c, pat, idle, s)[1], "estimate"
-
-
-def py_floor(py, pat, idle, s):
-    """The Python floor of a case alone (the py-floor row: no broker at
-    all), NaN where the run lacks the row."""
-    pf = pick(py, system="py-floor", pattern=pat, idle_ms=idle, size=s)
-    return f(pf, "tensor_p50_us") if pf else float("nan")
 
 
 def py_verdict(mp, bound, gv, floor=float("nan")):
@@ -220,7 +219,7 @@ def bound_table(py, c):
                 bv, how = py_bound(py, c, pat, idle, s)
                 relayed = bv if how == "measured" else float("nan")
                 gv = f(g, "tensor_p50_us") if g else float("nan")
-                v = py_verdict(2 * t, bv, gv, py_floor(py, pat, idle, s))
+                v = py_verdict(2 * t, bv, gv, pf_v)
                 verdicts.append(v)
                 print(f"| {idle} ms, {s} | {pat} | {2 * t:.0f} | {t:.0f} | {r:.0f} | "
                       f"{t - r:+.0f} | {pf_v:.0f} | {est:.0f} | {relayed:.0f} | {t - bv:+.0f} | "

@@ -776,10 +776,20 @@ static void expect_vmm(gpuipc_client *c, const char *name, uint64_t offset, uint
         cr_assert_eq(gpuipc_view_release(v), 0);
 }
 
+/* Registers n bytes at p as name with flags; its id. */
+static uint64_t reg_vmm_flags(gpuipc_client *c, const char *name, CUdeviceptr p, size_t n,
+                              unsigned flags)
+{
+        uint64_t id = 0;
+
+        cr_assert_eq(gpuipc_cuda_register(c, name, p, n, NULL, NULL, flags, &id), 0, "%s: %s",
+                     name, gpuipc_errmsg(c));
+        return id;
+}
+
 static void reg_vmm(gpuipc_client *c, const char *name, CUdeviceptr p, size_t n)
 {
-        cr_assert_eq(gpuipc_cuda_register(c, name, p, n, NULL, NULL, 0, NULL), 0, "%s: %s", name,
-                     gpuipc_errmsg(c));
+        (void)reg_vmm_flags(c, name, p, n, 0);
 }
 
 /* The producer's fast path for VMM memory (PyTorch's expandable segments):
@@ -963,9 +973,7 @@ Test(alloc, cacheable_vmm_stays_mapped_over_reregistration)
         vmm_drv_load(dl, &drv);
         cr_assert_eq(drv.reserve(&base, CHUNK, 0, 0, 0), 0);
         vmm_map_chunk(&drv, base, 0x5a);
-        cr_assert_eq(gpuipc_cuda_register(prod, "cv/a", base, CHUNK, NULL, NULL,
-                                          GPUIPC_REGISTER_CACHEABLE, &id), 0, "%s",
-                     gpuipc_errmsg(prod));
+        id = reg_vmm_flags(prod, "cv/a", base, CHUNK, GPUIPC_REGISTER_CACHEABLE);
         imports = dcount("cuMemImportFromShareableHandle");
         frees = dcount("cuMemAddressFree");
         v = lookup(cons, "cv/a");
@@ -976,9 +984,7 @@ Test(alloc, cacheable_vmm_stays_mapped_over_reregistration)
         usleep(100 * 1000);
         cr_assert_eq(gpuipc_client_ping(cons), 0);     /* would read an uncache */
         cr_assert_eq(dcount("cuMemAddressFree"), frees, "no uncache at the last unregister");
-        cr_assert_eq(gpuipc_cuda_register(prod, "cv/b", base, CHUNK, NULL, NULL,
-                                          GPUIPC_REGISTER_CACHEABLE, &id), 0, "%s",
-                     gpuipc_errmsg(prod));
+        id = reg_vmm_flags(prod, "cv/b", base, CHUNK, GPUIPC_REGISTER_CACHEABLE);
         calls = dcount("*");
         v = lookup(cons, "cv/b");
         cr_assert_eq(dcount("*"), calls, "registered again: a warm lookup, no driver call");
@@ -1015,12 +1021,8 @@ Test(alloc, cacheable_vmm_chunk_freed_by_a_later_registration)
         cr_assert_eq(drv.reserve(&base, 2 * CHUNK, 0, 0, 0), 0);
         vmm_map_chunk(&drv, base, 0x31);                /* Z */
         vmm_map_chunk(&drv, base + CHUNK, 0x32);        /* A */
-        cr_assert_eq(gpuipc_cuda_register(prod, "cz/w", base + CHUNK, CHUNK, NULL, NULL,
-                                          GPUIPC_REGISTER_CACHEABLE, &idw), 0, "%s",
-                     gpuipc_errmsg(prod));
-        cr_assert_eq(gpuipc_cuda_register(prod, "cz/y", base + CHUNK / 2, CHUNK, NULL, NULL,
-                                          GPUIPC_REGISTER_CACHEABLE, &idy), 0, "%s",
-                     gpuipc_errmsg(prod));
+        idw = reg_vmm_flags(prod, "cz/w", base + CHUNK, CHUNK, GPUIPC_REGISTER_CACHEABLE);
+        idy = reg_vmm_flags(prod, "cz/y", base + CHUNK / 2, CHUNK, GPUIPC_REGISTER_CACHEABLE);
         frees = dcount("cuMemAddressFree");
         cr_assert_eq(gpuipc_view_release(lookup(cons, "cz/w")), 0);     /* holds A */
         cr_assert_eq(gpuipc_view_release(lookup(cons, "cz/y")), 0);     /* holds Z */

@@ -172,11 +172,11 @@ static void alloc_freeing(struct daemon *d, const struct reg *r, struct alloc *a
         uncache_all(a);
 }
 
-/* Whether chunk c (c > 0) of a cuda-vmm buffer about to lose its last
- * registration needs alloc_freeing(): holds are taken on a buffer's first
- * chunk, but that chunk may be the first of another registration, which
- * consumers hold and its producer may wait on.  Other chunks have nobody
- * to tell. */
+/* Whether chunk c of rc, about to lose its last registration, needs
+ * alloc_freeing(): chunk 0 always, as any buffer's allocation.  Holds are
+ * taken on a buffer's first chunk, but a later chunk may be the first of
+ * another registration, which consumers hold and its producer may wait
+ * on; other later chunks have nobody to tell. */
 static bool chunk_told(const struct reg_cuda *rc, uint32_t c)
 {
         const struct alloc *a = reg_cuda_chunk(rc, c);
@@ -192,9 +192,10 @@ void holds_reg_freeing(struct daemon *d, struct reg *r)
         const struct reg_batch *b = r->batch;
         const struct reg_cuda *rc = r->cuda;
 
-        for (uint32_t c = 0; rc && holds_apply(r) && c < rc->n_chunks; c++)
-                if (reg_cuda_chunk(rc, c)->regs == 1 && chunk_told(rc, c))
-                        alloc_freeing(d, r, reg_cuda_chunk(rc, c));
+        if (rc && holds_apply(r))
+                for (uint32_t c = 0; c < rc->n_chunks; c++)
+                        if (reg_cuda_chunk(rc, c)->regs == 1 && chunk_told(rc, c))
+                                alloc_freeing(d, r, reg_cuda_chunk(rc, c));
         for (uint32_t i = 0; b && i < b->n_parts; i++) {
                 const struct batch_part *p = &b->parts[i];
                 if (!p->cuda || !holds_apply_part(p->kind, p->cuda))

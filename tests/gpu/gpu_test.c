@@ -133,6 +133,57 @@ static int produce_event(gpuipc_client *c, bool control)
         return 0;
 }
 
+/* Two VMM chunks Z, A in one reserved range.  W is A alone, Y spans Z's
+ * second half and A's first, both cacheable.  After the consumer has read
+ * both, they are unregistered, W first: A loses its last registration as
+ * Y's second chunk, and the consumer that maps A through W must still be
+ * told to let go, or W's wait_unmapped times out (6607cd8). */
+static int produce_vmm_chunks(gpuipc_client *c)
+{
+        const CUmemAllocationProp prop = {
+                .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+        };
+        const CUmemAccessDesc acc = { .location = prop.location,
+                                      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUmemGenericAllocationHandle h[2];
+        gpuipc_hostbuf *done;
+        CUdeviceptr base;
+        uint64_t idw, idy, idd;
+        size_t g;
+
+        CK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        CK(cuMemAddressReserve(&base, 2 * g, 0, 0, 0));
+        for (int i = 0; i < 2; i++) {
+                CK(cuMemCreate(&h[i], g, &prop, 0));
+                CK(cuMemMap(base + i * g, g, 0, h[i], 0));
+        }
+        CK(cuMemSetAccess(base, 2 * g, &acc, 1));
+        fill(base, 2 * g, 61, 0, NULL);
+        CK(cuCtxSynchronize());
+        GK(gpuipc_cuda_register(c, "gpu/vmm-chunks/w", base + g, g, NULL, NULL,
+                                GPUIPC_REGISTER_CACHEABLE, &idw));
+        GK(gpuipc_cuda_register(c, "gpu/vmm-chunks/y", base + g / 2, g, NULL, NULL,
+                                GPUIPC_REGISTER_CACHEABLE, &idy));
+        GK(gpuipc_reg_wait_released(c, idw, 30000));
+        GK(gpuipc_reg_wait_released(c, idy, 30000));
+        GK(gpuipc_name_unregister(c, "gpu/vmm-chunks/w"));
+        GK(gpuipc_name_unregister(c, "gpu/vmm-chunks/y"));
+        GK(gpuipc_reg_wait_unmapped(c, idw, 30000));
+        GK(gpuipc_reg_wait_unmapped(c, idy, 30000));
+        /* No consumer maps them now: free, then say so. */
+        CK(cuMemUnmap(base, 2 * g));
+        for (int i = 0; i < 2; i++)
+                CK(cuMemRelease(h[i]));
+        CK(cuMemAddressFree(base, 2 * g));
+        GK(gpuipc_hostbuf_new(4096, &done));
+        GK(gpuipc_hostbuf_register(c, "gpu/vmm-chunks/done", done, NULL, 0, &idd));
+        GK(gpuipc_reg_wait_released(c, idd, 30000));
+        gpuipc_hostbuf_free(done);
+        return 0;
+}
+
 static int produce_peer(gpuipc_client *c)
 {
         gpuipc_cudabuf *b;
@@ -271,6 +322,41 @@ static int consume_event(gpuipc_client *c, bool control)
         return bad > 0 ? 0 : fail("the control read no stale bytes: the spin is too short");
 }
 
+static int consume_vmm_chunks(gpuipc_client *c)
+{
+        static const char *names[] = { "gpu/vmm-chunks/w", "gpu/vmm-chunks/y" };
+        CUdeviceptr ptr[2];
+        gpuipc_view *v;
+        int r = -ETIMEDOUT;
+
+        for (int i = 0; i < 2; i++) {
+                GK(gpuipc_view_lookup(c, names[i], 30000, 0, &v));
+                const gpuipc_info *in = gpuipc_view_info(v);
+                uint64_t g = in->size;  /* W and Y are one chunk long, Y at g / 2 */
+
+                ptr[i] = (CUdeviceptr)(uintptr_t)gpuipc_view_data(v);
+                if (in->kind != GPUIPC_KIND_CUDA_VMM || in->n_chunks != (i ? 2u : 1u))
+                        return fail("%s: kind %d, %u chunks", names[i], in->kind, in->n_chunks);
+                if (count_bad(ptr[i], g, 61, i ? g / 2 : g) != 0)
+                        return fail("%s: wrong bytes", names[i]);
+                GK(gpuipc_view_release(v));
+        }
+        /* The mappings stay cached until the daemon says unmap; each call
+         * reads that and sends the unhold.  No trim here: it would let go
+         * on its own and hide a missing unmap. */
+        for (int i = 0; i < 600 && r == -ETIMEDOUT; i++)
+                r = gpuipc_view_lookup(c, "gpu/vmm-chunks/done", 50, 0, &v);
+        GK(r);
+        GK(gpuipc_view_release(v));
+        for (int i = 0; i < 2; i++) {
+                CUdeviceptr b;
+                size_t n;
+                if (cuMemGetAddressRange(&b, &n, ptr[i]) == CUDA_SUCCESS)
+                        return fail("%s: still mapped after unmapped", names[i]);
+        }
+        return 0;
+}
+
 /* One buffer of the peer case, looked up for this process's ordinal 0. */
 static int consume_peer_one(gpuipc_client *c, const char *name, uint64_t size, unsigned seed,
                             uint64_t pattern_off, int can_peer, const char *here)
@@ -365,6 +451,7 @@ static int role(const char *who, const char *name)
                     !strcmp(name, "adopt") ? produce_adopt(c) :
                     !strcmp(name, "event") ? produce_event(c, false) :
                     !strcmp(name, "event-control") ? produce_event(c, true) :
+                    !strcmp(name, "vmm-chunks") ? produce_vmm_chunks(c) :
                     !strcmp(name, "peer") ? produce_peer(c) : self_lookup(c);
         else
                 r = !strcmp(name, "pool") ? consume_pool(c) :
@@ -375,6 +462,7 @@ static int role(const char *who, const char *name)
                                                             GPUIPC_KIND_CUDA_VMM, 6 * MiB, 31,
                                                             MiB) :
                     !strcmp(name, "event") ? consume_event(c, false) :
+                    !strcmp(name, "vmm-chunks") ? consume_vmm_chunks(c) :
                     !strcmp(name, "peer") ? consume_peer(c) :
                     consume_event(c, true);
         gpuipc_client_free(c);
@@ -433,7 +521,7 @@ int main(int argc, char **argv)
         } cases[] = {
                 { "pool", false }, { "share", false }, { "vmm", true }, { "adopt", true },
                 { "event", false }, { "event-control", false }, { "self", false },
-                { "peer", false },
+                { "vmm-chunks", false }, { "peer", false },
         };
         int passed = 0, failed = 0, skipped = 0;
 

@@ -1,4 +1,5 @@
 /* closer.c: closing fds off the event loop; see closer.h. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,6 +10,9 @@
 
 static uv_loop_t *loop;
 static unsigned pending;
+static int later[CLOSER_MAX_PENDING];   /* closer_defer()'s, in order */
+static unsigned n_later;
+static bool deferring;
 
 /* A close on this thread.  A socket a client sent may linger (SO_LINGER):
  * its close would wait for the unsent data, so lingering is turned off
@@ -30,12 +34,10 @@ static void on_closed(uv_fs_t *req)
         free(req);
 }
 
-void closer_close(int fd)
+static void hand_off(int fd)
 {
         uv_fs_t *req;
 
-        if (fd < 0)
-                return;
         if (!loop || pending >= CLOSER_MAX_PENDING || !(req = malloc(sizeof(*req)))) {
                 close_now(fd);
                 return;
@@ -48,9 +50,40 @@ void closer_close(int fd)
         pending++;
 }
 
+void closer_close(int fd)
+{
+        if (fd < 0)
+                return;
+        if (!deferring) {
+                hand_off(fd);
+                return;
+        }
+        /* Deferred and in flight together stay within the bound. */
+        if (pending + n_later >= CLOSER_MAX_PENDING) {
+                close_now(fd);
+                return;
+        }
+        later[n_later++] = fd;
+}
+
+void closer_defer(void)
+{
+        deferring = loop != NULL;
+}
+
+void closer_flush(void)
+{
+        unsigned n = n_later;
+
+        deferring = false;
+        n_later = 0;
+        for (unsigned i = 0; i < n; i++)
+                hand_off(later[i]);
+}
+
 unsigned closer_pending(void)
 {
-        return pending;
+        return pending + n_later;
 }
 
 void closer_start(uv_loop_t *l)
@@ -62,5 +95,6 @@ void closer_start(uv_loop_t *l)
 void closer_stop(void)
 {
         loop = NULL;
+        closer_flush();         /* what is still deferred closes now */
         proto_set_fd_closer(NULL);
 }

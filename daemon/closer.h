@@ -31,7 +31,14 @@ void closer_stop(void);
 /* Closes fd, later or now; fd < 0 is ignored.  The caller must not use fd
  * again. */
 void closer_close(int fd);
-/* Closes handed to the thread pool and not yet done. */
+/* Between closer_defer() and closer_flush(), closer_close() only notes the
+ * fd (within CLOSER_MAX_PENDING, deferred and in flight together; past it,
+ * it closes at once); closer_flush() hands the noted fds to the thread
+ * pool.  A wakeup that serves requests brackets its work with them, so the
+ * hand-off (a thread pool wakeup) comes after its replies are written. */
+void closer_defer(void);
+void closer_flush(void);
+/* Closes noted or handed to the thread pool and not yet done. */
 unsigned closer_pending(void);
 
 #endif

@@ -53,3 +53,49 @@ Test(closer, closes_at_once_without_waiting_for_a_lingering_socket)
         close(peer);
         closer_close(-1);       /* ignored */
 }
+
+/* Deferred: the fd stays open until closer_flush(), which hands it to the
+ * pool; past the bound (deferred and in flight together) it closes at once. */
+Test(closer, defers_until_the_flush_within_the_bound)
+{
+        int fds[CLOSER_MAX_PENDING + 1];
+        uv_loop_t loop;
+
+        cr_assert_eq(uv_loop_init(&loop), 0);
+        closer_start(&loop);
+        for (unsigned i = 0; i <= CLOSER_MAX_PENDING; i++)
+                cr_assert_geq(fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC), 0);
+        closer_defer();
+        for (unsigned i = 0; i <= CLOSER_MAX_PENDING; i++)
+                closer_close(fds[i]);
+        cr_expect_eq(closer_pending(), CLOSER_MAX_PENDING);
+        cr_expect_neq(fcntl(fds[0], F_GETFD), -1, "closed before the flush");
+        cr_expect_eq(fcntl(fds[CLOSER_MAX_PENDING], F_GETFD), -1,
+                     "the fd past the bound is still open");
+        closer_flush();
+        uv_run(&loop, UV_RUN_DEFAULT);
+        cr_expect_eq(closer_pending(), 0);
+        for (unsigned i = 0; i < CLOSER_MAX_PENDING; i++)
+                cr_expect_eq(fcntl(fds[i], F_GETFD), -1, "fd %u still open", i);
+        closer_close(-1);       /* not deferring any more: ignored as ever */
+        closer_stop();
+        cr_assert_eq(uv_loop_close(&loop), 0);
+}
+
+/* closer_stop() closes what is still deferred. */
+Test(closer, stop_closes_what_is_deferred)
+{
+        uv_loop_t loop;
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+        cr_assert_geq(fd, 0);
+        cr_assert_eq(uv_loop_init(&loop), 0);
+        closer_start(&loop);
+        closer_defer();
+        closer_close(fd);
+        closer_stop();
+        uv_run(&loop, UV_RUN_DEFAULT);
+        cr_expect_eq(fcntl(fd, F_GETFD), -1, "still open after closer_stop()");
+        cr_expect_eq(closer_pending(), 0);
+        cr_assert_eq(uv_loop_close(&loop), 0);
+}

@@ -10,7 +10,7 @@
 
 static uv_loop_t *loop;
 static unsigned pending;
-static int later[CLOSER_MAX_PENDING];   /* closer_defer()'s, in order */
+static int later[CLOSER_MAX_DEFERRED];  /* closer_defer()'s, in order */
 static unsigned n_later;
 static bool deferring;
 
@@ -38,7 +38,7 @@ static void hand_off(int fd)
 {
         uv_fs_t *req;
 
-        if (!loop || pending >= CLOSER_MAX_PENDING || !(req = malloc(sizeof(*req)))) {
+        if (!loop || pending + n_later >= CLOSER_MAX_PENDING || !(req = malloc(sizeof(*req)))) {
                 close_now(fd);
                 return;
         }
@@ -54,7 +54,7 @@ void closer_close(int fd)
 {
         if (fd < 0)
                 return;
-        if (!deferring) {
+        if (!deferring || n_later == CLOSER_MAX_DEFERRED) {
                 hand_off(fd);
                 return;
         }
@@ -76,9 +76,10 @@ void closer_flush(void)
         unsigned n = n_later;
 
         deferring = false;
-        n_later = 0;
-        for (unsigned i = 0; i < n; i++)
+        for (unsigned i = 0; i < n; i++) {
+                n_later--;      /* later[i] moves from noted to in flight */
                 hand_off(later[i]);
+        }
 }
 
 unsigned closer_pending(void)

@@ -160,7 +160,8 @@ static int produce_vmm_chunks(gpuipc_client *c)
                 CK(cuMemMap(base + i * g, g, 0, h[i], 0));
         }
         CK(cuMemSetAccess(base, 2 * g, &acc, 1));
-        fill(base, 2 * g, 61, 0, NULL);
+        fill(base, g, 61, 0, NULL);     /* Z and A differ: a swap would show */
+        fill(base + g, g, 67, 0, NULL);
         CK(cuCtxSynchronize());
         GK(gpuipc_cuda_register(c, "gpu/vmm-chunks/w", base + g, g, NULL, NULL,
                                 GPUIPC_REGISTER_CACHEABLE, &idw));
@@ -178,7 +179,8 @@ static int produce_vmm_chunks(gpuipc_client *c)
                 CK(cuMemRelease(h[i]));
         CK(cuMemAddressFree(base, 2 * g));
         GK(gpuipc_hostbuf_new(4096, &done));
-        GK(gpuipc_hostbuf_register(c, "gpu/vmm-chunks/done", done, NULL, 0, &idd));
+        GK(gpuipc_hostbuf_register(c, "gpu/vmm-chunks/done", done, NULL,
+                                   GPUIPC_REGISTER_EPHEMERAL, &idd));
         GK(gpuipc_reg_wait_released(c, idd, 30000));
         gpuipc_hostbuf_free(done);
         return 0;
@@ -325,10 +327,13 @@ static int consume_event(gpuipc_client *c, bool control)
 static int consume_vmm_chunks(gpuipc_client *c)
 {
         static const char *names[] = { "gpu/vmm-chunks/w", "gpu/vmm-chunks/y" };
-        CUdeviceptr ptr[2];
+        CUdeviceptr ptr[2], b;
+        unsigned long long bad;
         gpuipc_view *v;
+        size_t n;
         int r = -ETIMEDOUT;
 
+        GK(gpuipc_cache_set_limits(1ull << 30, 64));    /* whatever the environment says */
         for (int i = 0; i < 2; i++) {
                 GK(gpuipc_view_lookup(c, names[i], 30000, 0, &v));
                 const gpuipc_info *in = gpuipc_view_info(v);
@@ -337,9 +342,14 @@ static int consume_vmm_chunks(gpuipc_client *c)
                 ptr[i] = (CUdeviceptr)(uintptr_t)gpuipc_view_data(v);
                 if (in->kind != GPUIPC_KIND_CUDA_VMM || in->n_chunks != (i ? 2u : 1u))
                         return fail("%s: kind %d, %u chunks", names[i], in->kind, in->n_chunks);
-                if (count_bad(ptr[i], g, 61, i ? g / 2 : g) != 0)
-                        return fail("%s: wrong bytes", names[i]);
+                /* W is A (seed 67); Y is Z's second half (61), then A's first. */
+                bad = i == 0 ? count_bad(ptr[0], g, 67, 0) :
+                      count_bad(ptr[1], g / 2, 61, g / 2) + count_bad(ptr[1] + g / 2, g / 2, 67, 0);
+                if (bad != 0)
+                        return fail("%s: %llu wrong bytes", names[i], bad);
                 GK(gpuipc_view_release(v));
+                if (cuMemGetAddressRange(&b, &n, ptr[i]) != CUDA_SUCCESS)
+                        return fail("%s: not kept mapped after its view", names[i]);
         }
         /* The mappings stay cached until the daemon says unmap; each call
          * reads that and sends the unhold.  No trim here: it would let go
@@ -348,12 +358,9 @@ static int consume_vmm_chunks(gpuipc_client *c)
                 r = gpuipc_view_lookup(c, "gpu/vmm-chunks/done", 50, 0, &v);
         GK(r);
         GK(gpuipc_view_release(v));
-        for (int i = 0; i < 2; i++) {
-                CUdeviceptr b;
-                size_t n;
+        for (int i = 0; i < 2; i++)
                 if (cuMemGetAddressRange(&b, &n, ptr[i]) == CUDA_SUCCESS)
                         return fail("%s: still mapped after unmapped", names[i]);
-        }
         return 0;
 }
 

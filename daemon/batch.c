@@ -236,17 +236,11 @@ void batch_each_own_fd(const struct reg_batch *b, void (*fn)(const struct alloc 
                 }
                 if (b->parts[i].kind != PROTO_KIND_CUDA_VMM)
                         continue;
-                for (uint32_t c = 0; c < rc->n_chunks; c++) {
-                        a = reg_cuda_chunk(rc, c);
-                        if (first_use(b, i, a) && refs_to(b, a) == a->regs) {
-                                /* Not again for a later chunk of this part. */
-                                bool again = false;
-                                for (uint32_t e = 0; e < c; e++)
-                                        again |= reg_cuda_chunk(rc, e) == a;
-                                if (!again)
-                                        fn(a);
-                        }
-                }
+                /* Once per entry, not again for a later chunk of this part. */
+                for (uint32_t c = 0; c < rc->n_chunks; c++)
+                        if (reg_cuda_chunk_first(rc, c) &&
+                            batch_last_user(b, i, reg_cuda_chunk(rc, c)))
+                                fn(reg_cuda_chunk(rc, c));
         }
 }
 

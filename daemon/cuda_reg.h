@@ -58,6 +58,15 @@ static inline struct alloc *reg_cuda_chunk(const struct reg_cuda *rc, uint32_t i
 {
         return rc->chunks ? rc->chunks[i] : rc->alloc;
 }
+/* Whether chunk i is the first place of its entry in rc (a chunk's entry
+ * may recur, for memory mapped twice in one range). */
+static inline bool reg_cuda_chunk_first(const struct reg_cuda *rc, uint32_t i)
+{
+        for (uint32_t e = 0; e < i; e++)
+                if (reg_cuda_chunk(rc, e) == reg_cuda_chunk(rc, i))
+                        return false;
+        return true;
+}
 /* Room for n chunk entries (n >= 2; alloc becomes chunks[0] once set);
  * -ENOMEM. */
 int reg_cuda_set_chunks(struct reg_cuda *rc, uint32_t n);

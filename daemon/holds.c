@@ -181,9 +181,8 @@ static bool chunk_told(const struct reg_cuda *rc, uint32_t c)
 {
         const struct alloc *a = reg_cuda_chunk(rc, c);
 
-        for (uint32_t e = 0; e < c; e++)
-                if (reg_cuda_chunk(rc, e) == a)
-                        return false;   /* told for its earlier place */
+        if (!reg_cuda_chunk_first(rc, c))
+                return false;   /* told for its earlier place */
         return c == 0 || a->n_holders > 0 || a->linger;
 }
 

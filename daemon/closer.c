@@ -54,16 +54,11 @@ void closer_close(int fd)
 {
         if (fd < 0)
                 return;
-        if (!deferring || n_later == CLOSER_MAX_DEFERRED) {
+        /* Past either bound, hand_off() hands it over or closes it now. */
+        if (deferring && n_later < CLOSER_MAX_DEFERRED && pending + n_later < CLOSER_MAX_PENDING)
+                later[n_later++] = fd;
+        else
                 hand_off(fd);
-                return;
-        }
-        /* Deferred and in flight together stay within the bound. */
-        if (pending + n_later >= CLOSER_MAX_PENDING) {
-                close_now(fd);
-                return;
-        }
-        later[n_later++] = fd;
 }
 
 void closer_defer(void)

@@ -68,6 +68,8 @@ static int register_chunks(struct req *q, const msgpack_object *a, int *fds, uns
                                      &rc->chunks[i]);
                 if (r < 0)
                         return r;       /* the caller words it */
+                if (i == 0)             /* reg_cuda_free() lets go of chunk 0 as alloc */
+                        rc->alloc = rc->chunks[0];
                 for (uint32_t j = 0; j < i; j++)
                         if (rc->chunks[j] == rc->chunks[i])
                                 return req_fail(q, -EINVAL, "chunks[%u] and chunks[%u] have "
@@ -76,7 +78,6 @@ static int register_chunks(struct req *q, const msgpack_object *a, int *fds, uns
         if (total != alloc_size)
                 return req_fail(q, -EINVAL, "the chunks' sizes add up to %" PRIu64 ", not "
                                 "alloc_size %" PRIu64, total, alloc_size);
-        rc->alloc = rc->chunks[0];
         return 0;
 }
 

@@ -409,6 +409,75 @@ Test(malformed, register_bad_fds)
         good_check("registrations with bad fds");
 }
 
+/* A cuda-vmm registration over chunks, refused after some chunks were
+ * taken; the fields say how. */
+struct chunk_args {
+        const char *name;
+        uint64_t alloc_size, sizes[2];
+        unsigned key_len1;      /* chunks[1]'s key length (16 is right) */
+        bool same_key;
+        uint8_t tag;            /* the keys' bytes: a new allocation each request */
+};
+
+static void pack_vmm_chunks(msgpack_packer *pk, void *data)
+{
+        const struct chunk_args *a = data;
+        uint8_t key[2][16];
+
+        memset(key[0], a->tag, sizeof(key[0]));
+        memset(key[1], a->same_key ? a->tag : a->tag ^ 0xff, sizeof(key[1]));
+        proto_pack_kstr(pk, "name", a->name);
+        proto_pack_kstr(pk, "kind", "cuda-vmm");
+        proto_pack_ku64(pk, "size", 4096);
+        proto_pack_kstr(pk, "device", "GPU-2f1c7a9e-0b3d-4e5f-8a6b-1c2d3e4f5a6b");
+        proto_pack_ku64(pk, "alloc_size", a->alloc_size);
+        proto_pack_ku64(pk, "fds", 2);
+        proto_pack_str(pk, "chunks");
+        msgpack_pack_array(pk, 2);
+        for (int i = 0; i < 2; i++) {
+                msgpack_pack_map(pk, 2);
+                proto_pack_str(pk, "key");
+                msgpack_pack_bin(pk, i ? a->key_len1 : 16);
+                msgpack_pack_bin_body(pk, key[i], i ? a->key_len1 : 16);
+                proto_pack_ku64(pk, "size", a->sizes[i]);
+        }
+}
+
+/* Each way a chunk list can be refused once chunk 0 is taken: the chunks
+ * taken so far are let go, with their fds.  A leak here let any user run
+ * the daemon out of fds, one refused request at a time. */
+Test(malformed, refused_vmm_chunks_keep_no_fds)
+{
+        const struct chunk_args cases[] = {
+                { "mal/short", 9000, { 4096, 4096 }, 16, false },   /* sum below alloc_size */
+                { "mal/over", 6000, { 4096, 4096 }, 16, false },    /* chunk 1 past it */
+                { "mal/badkey", 8192, { 4096, 4096 }, 3, false },   /* chunks[1] malformed */
+                { "mal/twice", 8192, { 4096, 4096 }, 16, true },    /* one key twice */
+        };
+        int fd = hello_conn(), base = h_daemon_fd_count(&h_d), now;
+
+        for (unsigned k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+                for (int round = 0; round < 3; round++) {
+                        int fds[2] = { sealed_memfd(8192, false), sealed_memfd(8192, false) };
+                        uint64_t seq = 10 * k + (uint64_t)round + 2;
+                        struct chunk_args a = cases[k];
+
+                        a.tag = (uint8_t)seq;
+                        cr_assert_eq(h_raw_request(fd, "register", seq, 7, pack_vmm_chunks,
+                                                   &a, fds, 2), 0);
+                        h_raw_expect_reply(fd, seq, "bad_request");
+                        close(fds[0]);
+                        close(fds[1]);
+                }
+                now = h_daemon_fd_settle(&h_d, base, 2000);
+                cr_expect_eq(now, base, "%s, refused 3 times: daemon fds %d -> %d",
+                             cases[k].name, base, now);
+        }
+        raw_ping_ok(fd, 99);
+        close(fd);
+        good_check("refused cuda-vmm chunk lists");
+}
+
 static void too_many_fds(unsigned n)
 {
         int base = h_daemon_fd_count(&h_d), fd, mfd = sealed_memfd(4096, true), fds[128], now;

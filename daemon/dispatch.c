@@ -83,9 +83,10 @@ static int prepare_and_run(struct req *q, uint64_t off)
         /* Before hello, even an unknown op is hello_required, as documented. */
         if ((!op || op->needs_hello) && !c->hello)
                 return req_fail(q, -EPROTO, "the first request must be hello");
-        if (!op)
-                return req_fail(q, -ENOSYS, "unknown op '%.*s'", (int)(len > 64 ? 64 : len),
-                                name);
+        if (!op) {
+                char quoted[REQ_QUOTE_SIZE(64)];
+                return req_fail(q, -ENOSYS, "unknown op '%s'", req_quote(quoted, name, len, 64));
+        }
         return op->fn(q);
 }
 

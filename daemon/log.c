@@ -36,8 +36,8 @@ void log_msg(int level, const char *fmt, ...)
         if (n > (int)sizeof(line) - 2)
                 n = (int)sizeof(line) - 2;      /* truncated: still one line */
         for (int i = 0; i < n; i++)
-                if (line[i] == '\n')
-                        line[i] = ' ';
+                if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+                        line[i] = ' ';  /* one line, no terminal escapes */
         line[n++] = '\n';
         /* One write() per line keeps lines whole when several processes
          * share the journal stream. */

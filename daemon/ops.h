@@ -30,8 +30,14 @@ struct req {
 
 /* Formats the error message of q and returns err. */
 int req_fail(struct req *q, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Up to max bytes of s[0..len), bytes a peer sent, fit for an error
+ * message: printable ASCII as it is, any other byte (and the backslash) as
+ * \xNN, "..." after a cut.  buf holds REQ_QUOTE_SIZE(max) bytes; returns
+ * buf. */
+#define REQ_QUOTE_SIZE(max) (4 * (max) + 4)
+const char *req_quote(char *buf, const char *s, size_t len, size_t max);
 /* req_fail() with -EINVAL for an invalid name (or prefix) what: echoes at
- * most PROTO_NAME_MAX bytes of it and the reason why. */
+ * most PROTO_NAME_MAX bytes of it, quoted, and the reason why. */
 int req_fail_name(struct req *q, const char *what, const char *name, size_t len,
                   const char *why);
 

@@ -50,8 +50,10 @@ static int register_params(struct req *q, struct reg_params *p, const msgpack_ob
         if (r < 0)
                 return req_fail(q, -EINVAL, r == -ENOENT ? "kind is required" : "kind must be a str");
         kind = proto_kind_from_name(s, len);
-        if (kind < 0 || kind >= PROTO_BUFFER_KINDS)
-                return req_fail(q, -EINVAL, "unknown kind '%.*s'", (int)(len > 32 ? 32 : len), s);
+        if (kind < 0 || kind >= PROTO_BUFFER_KINDS) {
+                char quoted[REQ_QUOTE_SIZE(32)];
+                return req_fail(q, -EINVAL, "unknown kind '%s'", req_quote(quoted, s, len, 32));
+        }
         p->kind = (unsigned)kind;
         r = register_buffer_fields(q, q->m, p, ret_shared_write);
         if (r < 0)
@@ -247,7 +249,7 @@ int op_unregister(struct req *q)
         if (k == -EINVAL)
                 return req_fail(q, -EINVAL, "prefix must be a str");
         if (k == 0) {
-                if (proto_get(q->m, "name") || proto_get(q->m, "id"))
+                if (proto_get_present(q->m, "name") || proto_get_present(q->m, "id"))
                         return req_fail(q, -EINVAL, "prefix excludes name and id");
                 return unregister_prefix(q, prefix, plen);
         }

@@ -69,10 +69,12 @@ static int part_fds(struct build *x, uint32_t i)
                 return req_fail(q, -EINVAL, "parts[%u].kind must be a str (host, cuda-ipc, "
                                 "cuda-vmm or cuda-pool)", i);
         kind = proto_kind_from_name(s, len);
-        if (kind < 0 || kind >= PROTO_BUFFER_KINDS)
-                return req_fail(q, -EINVAL, "parts[%u]: unknown part kind '%.*s' (host, "
+        if (kind < 0 || kind >= PROTO_BUFFER_KINDS) {
+                char quoted[REQ_QUOTE_SIZE(32)];
+                return req_fail(q, -EINVAL, "parts[%u]: unknown part kind '%s' (host, "
                                 "cuda-ipc, cuda-vmm or cuda-pool)", i,
-                                (int)(len > 32 ? 32 : len), s);
+                                req_quote(quoted, s, len, 32));
+        }
         if (proto_get_present(m, "event"))
                 return req_fail(q, -EINVAL, "parts[%u]: a part has no event; a batch has one, "
                                 "at its top level", i);

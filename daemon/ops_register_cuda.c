@@ -149,10 +149,12 @@ int register_cuda_params(struct req *q, const msgpack_object *m, int *fds, unsig
         if (r < 0)
                 return req_fail(q, -EINVAL, r == -ENOENT ? "device is required for %s"
                                 : "device must be a str", proto_kind_name(p->kind));
-        if (cuda_uuid_parse(s, len, uuid) < 0)
-                return req_fail(q, -EINVAL, "device '%.*s' is not a device UUID of the form "
+        if (cuda_uuid_parse(s, len, uuid) < 0) {
+                char quoted[REQ_QUOTE_SIZE(64)];
+                return req_fail(q, -EINVAL, "device '%s' is not a device UUID of the form "
                                 "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lowercase hex)",
-                                (int)(len > 64 ? 64 : len), s);
+                                req_quote(quoted, s, len, 64));
+        }
         r = proto_get_u64(m, "alloc_size", &alloc_size);
         if (r < 0 || alloc_size == 0)
                 return req_fail(q, -EINVAL, "alloc_size must be a uint >= 1 (the size of the "
@@ -172,9 +174,11 @@ int register_cuda_params(struct req *q, const msgpack_object *m, int *fds, unsig
                 return req_fail(q, -EINVAL, "linger must be a bool, and applies with cacheable "
                                 "only");
         r = proto_get_str(m, "copied", &copied, &copied_len);
-        if (r == -EINVAL || (r == 0 && (copied_len == 0 || copied_len > REG_CUDA_COPIED_MAX)))
-                return req_fail(q, -EINVAL, "copied must be a str of 1 to %u bytes (why the "
-                                "buffer was copied)", REG_CUDA_COPIED_MAX);
+        if (r == -EINVAL || (r == 0 && (copied_len == 0 || copied_len > REG_CUDA_COPIED_MAX ||
+                                        !proto_text_valid(copied, copied_len))))
+                return req_fail(q, -EINVAL, "copied must be a str of 1 to %u bytes of UTF-8 "
+                                "without control characters (why the buffer was copied)",
+                                REG_CUDA_COPIED_MAX);
         if (copied && p->kind != PROTO_KIND_CUDA_VMM)
                 return req_fail(q, -EINVAL, "copied applies to cuda-vmm registrations only");
         if (bound && ephemeral_given && !p->ephemeral)

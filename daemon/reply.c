@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "access.h"
 #include "ops.h"
@@ -15,15 +16,48 @@ int req_fail(struct req *q, int err, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(q->msg, sizeof(q->msg), fmt, ap);
         va_end(ap);
+        /* The message goes out as a str, and strict decoders refuse a
+         * whole reply over one bad byte: what got past req_quote() becomes
+         * '?' (the daemon's own text is ASCII). */
+        for (char *s = q->msg; *s; s++)
+                if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+                        *s = '?';
         return err;
+}
+
+const char *req_quote(char *buf, const char *s, size_t len, size_t max)
+{
+        static const char hex[] = "0123456789abcdef";
+        char *o = buf;
+
+        for (size_t i = 0; i < len && i < max; i++) {
+                unsigned char ch = (unsigned char)s[i];
+
+                if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+                        *o++ = (char)ch;
+                        continue;
+                }
+                *o++ = '\\';
+                *o++ = 'x';
+                *o++ = hex[ch >> 4];
+                *o++ = hex[ch & 15];
+        }
+        if (len > max) {
+                memcpy(o, "...", 3);
+                o += 3;
+        }
+        *o = '\0';
+        return buf;
 }
 
 int req_fail_name(struct req *q, const char *what, const char *name, size_t len,
                   const char *why)
 {
+        char quoted[REQ_QUOTE_SIZE(PROTO_NAME_MAX)];
+
         /* Echo at most a valid name's worth of what the peer sent. */
-        return req_fail(q, -EINVAL, "%s '%.*s': %s", what,
-                        (int)(len > PROTO_NAME_MAX ? PROTO_NAME_MAX : len), name, why);
+        return req_fail(q, -EINVAL, "%s '%s': %s", what,
+                        req_quote(quoted, name, len, PROTO_NAME_MAX), why);
 }
 
 void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields)

@@ -12,23 +12,30 @@
 #define INT63_LIMIT (UINT64_C(1) << 63)       /* lengths and offsets are int64 in Arrow */
 
 /* How deep o nests: 1 for a map or an array with nothing nested in it, 0 for
- * any other value.  Bounded by the frame check's PROTO_MAX_DEPTH. */
-static unsigned depth_of(const msgpack_object *o)
+ * any other value.  Bounded by the frame check's PROTO_MAX_DEPTH.  Sets
+ * *bad_str when a str in o, a key or a value, is not well-formed UTF-8:
+ * the daemon returns keys it does not know as they came. */
+static unsigned depth_of(const msgpack_object *o, bool *bad_str)
 {
         unsigned d = 0, k;
 
+        if (o->type == MSGPACK_OBJECT_STR) {
+                if (proto_utf8_valid(o->via.str.ptr, o->via.str.size) != o->via.str.size)
+                        *bad_str = true;
+                return 0;
+        }
         if (o->type == MSGPACK_OBJECT_ARRAY) {
                 for (uint32_t i = 0; i < o->via.array.size; i++) {
-                        k = depth_of(&o->via.array.ptr[i]);
+                        k = depth_of(&o->via.array.ptr[i], bad_str);
                         d = k > d ? k : d;
                 }
                 return d + 1;
         }
         if (o->type == MSGPACK_OBJECT_MAP) {
                 for (uint32_t i = 0; i < o->via.map.size; i++) {
-                        k = depth_of(&o->via.map.ptr[i].key);
+                        k = depth_of(&o->via.map.ptr[i].key, bad_str);
                         d = k > d ? k : d;
-                        k = depth_of(&o->via.map.ptr[i].val);
+                        k = depth_of(&o->via.map.ptr[i].val, bad_str);
                         d = k > d ? k : d;
                 }
                 return d + 1;
@@ -94,8 +101,9 @@ static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, 
         name = k[PROTO_NODE_NAME];
         s = is_type(name, MSGPACK_OBJECT_STR) ? name->via.str.ptr : NULL;
         len = s ? name->via.str.size : 0;
+        /* proto_arrow_check() checked that every str is UTF-8. */
         if (!is_type(name, MSGPACK_OBJECT_STR) || len > PROTO_BATCH_COLNAME_MAX ||
-            (len && memchr(s, '\0', len)) || proto_utf8_valid(s, len) != len)
+            (len && memchr(s, '\0', len)))
                 return proto_invalid(why, why_len, "arrow.columns[%u].name must be a str of at "
                                      "most %u bytes of UTF-8 without NUL (it may be empty)", i,
                                      PROTO_BATCH_COLNAME_MAX);
@@ -163,6 +171,7 @@ int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts,
         uint32_t n, depth = 0, owner = 0;
         uint32_t owners[PROTO_BATCH_NODES_MAX];
         uint64_t rows;
+        bool bad_str = false;
         int r;
 
         if (arrow->type != MSGPACK_OBJECT_MAP)
@@ -170,9 +179,12 @@ int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts,
         if (n_parts == 0 || n_parts > PROTO_BATCH_PARTS_MAX)
                 return proto_invalid(why, why_len, "a batch has 1 to %u parts",
                                      PROTO_BATCH_PARTS_MAX);
-        if (depth_of(arrow) > PROTO_BATCH_ARROW_DEPTH)
+        if (depth_of(arrow, &bad_str) > PROTO_BATCH_ARROW_DEPTH)
                 return proto_invalid(why, why_len, "arrow nests more than %u levels deep",
                                      PROTO_BATCH_ARROW_DEPTH);
+        if (bad_str)
+                return proto_invalid(why, why_len, "every str in arrow, keys included, must be "
+                                     "well-formed UTF-8");
         if (get_u63(proto_get(arrow, "rows"), true, &rows) < 0)
                 return proto_invalid(why, why_len, "arrow.rows must be a uint below 2^63 (it "
                                      "is required)");

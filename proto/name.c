@@ -90,3 +90,11 @@ size_t proto_utf8_valid(const char *s, size_t len)
         }
         return len;
 }
+
+bool proto_text_valid(const char *s, size_t len)
+{
+        for (size_t i = 0; i < len; i++)
+                if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+                        return false;
+        return proto_utf8_valid(s, len) == len;
+}

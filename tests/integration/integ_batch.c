@@ -775,6 +775,33 @@ Test(batch, refusals_name_what_is_wrong)
         v.r.np = 6;
         reg_refused(fd, seq++, &v.r, &mfd, 1, "bad_request", "arrow must be a map");
 
+        /* Every str in arrow is UTF-8, keys the daemon does not know
+         * included: it returns them to every reader as they came. */
+        variant_init(&v, "r/a");
+        v.nodes[2].name = "col\xc3\x28";
+        variant_refused(fd, seq++, &v, &mfd, 1, "bad_request", "every str in arrow");
+        {
+                /* {"x\xff": "ok", rows..., metadata..., columns...} */
+                static const char extra[] = "\x84\xa2x\xff\xa2ok";
+                msgpack_sbuffer arrow;
+
+                variant_init(&v, "r/a");
+                build_arrow(&v.arrow, 3, v.nodes, v.nn);
+                cr_assert_eq((uint8_t)v.arrow.data[0], 0x83, "build_arrow: a map of 3");
+                msgpack_sbuffer_init(&arrow);
+                msgpack_sbuffer_write(&arrow, extra, sizeof(extra) - 1);
+                msgpack_sbuffer_write(&arrow, v.arrow.data + 1, v.arrow.size - 1);
+                v.r.arrow = &arrow;
+                reg_refused(fd, seq++, &v.r, &mfd, 1, "bad_request", "every str in arrow");
+                /* The same key in UTF-8 is kept. */
+                arrow.data[3] = 'y';
+                reg_ok(fd, seq++, &v.r, &mfd, 1);
+                send_op(fd, seq, "unregister", "name", "r/a");
+                h_raw_expect_reply(fd, seq++, "");
+                msgpack_sbuffer_destroy(&arrow);
+                msgpack_sbuffer_destroy(&v.arrow);
+        }
+
         {
                 /* 257 parts; 1025 nodes. */
                 static struct tp many[PROTO_BATCH_PARTS_MAX + 1];

@@ -4,6 +4,7 @@
  * fds of a refused frame on to the next. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,56 @@ Test(malformed, unknown_op)
         good_check("unknown ops");
 }
 
+/* Receives the reply seq, expecting code and a message that is printable
+ * ASCII and holds want. */
+static void expect_message(int fd, uint64_t seq, const char *code, const char *want)
+{
+        const msgpack_object *e;
+        struct h_frame f;
+        const char *msg;
+        size_t len;
+
+        cr_assert_eq(h_raw_recv(fd, 5000, &f), 1);
+        h_expect_reply(&f, seq, code);
+        cr_assert_eq(proto_get_map(f.m.root, "error", &e), 0);
+        cr_assert_eq(proto_get_str(e, "message", &msg, &len), 0);
+        for (size_t i = 0; i < len; i++)
+                cr_expect((unsigned char)msg[i] >= 0x20 && (unsigned char)msg[i] < 0x7f,
+                          "seq %" PRIu64 ": byte %zu of the message is 0x%02x", seq, i,
+                          (unsigned char)msg[i]);
+        cr_expect(memmem(msg, len, want, strlen(want)) != NULL,
+                  "seq %" PRIu64 ": message '%.*s' lacks '%s'", seq, (int)len, msg, want);
+        h_frame_free(&f);
+}
+
+static void pack_name(msgpack_packer *pk, void *data)
+{
+        const char *name = data;
+
+        proto_pack_str(pk, "name");
+        msgpack_pack_str_with_body(pk, name, strlen(name));
+}
+
+/* An error message echoes what the peer sent, but quoted: a strict
+ * decoder refuses a whole reply over one byte that is not UTF-8, and a
+ * terminal runs the escapes of one that is. */
+Test(malformed, error_messages_quote_what_the_peer_sent)
+{
+        int fd = hello_conn();
+
+        SEND_FRAME(fd, "\x82\xa2op\xa3\xff\xfe\x80\xa3seq\x11");
+        expect_message(fd, 17, "unknown_op", "unknown op '\\xff\\xfe\\x80'");
+        SEND_FRAME(fd, "\x82\xa2op\xa5ping\x00\xa3seq\x12");
+        expect_message(fd, 18, "unknown_op", "unknown op 'ping\\x00'");
+        cr_assert_eq(h_raw_request(fd, "lookup", 19, 1, pack_name, "a\x1b[31m\xc3", NULL, 0), 0);
+        expect_message(fd, 19, "bad_request", "name 'a\\x1b[31m\\xc3'");
+        cr_assert_eq(h_raw_request(fd, "stat", 20, 1, pack_name, "back\\slash", NULL, 0), 0);
+        expect_message(fd, 20, "bad_request", "name 'back\\x5cslash'");
+        raw_ping_ok(fd, 21);
+        close(fd);
+        good_check("quoted error messages");
+}
+
 Test(malformed, op_before_hello)
 {
         int fd = h_raw_connect(h_d.sock);
@@ -449,10 +500,17 @@ static void pack_vmm_chunks(msgpack_packer *pk, void *data)
 Test(malformed, refused_vmm_chunks_keep_no_fds)
 {
         const struct chunk_args cases[] = {
-                { "mal/short", 9000, { 4096, 4096 }, 16, false },   /* sum below alloc_size */
-                { "mal/over", 6000, { 4096, 4096 }, 16, false },    /* chunk 1 past it */
-                { "mal/badkey", 8192, { 4096, 4096 }, 3, false },   /* chunks[1] malformed */
-                { "mal/twice", 8192, { 4096, 4096 }, 16, true },    /* one key twice */
+                /* the sizes add up to less than alloc_size */
+                { .name = "mal/short", .alloc_size = 9000, .sizes = { 4096, 4096 },
+                  .key_len1 = 16 },
+                /* chunk 1 runs past it */
+                { .name = "mal/over", .alloc_size = 6000, .sizes = { 4096, 4096 }, .key_len1 = 16 },
+                /* chunks[1] is malformed */
+                { .name = "mal/badkey", .alloc_size = 8192, .sizes = { 4096, 4096 },
+                  .key_len1 = 3 },
+                /* one key twice */
+                { .name = "mal/twice", .alloc_size = 8192, .sizes = { 4096, 4096 }, .key_len1 = 16,
+                  .same_key = true },
         };
         int fd = hello_conn(), base = h_daemon_fd_count(&h_d), now;
 
@@ -476,6 +534,64 @@ Test(malformed, refused_vmm_chunks_keep_no_fds)
         raw_ping_ok(fd, 99);
         close(fd);
         good_check("refused cuda-vmm chunk lists");
+}
+
+static void pack_vmm_copied(msgpack_packer *pk, void *data)
+{
+        const char *copied = data;
+        uint8_t key[16];
+
+        memset(key, copied[0], sizeof(key));    /* one allocation per text */
+        proto_pack_kstr(pk, "name", "mal/copied");
+        proto_pack_kstr(pk, "kind", "cuda-vmm");
+        proto_pack_ku64(pk, "size", 4096);
+        proto_pack_kstr(pk, "device", "GPU-2f1c7a9e-0b3d-4e5f-8a6b-1c2d3e4f5a6b");
+        proto_pack_ku64(pk, "alloc_size", 4096);
+        proto_pack_ku64(pk, "fds", 1);
+        proto_pack_str(pk, "alloc_key");
+        msgpack_pack_bin_with_body(pk, key, sizeof(key));
+        proto_pack_str(pk, "copied");
+        msgpack_pack_str_with_body(pk, copied, strlen(copied));
+}
+
+/* copied is text that other clients and gpuipcctl show: UTF-8 without
+ * control characters, or refused. */
+Test(malformed, copied_is_text)
+{
+        static const char *const bad[] = { "ok\n<3>FORGED", "bell\a", "del\x7f", "bad\xc3\x28" };
+        int fd = hello_conn(), base = h_daemon_fd_count(&h_d), mfd;
+        uint64_t seq = 2;
+
+        for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                mfd = sealed_memfd(4096, false);
+                cr_assert_eq(h_raw_request(fd, "register", seq, 8, pack_vmm_copied,
+                                           (void *)bad[i], &mfd, 1), 0);
+                expect_message(fd, seq++, "bad_request", "copied must be a str");
+                close(mfd);
+        }
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base, 2000), base, "a refused copied kept its fd");
+        mfd = sealed_memfd(4096, false);
+        cr_assert_eq(h_raw_request(fd, "register", seq, 8, pack_vmm_copied,
+                                   "Gr\xc3\xb6\xc3\x9f" "e: copied", &mfd, 1), 0);
+        h_raw_expect_reply(fd, seq++, "");
+        close(mfd);
+        /* nil is the same as an absent key: a prefix with name and id nil */
+        SEND_FRAME(fd, "\x85\xa2op\xaaunregister\xa3seq\x30\xa6prefix\xa3mal\xa4name\xc0\xa2id\xc0");
+        for (;;) {      /* the owner hears that no consumer maps the copy */
+                struct h_frame f;
+
+                cr_assert_eq(h_raw_recv(fd, 5000, &f), 1);
+                if (!proto_get(f.m.root, "event")) {
+                        h_expect_reply(&f, 48, "");
+                        h_frame_free(&f);
+                        break;
+                }
+                cr_expect(proto_obj_str_eq(proto_get(f.m.root, "event"), "unmapped"));
+                h_frame_free(&f);
+        }
+        cr_expect_eq(h_daemon_fd_settle(&h_d, base, 2000), base, "the copy's fd outlived it");
+        close(fd);
+        good_check("copied texts");
 }
 
 static void too_many_fds(unsigned n)

@@ -1,5 +1,4 @@
 /* closer.c: closing fds off the event loop; see closer.h. */
-#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,9 +9,6 @@
 
 static uv_loop_t *loop;
 static unsigned pending;
-static int later[CLOSER_MAX_DEFERRED];  /* closer_defer()'s, in order */
-static unsigned n_later;
-static bool deferring;
 
 /* A close on this thread.  A socket a client sent may linger (SO_LINGER):
  * its close would wait for the unsent data, so lingering is turned off
@@ -34,11 +30,13 @@ static void on_closed(uv_fs_t *req)
         free(req);
 }
 
-static void hand_off(int fd)
+void closer_close(int fd)
 {
         uv_fs_t *req;
 
-        if (!loop || pending + n_later >= CLOSER_MAX_PENDING || !(req = malloc(sizeof(*req)))) {
+        if (fd < 0)
+                return;
+        if (!loop || pending >= CLOSER_MAX_PENDING || !(req = malloc(sizeof(*req)))) {
                 close_now(fd);
                 return;
         }
@@ -50,36 +48,9 @@ static void hand_off(int fd)
         pending++;
 }
 
-void closer_close(int fd)
-{
-        if (fd < 0)
-                return;
-        /* Past either bound, hand_off() hands it over or closes it now. */
-        if (deferring && n_later < CLOSER_MAX_DEFERRED && pending + n_later < CLOSER_MAX_PENDING)
-                later[n_later++] = fd;
-        else
-                hand_off(fd);
-}
-
-void closer_defer(void)
-{
-        deferring = loop != NULL;
-}
-
-void closer_flush(void)
-{
-        unsigned n = n_later;
-
-        deferring = false;
-        for (unsigned i = 0; i < n; i++) {
-                n_later--;      /* later[i] moves from noted to in flight */
-                hand_off(later[i]);
-        }
-}
-
 unsigned closer_pending(void)
 {
-        return pending + n_later;
+        return pending;
 }
 
 void closer_start(uv_loop_t *l)
@@ -91,6 +62,5 @@ void closer_start(uv_loop_t *l)
 void closer_stop(void)
 {
         loop = NULL;
-        closer_flush();         /* what is still deferred closes now */
         proto_set_fd_closer(NULL);
 }

@@ -15,7 +15,7 @@
 
 #include <uv.h>
 
-/* Closes noted or in flight at most; past it the caller closes (and waits).  An fd
+/* Closes in flight at most; past it the caller closes (and waits).  An fd
  * whose close is in flight still counts against RLIMIT_NOFILE though no
  * budget holds it any more: 64 is what the daemon keeps back for its own
  * files (docs/security.md), and more than the thread pool's 4 workers get
@@ -31,19 +31,7 @@ void closer_stop(void);
 /* Closes fd, later or now; fd < 0 is ignored.  The caller must not use fd
  * again. */
 void closer_close(int fd);
-/* Fds noted at most between closer_defer() and closer_flush(): each stays
- * open until the flush, beyond what the budgets count. */
-#define CLOSER_MAX_DEFERRED 16
-
-/* Between closer_defer() and closer_flush(), closer_close() only notes the
- * fd, up to CLOSER_MAX_DEFERRED (past it, it hands it over at once);
- * closer_flush() hands the noted fds to the thread pool.  Noted and in
- * flight together stay within CLOSER_MAX_PENDING; past it, fds close at
- * once.  A wakeup that serves requests brackets its work with them, so the
- * hand-off (a thread pool wakeup) comes after its replies are written. */
-void closer_defer(void);
-void closer_flush(void);
-/* Closes noted or handed to the thread pool and not yet done. */
+/* Closes handed to the thread pool and not yet done. */
 unsigned closer_pending(void);
 
 #endif

@@ -427,17 +427,15 @@ static void on_poll(uv_poll_t *h, int status, int events)
         c->busy = true;
         c->d->in_read = true;
         busypoll_kick();
-        closer_defer();
         if (c->paused)
                 process_frames(c);
         if ((events & UV_READABLE) && !c->doomed)
                 read_some(c);
         flush_others(c->d);
-        if (!c->closed) {
-                c->busy = false;
-                conn_flush(c);
-        }
-        closer_flush();         /* after the replies */
+        if (c->closed)
+                return;
+        c->busy = false;
+        conn_flush(c);
         TRACE("d.poll_done", c->id);
 }
 

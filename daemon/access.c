@@ -8,6 +8,7 @@
 
 #include "access.h"
 #include "conn.h"
+#include "ops.h"
 
 static bool admin_gid_set;
 static gid_t admin_gid;
@@ -103,12 +104,13 @@ bool access_may_see(const struct conn *c, const struct reg *r)
 static int resolve_group(struct proto_access *a, char *why, size_t why_len)
 {
         struct group g, *res = NULL;
-        char buf[4096];
+        char buf[4096], quoted[REQ_QUOTE_SIZE(64)];
         int k;
 
         k = getgrnam_r(a->group, &g, buf, sizeof(buf), &res);
         if (k != 0 || !res)
-                return proto_invalid(why, why_len, "access.group '%s': %s", a->group,
+                return proto_invalid(why, why_len, "access.group '%s': %s",
+                                     req_quote(quoted, a->group, strlen(a->group), 64),
                                      k ? strerror(k) : "no such group");
         a->group_gid = (uint32_t)res->gr_gid;
         a->has_group = true;

@@ -37,7 +37,9 @@ int req_fail(struct req *q, int err, const char *fmt, ...) __attribute__((format
 #define REQ_QUOTE_SIZE(max) (4 * (max) + 4)
 const char *req_quote(char *buf, const char *s, size_t len, size_t max);
 /* req_fail() with -EINVAL for an invalid name (or prefix) what: echoes at
- * most PROTO_NAME_MAX bytes of it, quoted, and the reason why. */
+ * most REQ_NAME_ECHO_MAX bytes of it, quoted (so that the reason why still
+ * fits REQ_MSG_MAX), and why. */
+#define REQ_NAME_ECHO_MAX 96
 int req_fail_name(struct req *q, const char *what, const char *name, size_t len,
                   const char *why);
 

@@ -16,12 +16,6 @@ int req_fail(struct req *q, int err, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(q->msg, sizeof(q->msg), fmt, ap);
         va_end(ap);
-        /* The message goes out as a str, and strict decoders refuse a
-         * whole reply over one bad byte: what got past req_quote() becomes
-         * '?' (the daemon's own text is ASCII). */
-        for (char *s = q->msg; *s; s++)
-                if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
-                        *s = '?';
         return err;
 }
 
@@ -53,11 +47,10 @@ const char *req_quote(char *buf, const char *s, size_t len, size_t max)
 int req_fail_name(struct req *q, const char *what, const char *name, size_t len,
                   const char *why)
 {
-        char quoted[REQ_QUOTE_SIZE(PROTO_NAME_MAX)];
+        char quoted[REQ_QUOTE_SIZE(REQ_NAME_ECHO_MAX)];
 
-        /* Echo at most a valid name's worth of what the peer sent. */
         return req_fail(q, -EINVAL, "%s '%s': %s", what,
-                        req_quote(quoted, name, len, PROTO_NAME_MAX), why);
+                        req_quote(quoted, name, len, REQ_NAME_ECHO_MAX), why);
 }
 
 void reply_start(struct proto_out *o, uint64_t seq, uint32_t nfields)
@@ -76,7 +69,18 @@ void reply_begin(struct proto_out *o, struct proto_map *m, uint64_t seq)
 
 void ops_reply_error(struct conn *c, uint64_t seq, int err, const char *message)
 {
+        char ascii[REQ_MSG_MAX];
         struct proto_out o;
+        size_t i;
+
+        /* The message goes out as a str, and strict decoders refuse a
+         * whole reply over one bad byte: a byte of the peer's that got past
+         * req_quote() becomes '?' (the daemon's own text is ASCII). */
+        for (i = 0; message[i] && i < sizeof(ascii) - 1; i++)
+                ascii[i] = (unsigned char)message[i] < 0x20 || (unsigned char)message[i] >= 0x7f
+                                   ? '?' : message[i];
+        ascii[i] = '\0';
+        message = ascii;
 
         c->d->requests++;
         c->d->errors++;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "log.h"
 #include "restart_codec.h"
 #include "restart_decode.h"
 
@@ -185,8 +186,14 @@ int restore_decode_cuda(struct restore_ctx *x, const msgpack_object *m, uint64_t
         else if (r == -ENOENT)
                 r = 0;
         if (r == 0 && jrec_get_copied(m, &copied, &len) == 0) {
-                r = len == 0 || len > REG_CUDA_COPIED_MAX ? -EINVAL
-                                                          : reg_cuda_set_copied(rc, copied, len);
+                if (len == 0 || len > REG_CUDA_COPIED_MAX)
+                        r = -EINVAL;
+                else if (!proto_text_valid(copied, len))
+                        /* An older daemon took it: the buffer is fine, its note is not. */
+                        log_warn("restore: a registration's copied note is not text now "
+                                 "(UTF-8 without control characters); restored without it");
+                else
+                        r = reg_cuda_set_copied(rc, copied, len);
         }
         if (r < 0) {
                 reg_cuda_free(&x->d->allocs, rc);
@@ -269,6 +276,9 @@ int restore_decode_batch(struct restore_ctx *x, const msgpack_object *m,
         if (k == 0) {
                 k = proto_arrow_check(arrow.root, b->n_parts, NULL, why, sizeof(why));
                 proto_msg_free(&arrow);
+                if (k < 0)      /* e.g. an older daemon's record, before a check was added */
+                        log_warn("restore: batch %.*s (id %" PRIu64 ") is not restored: %s",
+                                 (int)p->name_len, p->name, id, why);
         }
         if (k == 0)
                 k = batch_set_arrow_bytes(b, j.arrow, j.arrow_len);

@@ -101,9 +101,8 @@ static int check_node(const msgpack_object *node, uint32_t i, uint32_t n_parts, 
         name = k[PROTO_NODE_NAME];
         s = is_type(name, MSGPACK_OBJECT_STR) ? name->via.str.ptr : NULL;
         len = s ? name->via.str.size : 0;
-        /* proto_arrow_check() checked that every str is UTF-8. */
         if (!is_type(name, MSGPACK_OBJECT_STR) || len > PROTO_BATCH_COLNAME_MAX ||
-            (len && memchr(s, '\0', len)))
+            (len && memchr(s, '\0', len)) || proto_utf8_valid(s, len) != len)
                 return proto_invalid(why, why_len, "arrow.columns[%u].name must be a str of at "
                                      "most %u bytes of UTF-8 without NUL (it may be empty)", i,
                                      PROTO_BATCH_COLNAME_MAX);
@@ -182,9 +181,6 @@ int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts,
         if (depth_of(arrow, &bad_str) > PROTO_BATCH_ARROW_DEPTH)
                 return proto_invalid(why, why_len, "arrow nests more than %u levels deep",
                                      PROTO_BATCH_ARROW_DEPTH);
-        if (bad_str)
-                return proto_invalid(why, why_len, "every str in arrow, keys included, must be "
-                                     "well-formed UTF-8");
         if (get_u63(proto_get(arrow, "rows"), true, &rows) < 0)
                 return proto_invalid(why, why_len, "arrow.rows must be a uint below 2^63 (it "
                                      "is required)");
@@ -233,5 +229,10 @@ int proto_arrow_check(const msgpack_object *arrow, uint32_t n_parts,
                 if (!(used[p / 8] & (1u << (p % 8))))
                         return proto_invalid(why, why_len, "parts[%u] is named by no column "
                                              "node's buffers", p);
+        /* After the nodes' own checks, which name the node; this is what
+         * is left: keys the daemon does not know and their values. */
+        if (bad_str)
+                return proto_invalid(why, why_len, "every str in arrow, keys included, must be "
+                                     "well-formed UTF-8");
         return 0;
 }

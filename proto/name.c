@@ -93,8 +93,19 @@ size_t proto_utf8_valid(const char *s, size_t len)
 
 bool proto_text_valid(const char *s, size_t len)
 {
-        for (size_t i = 0; i < len; i++)
-                if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-                        return false;
-        return proto_utf8_valid(s, len) == len;
+        const unsigned char *p = (const unsigned char *)s;
+
+        if (proto_utf8_valid(s, len) != len)
+                return false;
+        /* Well-formed: a lead byte's continuation bytes are there. */
+        for (size_t i = 0; i < len; i++) {
+                if (p[i] < 0x20 || p[i] == 0x7f)
+                        return false;                   /* C0, DEL */
+                if (p[i] == 0xc2 && p[i + 1] < 0xa0)
+                        return false;                   /* C1: U+0080 to U+009F */
+                if (p[i] == 0xe2 && ((p[i + 1] == 0x80 && p[i + 2] >= 0xaa && p[i + 2] <= 0xae) ||
+                                     (p[i + 1] == 0x81 && p[i + 2] >= 0xa6 && p[i + 2] <= 0xa9)))
+                        return false;   /* U+202A to U+202E, U+2066 to U+2069: bidi */
+        }
+        return true;
 }

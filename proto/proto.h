@@ -373,8 +373,9 @@ bool proto_name_in(const char *name, size_t name_len, const char *prefix, size_t
  * overlong forms, surrogates or code points above U+10FFFF): len when all
  * of it is. */
 size_t proto_utf8_valid(const char *s, size_t len);
-/* True when s[0..len) is well-formed UTF-8 with no C0 control character
- * (NUL, newline, escape...) and no DEL: text a person reads as it came. */
+/* True when s[0..len) is well-formed UTF-8 with no control character (C0,
+ * DEL, C1) and no bidirectional embedding, override or isolate (U+202A to
+ * U+202E, U+2066 to U+2069): text a person reads as it came. */
 bool proto_text_valid(const char *s, size_t len);
 
 #endif

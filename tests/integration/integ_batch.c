@@ -779,7 +779,7 @@ Test(batch, refusals_name_what_is_wrong)
          * included: it returns them to every reader as they came. */
         variant_init(&v, "r/a");
         v.nodes[2].name = "col\xc3\x28";
-        variant_refused(fd, seq++, &v, &mfd, 1, "bad_request", "every str in arrow");
+        variant_refused(fd, seq++, &v, &mfd, 1, "bad_request", "arrow.columns[2].name");
         {
                 /* {"x\xff": "ok", rows..., metadata..., columns...} */
                 static const char extra[] = "\x84\xa2x\xff\xa2ok";

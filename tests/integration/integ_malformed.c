@@ -265,6 +265,19 @@ static void pack_name(msgpack_packer *pk, void *data)
         msgpack_pack_str_with_body(pk, name, strlen(name));
 }
 
+static int sealed_memfd(size_t size, bool seal);
+
+static void pack_group(msgpack_packer *pk, void *data)
+{
+        proto_pack_kstr(pk, "name", "mal/group");
+        proto_pack_kstr(pk, "kind", "host");
+        proto_pack_ku64(pk, "size", 4096);
+        proto_pack_ku64(pk, "fds", 1);
+        proto_pack_str(pk, "access");
+        msgpack_pack_map(pk, 1);
+        proto_pack_kstr(pk, "group", data);
+}
+
 /* An error message echoes what the peer sent, but quoted: a strict
  * decoder refuses a whole reply over one byte that is not UTF-8, and a
  * terminal runs the escapes of one that is. */
@@ -280,7 +293,25 @@ Test(malformed, error_messages_quote_what_the_peer_sent)
         expect_message(fd, 19, "bad_request", "name 'a\\x1b[31m\\xc3'");
         cr_assert_eq(h_raw_request(fd, "stat", 20, 1, pack_name, "back\\slash", NULL, 0), 0);
         expect_message(fd, 20, "bad_request", "name 'back\\x5cslash'");
-        raw_ping_ok(fd, 21);
+        {
+                /* A long one is cut, and the reason still fits. */
+                char longname[201];
+
+                memset(longname, 0xff, 200);
+                longname[200] = '\0';
+                cr_assert_eq(h_raw_request(fd, "lookup", 21, 1, pack_name, longname, NULL, 0), 0);
+                expect_message(fd, 21, "bad_request", "\\xff...': ");
+        }
+        {
+                /* access.group goes through the same quoting */
+                int mfd = sealed_memfd(4096, true);
+
+                cr_assert_eq(h_raw_request(fd, "register", 22, 5, pack_group, "\x1b[31mX\n",
+                                           &mfd, 1), 0);
+                expect_message(fd, 22, "bad_request", "access.group '\\x1b[31mX\\x0a'");
+                close(mfd);
+        }
+        raw_ping_ok(fd, 23);
         close(fd);
         good_check("quoted error messages");
 }
@@ -558,7 +589,10 @@ static void pack_vmm_copied(msgpack_packer *pk, void *data)
  * control characters, or refused. */
 Test(malformed, copied_is_text)
 {
-        static const char *const bad[] = { "ok\n<3>FORGED", "bell\a", "del\x7f", "bad\xc3\x28" };
+        static const char *const bad[] = {
+                "ok\n<3>FORGED", "bell\a", "del\x7f", "bad\xc3\x28",
+                "csi\xc2\x9b" "31m", "rlo\xe2\x80\xae" "evil",
+        };
         int fd = hello_conn(), base = h_daemon_fd_count(&h_d), mfd;
         uint64_t seq = 2;
 

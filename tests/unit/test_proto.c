@@ -1553,6 +1553,35 @@ Test(utf8, valid_and_invalid)
                              "case %zu", i);
 }
 
+/* Text a person reads as it came (copied): UTF-8 without controls or bidi
+ * formatting that would change how a terminal shows it. */
+Test(utf8, text_valid)
+{
+        static const struct { const char *s; bool ok; } cases[] = {
+                { "copied: not exportable", true },
+                { "Gr\xc3\xb6\xc3\x9f" "e \xe6\x97\xa5 \xf0\x9f\x98\x80", true },
+                { "\xc2\xa0nbsp and \xe2\x80\xa9", true },    /* U+00A0, U+2029 */
+                { "\xe2\x80\xaf \xe2\x81\xa5 \xe2\x81\xaa", true }, /* beside the bidi ranges */
+                { "line\nbreak", false },
+                { "tab\there", false },
+                { "esc\x1b[31m", false },
+                { "del\x7f", false },
+                { "c1 \xc2\x80", false },                       /* U+0080 */
+                { "csi \xc2\x9b" "31m", false },                 /* U+009B */
+                { "lre \xe2\x80\xaa", false },                  /* U+202A */
+                { "rlo \xe2\x80\xae", false },                  /* U+202E */
+                { "lri \xe2\x81\xa6", false },                  /* U+2066 */
+                { "pdi \xe2\x81\xa9", false },                  /* U+2069 */
+                { "bad \xc3\x28", false },
+                { "cut \xe2\x80", false },
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                cr_expect_eq(proto_text_valid(cases[i].s, strlen(cases[i].s)), cases[i].ok,
+                             "case %zu: '%s'", i, cases[i].s);
+        cr_expect(!proto_text_valid("nul\0inside", 11));
+}
+
 /* ---- proto_map: the bytes of msgpack_pack_map(count) --------------------- */
 
 static void pack_entries(msgpack_packer *pk, uint32_t from, uint32_t n)

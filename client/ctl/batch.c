@@ -27,10 +27,11 @@ static const char *type_name(const char *fmt)
 static void print_node(const gpuipc_info *in, size_t n, int depth)
 {
         const gpuipc_batch_node *nd = gpuipc_info_batch_node(in, n);
-        char size[32];
+        char size[32], t[CTL_TEXT_MAX];
 
         printf("  %*s%-*s %-12s %8" PRId64 " rows, %" PRId64 " null%s\n", depth * 2, "",
-               20 - depth * 2, nd->name[0] ? nd->name : "(unnamed)", type_name(nd->format),
+               20 - depth * 2, nd->name[0] ? ctl_text(nd->name, t, sizeof(t)) : "(unnamed)",
+               type_name(nd->format),
                nd->length, nd->null_count < 0 ? 0 : nd->null_count,
                nd->null_count < 0 ? " (unknown)" : "");
         for (uint32_t b = 0; b < nd->n_buffers; b++) {

@@ -80,6 +80,14 @@ int ctl_parse_duration(const char *arg, uint64_t *ret_ms);
  * as the output shows them ("4.0 KiB"): proto_size_parse(arg, 10,
  * CTL_SIZE_UNITS, ...) and proto_size_text() of size.h, the daemon's too. */
 #define CTL_SIZE_UNITS 6
+/* s fit for a terminal, into buf: printable ASCII and UTF-8 text as they
+ * are; control characters (C0, DEL, C1), bidirectional formatting and
+ * bytes that are not UTF-8 as \xNN, so that another user's strings
+ * (meta, exe, column names) cannot move the cursor or recolour the
+ * screen.  Cut with "..." where buf is too small.  Returns buf. */
+const char *ctl_text(const char *s, char *buf, size_t len);
+/* Big enough for 1024 bytes of text as they are (meta.user's values). */
+#define CTL_TEXT_MAX 1040
 /* "5m"-style ages, into buf. */
 const char *ctl_age(uint64_t created_ms, char *buf, size_t len);
 uint64_t ctl_now_ms(void);

@@ -1,4 +1,5 @@
 /* gpuipcctl.c: the operator's command line for gpuipcd. */
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -7,6 +8,7 @@
 #include <time.h>
 
 #include "ctl.h"
+#include "proto.h"
 
 #define OPT_SOCKET 0x100
 
@@ -270,6 +272,39 @@ uint64_t ctl_now_ms(void)
 
         clock_gettime(CLOCK_REALTIME, &ts);
         return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+const char *ctl_text(const char *s, char *buf, size_t len)
+{
+        static const char hex[] = "0123456789abcdef";
+        size_t o = 0, i = 0, n, slen = strlen(s);
+
+        assert(len >= 8);
+        while (i < slen) {
+                unsigned char c = (unsigned char)s[i];
+
+                /* One character: 1 byte, or a UTF-8 sequence of 2 to 4. */
+                n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : 4;
+                if (n > slen - i || !proto_text_valid(s + i, n))
+                        n = 0;  /* shown as \xNN, one byte */
+                if (o + (n ? n : 4) + 4 > len) {
+                        memcpy(buf + o, "...", 4);
+                        return buf;
+                }
+                if (n) {
+                        memcpy(buf + o, s + i, n);
+                        o += n;
+                        i += n;
+                        continue;
+                }
+                buf[o++] = '\\';
+                buf[o++] = 'x';
+                buf[o++] = hex[c >> 4];
+                buf[o++] = hex[c & 15];
+                i++;
+        }
+        buf[o] = '\0';
+        return buf;
 }
 
 const char *ctl_age(uint64_t created_ms, char *buf, size_t len)

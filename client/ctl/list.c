@@ -89,13 +89,14 @@ static const char *access_brief(const gpuipc_info *in, char *buf, size_t n)
 /* Who keeps an unregistered buffer alive. */
 static void print_holders(const gpuipc_info *in)
 {
-        char age[32];
+        char age[32], t[CTL_TEXT_MAX];
 
         for (uint32_t i = 0; i < in->n_holders; i++) {
                 const gpuipc_holder *h = gpuipc_info_holder(in, i);
                 printf("       held by pid %" PRIu32 " (uid %" PRIu32 ", lease %" PRIu64
                        ", for %s) %s\n", h->pid, h->uid, h->lease,
-                       ctl_age(h->since_ms, age, sizeof(age)), h->exe[0] ? h->exe : "-");
+                       ctl_age(h->since_ms, age, sizeof(age)),
+                       h->exe[0] ? ctl_text(h->exe, t, sizeof(t)) : "-");
         }
         if (in->n_holders < in->leases)
                 printf("       and %" PRIu32 " more leases\n", in->leases - in->n_holders);
@@ -103,7 +104,7 @@ static void print_holders(const gpuipc_info *in)
 
 static void print_table(const gpuipc_list *l)
 {
-        char size[32], age[32], owner[48], access[48];
+        char size[32], age[32], owner[48], access[48], t[CTL_TEXT_MAX];
 
         printf("%-6s %-32s %-8s %10s %6s %-14s %5s %-13s %-16s %s\n", "ID", "NAME", "KIND",
                "SIZE", "LEASES", "OWNER", "AGE", "STATE", "ACCESS", "EXE");
@@ -119,7 +120,8 @@ static void print_table(const gpuipc_list *l)
                        in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" :
                        in->flags & GPUIPC_INFO_EPHEMERAL ? "live,ephem" : "live",
                        access_brief(in, access, sizeof(access)),
-                       in->owner_exe && in->owner_exe[0] ? in->owner_exe : "-");
+                       in->owner_exe && in->owner_exe[0] ? ctl_text(in->owner_exe, t, sizeof(t))
+                                                         : "-");
                 /* Device records: a second, indented line. */
                 if (in->kind != GPUIPC_KIND_HOST)
                         printf("       device %s, alloc %" PRIu64 " (%s, %" PRIu32 " regs), offset %"

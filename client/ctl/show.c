@@ -39,13 +39,15 @@ static void print_access(const gpuipc_info *in)
 {
         bool owner_only = !in->access_public && !in->n_access_uids && !in->n_access_gids &&
                           !(in->access_group && in->access_group[0]);
+        char t[CTL_TEXT_MAX];
 
         printf("access:    %s\n", in->access_public ? "public" : owner_only ? "owner" : "listed");
         if (owner_only || in->access_public)
                 return;
         print_ids("  uids:", in->access_uids, in->n_access_uids);
         print_ids("  gids:", in->access_gids, in->n_access_gids);
-        printf("%-10s %s\n", "  group:", in->access_group && in->access_group[0] ? in->access_group : "-");
+        printf("%-10s %s\n", "  group:", in->access_group && in->access_group[0]
+               ? ctl_text(in->access_group, t, sizeof(t)) : "-");
 }
 
 static void print_time(const char *key, uint64_t ms)
@@ -70,7 +72,7 @@ static void print_time(const char *key, uint64_t ms)
 
 static void print_holders(const gpuipc_info *in)
 {
-        char age[32];
+        char age[32], t[CTL_TEXT_MAX];
 
         printf("holders:   %" PRIu32 "%s\n", in->leases,
                in->n_holders < in->leases ? " (the newest listed)" : "");
@@ -80,13 +82,14 @@ static void print_holders(const gpuipc_info *in)
         for (uint32_t i = 0; i < in->n_holders; i++) {
                 const gpuipc_holder *h = gpuipc_info_holder(in, i);
                 printf("  %-8" PRIu64 " %-8" PRIu32 " %-6" PRIu32 " %5s  %s\n", h->lease, h->pid,
-                       h->uid, ctl_age(h->since_ms, age, sizeof(age)), h->exe[0] ? h->exe : "-");
+                       h->uid, ctl_age(h->since_ms, age, sizeof(age)),
+                       h->exe[0] ? ctl_text(h->exe, t, sizeof(t)) : "-");
         }
 }
 
 static void print_text(const gpuipc_info *in)
 {
-        char size[32], age[32], when[64];
+        char size[32], age[32], when[64], txt[CTL_TEXT_MAX], k[CTL_TEXT_MAX];
         time_t t = (time_t)(in->created_ms / 1000);
         struct tm tm;
 
@@ -115,7 +118,7 @@ static void print_text(const gpuipc_info *in)
                         printf("buffer_id: %" PRIu64 "\n", in->buffer_id);
                 printf("event:     %s\n", in->has_event ? "yes" : "no");
                 if (in->copied && in->copied[0])
-                        printf("copied:    %s\n", in->copied);
+                        printf("copied:    %s\n", ctl_text(in->copied, txt, sizeof(txt)));
         }
         printf("state:     %s\n", in->flags & GPUIPC_INFO_UNREGISTERED ? "unregistered" : "live");
         printf("ephemeral: %s\n", in->flags & GPUIPC_INFO_EPHEMERAL ? "yes" : "no");
@@ -123,7 +126,8 @@ static void print_text(const gpuipc_info *in)
         printf("owner:     pid %" PRIu32 ", uid %" PRIu32 ", gid %" PRIu32 " (%s)\n",
                in->owner_pid, in->owner_uid, in->owner_gid,
                in->flags & GPUIPC_INFO_OWNER_GONE ? "disconnected" : "connected");
-        printf("exe:       %s\n", in->owner_exe && in->owner_exe[0] ? in->owner_exe : "-");
+        printf("exe:       %s\n", in->owner_exe && in->owner_exe[0]
+               ? ctl_text(in->owner_exe, txt, sizeof(txt)) : "-");
         print_access(in);
         printf("created:   %s.%03" PRIu64 "Z (%s ago)\n", when, in->created_ms % 1000,
                ctl_age(in->created_ms, age, sizeof(age)));
@@ -132,16 +136,17 @@ static void print_text(const gpuipc_info *in)
         else
                 printf("expires:   never (no TTL)\n");
         if (in->kind != GPUIPC_KIND_BATCH) {
-                printf("dtype:     %s\n", in->dtype[0] ? in->dtype : "-");
+                printf("dtype:     %s\n", in->dtype[0] ? ctl_text(in->dtype, txt, sizeof(txt)) : "-");
                 print_dims("shape:", in->ndim ? in->shape : NULL, in->ndim);
                 print_dims("strides:", in->strides, in->ndim);
         }
         for (uint32_t i = 0; i < in->n_user; i++) {
                 /* Keys up to 4 bytes line up with the rest; longer ones
                  * push their value right. */
-                printf("user.%s:%*s %s\n", in->user_keys[i],
-                       strlen(in->user_keys[i]) < 4 ? (int)(4 - strlen(in->user_keys[i])) : 0, "",
-                       in->user_values[i]);
+                const char *key = ctl_text(in->user_keys[i], k, sizeof(k));
+
+                printf("user.%s:%*s %s\n", key, strlen(key) < 4 ? (int)(4 - strlen(key)) : 0, "",
+                       ctl_text(in->user_values[i], txt, sizeof(txt)));
         }
         print_holders(in);
 }

@@ -361,6 +361,29 @@ Test(cli, access_rule_is_shown)
 }
 
 /* put seals the buffer against writers unless --shared-write. */
+/* Another user's strings reach an operator's terminal through show: they
+ * come out with their control characters as \xNN, never as escapes. */
+Test(cli, show_escapes_control_characters)
+{
+        struct run r;
+        uint8_t data[16] = { 0 };
+
+        CTL(&r, data, sizeof(data), "--socket", h_d.sock, "put", "cli/esc", "--meta",
+            "k\x1b]0;x\x07=v\r\nX", "--meta", "ok=gr\xc3\xbc\xc3\x9f");
+        cr_assert_eq(r.status, 0);
+        free(r.out);
+        CTL(&r, NULL, 0, "--socket", h_d.sock, "show", "cli/esc");
+        cr_expect_eq(r.status, 0);
+        for (size_t i = 0; i < r.out_len; i++)
+                cr_expect(r.out[i] >= 0x20 || r.out[i] == '\n', "show wrote byte 0x%02x at %zu: %s",
+                          r.out[i], i, (char *)r.out);
+        cr_expect_not_null(strstr((char *)r.out, "user.k\\x1b]0;x\\x07: v\\x0d\\x0aX"),
+                           "meta: %s", (char *)r.out);
+        cr_expect_not_null(strstr((char *)r.out, "gr\xc3\xbc\xc3\x9f"), "UTF-8 as it is: %s",
+                           (char *)r.out);
+        free(r.out);
+}
+
 Test(cli, put_shared_write)
 {
         uint8_t data[16] = { 1 };

@@ -559,6 +559,18 @@ void h_expect_reply(const struct h_frame *f, uint64_t seq, const char *code)
                      frame_str(f));
 }
 
+const char *h_error_message(const struct h_frame *f, size_t *ret_len)
+{
+        const msgpack_object *err = NULL;
+        const char *s;
+
+        cr_assert_eq(proto_get_map(f->m.root, "error", &err), 0, "not an error reply: %s",
+                     frame_str(f));
+        cr_assert_eq(proto_get_str(err, "message", &s, ret_len), 0, "error without message: %s",
+                     frame_str(f));
+        return s;
+}
+
 void h_expect_event(const struct h_frame *f, const char *code, bool fatal)
 {
         const char *s;

@@ -101,6 +101,9 @@ uint32_t h_raw_hello(int fd, uint64_t seq);
 void h_expect_reply(const struct h_frame *f, uint64_t seq, const char *code);
 /* Asserts f is an error event with code and fatal flag. */
 void h_expect_event(const struct h_frame *f, const char *code, bool fatal);
+/* The message of error reply f, asserting it has one: its bytes (not
+ * NUL-terminated), their count in *ret_len. */
+const char *h_error_message(const struct h_frame *f, size_t *ret_len);
 /* Receive then h_expect_reply, within 5 s. */
 void h_raw_expect_reply(int fd, uint64_t seq, const char *code);
 void h_raw_expect_event(int fd, const char *code, bool fatal);

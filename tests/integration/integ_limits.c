@@ -676,11 +676,9 @@ Test(uid_fairness, watches_per_uid)
                 cr_assert_eq(h_raw_recv(fds[i], 5000, &f), 1);
                 h_expect_reply(&f, 2, i < 8 ? "" : "limit");
                 if (i == 8) {
-                        const char *m = NULL;
                         size_t ml = 0;
-                        const msgpack_object *e = proto_get(f.m.root, "error");
-                        cr_assert_not_null(e);
-                        cr_assert_eq(proto_get_str(e, "message", &m, &ml), 0);
+                        const char *m = h_error_message(&f, &ml);
+
                         cr_expect_not_null(memmem(m, ml, "max-watches-per-uid", 19), "%.*s",
                                            (int)ml, m);
                 }

@@ -114,8 +114,9 @@ static int get(struct alloc_table *T, const struct key *k, uint64_t size, bool c
                         return -EPERM;
                 if (a->size != size)
                         return -EINVAL;
-                if (a->regs == 0)
-                        a->owner_conn = 0;      /* an ended entry registered again */
+                /* owner_conn stays: a registration refused after this
+                 * (alloc_put) leaves it owed to the same producer, and
+                 * one that lands sets it anew when it ends. */
                 a->regs++;
                 *ret_new = false;
                 *ret = a;

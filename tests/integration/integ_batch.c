@@ -1778,3 +1778,114 @@ Test(batch, release_events_holds_uncache_unmapped)
         close(owner);
         close(cons);
 }
+
+/* A single cuda-vmm registration whose chunk 0 is allocation key and whose
+ * chunk 1 is malformed (a 3-byte key): refused after chunk 0 was taken. */
+static void send_refused_chunks(int fd, uint64_t seq, const uint8_t key[16], uint64_t size0)
+{
+        int fds[2] = { memfd_with(4096, 21), memfd_with(4096, 22) };
+        struct proto_out o;
+        uint8_t *b;
+        size_t n;
+
+        proto_out_init(&o);
+        msgpack_pack_map(&o.pk, 9);
+        proto_pack_kstr(&o.pk, "op", "register");
+        proto_pack_ku64(&o.pk, "seq", seq);
+        proto_pack_kstr(&o.pk, "name", "hold/refused");
+        proto_pack_kstr(&o.pk, "kind", "cuda-vmm");
+        proto_pack_ku64(&o.pk, "size", 4096);
+        proto_pack_kstr(&o.pk, "device", UUID0);
+        proto_pack_ku64(&o.pk, "alloc_size", size0 + 4096);
+        proto_pack_ku64(&o.pk, "fds", 2);
+        proto_pack_str(&o.pk, "chunks");
+        msgpack_pack_array(&o.pk, 2);
+        msgpack_pack_map(&o.pk, 2);
+        proto_pack_str(&o.pk, "key");
+        msgpack_pack_bin_with_body(&o.pk, key, 16);
+        proto_pack_ku64(&o.pk, "size", size0);
+        msgpack_pack_map(&o.pk, 2);
+        proto_pack_str(&o.pk, "key");
+        msgpack_pack_bin_with_body(&o.pk, "abc", 3);
+        proto_pack_ku64(&o.pk, "size", 4096);
+        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
+        b = proto_out_release(&o, &n);
+        cr_assert_eq(h_raw_send(fd, b, n, fds, 2), 0);
+        free(b);
+        proto_out_free(&o);
+        h_raw_expect_reply(fd, seq, "bad_request");
+        close(fds[0]);
+        close(fds[1]);
+}
+
+/* A held allocation whose last registration went is still owed to its
+ * producer: a registration of it refused in between (here one whose later
+ * chunk is malformed) must not forget who gets `unmapped`, or the producer
+ * waits for it for ever and never frees. */
+Test(batch, refused_reregistration_keeps_the_unmapped_owner)
+{
+        static const uint8_t key[16] = "alloc-key-R.....";
+        int owner = conn(), cons = conn(), vfd = memfd_with(4096, 12);
+        struct tp parts[1] = {
+                { .kind = "cuda-vmm", .size = 4096, .nfdi = 1, .fdi = { 0 }, .device = UUID0,
+                  .alloc_size = 2u << 20, .key = key },
+        };
+        static const struct tn nodes[] = {
+                { .name = "d", .format = "f", .length = 1024, .nulls = 0, .nbufs = 2,
+                  .bufs = { -1, 0 } },
+        };
+        const msgpack_object *pa, *alloc;
+        msgpack_sbuffer arrow;
+        struct proto_out o;
+        struct proto_map m;
+        struct h_frame f;
+        uint64_t id, lease, aid;
+        uint8_t *b;
+        size_t n;
+
+        build_arrow(&arrow, 1024, nodes, 1);
+        id = reg_ok(owner, 2, &(struct treq){ .name = "hold/r", .parts = parts, .np = 1,
+                                              .arrow = &arrow, .ephemeral = -1 }, &vfd, 1);
+        msgpack_sbuffer_destroy(&arrow);
+        send_op_u64(cons, 3, "lookup", "id", id, "cache", true);
+        recv_reply(cons, 3, "", &f);
+        lease = get_u64(f.m.root, "lease");
+        pa = reply_parts(&f, NULL);
+        cr_assert_eq(proto_get_map(&pa->via.array.ptr[0], "alloc", &alloc), 0);
+        aid = get_u64(alloc, "id");
+        h_frame_free(&f);
+        send_op_u64(cons, 4, "release", "lease", lease, NULL, false);
+        h_raw_expect_reply(cons, 4, "");
+        expect_event(owner, "released", 2000, &f);
+        h_frame_free(&f);
+
+        send_op(owner, 4, "unregister", "name", "hold/r");
+        h_raw_expect_reply(owner, 4, "");
+        expect_event(cons, "uncache", 2000, &f);
+        h_frame_free(&f);
+        /* Refused, by the owner and by another connection. */
+        send_refused_chunks(owner, 5, key, 2u << 20);
+        send_refused_chunks(cons, 5, key, 2u << 20);
+        expect_nothing(owner, 100);
+
+        proto_out_init(&o);
+        proto_map_begin(&m, &o.pk);
+        proto_map_kstr(&m, "op", "unhold");
+        proto_map_ku64(&m, "seq", 6);
+        proto_map_key(&m, "allocs");
+        msgpack_pack_array(&o.pk, 1);
+        msgpack_pack_uint64(&o.pk, aid);
+        proto_map_end(&m);
+        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
+        b = proto_out_release(&o, &n);
+        cr_assert_eq(h_raw_send(cons, b, n, NULL, 0), 0);
+        free(b);
+        proto_out_free(&o);
+        h_raw_expect_reply(cons, 6, "");
+        expect_event(owner, "unmapped", 2000, &f);
+        cr_assert_eq(get_u64(f.m.root, "alloc"), aid);
+        h_frame_free(&f);
+        close(vfd);
+        close(owner);
+        close(cons);
+}

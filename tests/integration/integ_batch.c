@@ -1698,39 +1698,76 @@ Test(batch, waiting_lookup_and_owner_uid)
         close(cons);
 }
 
-/* A device part's release event reaches the owner; a held allocation of a
- * part is uncached when the batch goes, and unmapped once let go. */
-Test(batch, release_events_holds_uncache_unmapped)
+/* unhold of allocation aid, expecting success. */
+static void send_unhold(int fd, uint64_t seq, uint64_t aid)
 {
-        int owner = conn(), cons = conn(), vfd = memfd_with(4096, 10);
+        struct proto_out o;
+        struct proto_map m;
+        uint8_t *b;
+        size_t n;
+
+        proto_out_init(&o);
+        proto_map_begin(&m, &o.pk);
+        proto_map_kstr(&m, "op", "unhold");
+        proto_map_ku64(&m, "seq", seq);
+        proto_map_key(&m, "allocs");
+        msgpack_pack_array(&o.pk, 1);
+        msgpack_pack_uint64(&o.pk, aid);
+        proto_map_end(&m);
+        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
+        b = proto_out_release(&o, &n);
+        cr_assert_eq(h_raw_send(fd, b, n, NULL, 0), 0);
+        free(b);
+        proto_out_free(&o);
+        h_raw_expect_reply(fd, seq, "");
+}
+
+/* owner registers batch name of one cuda-vmm part (allocation key, its fd
+ * vfd) and cons looks it up with cache: true, holding the allocation; the
+ * lease and the allocation's id. */
+static void held_vmm_part(int owner, int cons, const char *name, const uint8_t key[16], int vfd,
+                          uint64_t *ret_lease, uint64_t *ret_aid)
+{
         struct tp parts[1] = {
                 { .kind = "cuda-vmm", .size = 4096, .nfdi = 1, .fdi = { 0 }, .device = UUID0,
-                  .alloc_size = 2u << 20, .key = KEY_B },
+                  .alloc_size = 2u << 20, .key = key },
         };
         static const struct tn nodes[] = {
                 { .name = "d", .format = "f", .length = 1024, .nulls = 0, .nbufs = 2,
                   .bufs = { -1, 0 } },
         };
-        const msgpack_object *pa, *alloc, *evs;
+        const msgpack_object *pa, *alloc;
         msgpack_sbuffer arrow;
-        struct proto_out o;
-        struct proto_map m;
         struct h_frame f;
-        uint64_t id, lease, aid;
-        uint8_t *b;
-        size_t n;
+        uint64_t id;
 
         build_arrow(&arrow, 1024, nodes, 1);
-        id = reg_ok(owner, 2, &(struct treq){ .name = "hold/b", .parts = parts, .np = 1,
+        id = reg_ok(owner, 2, &(struct treq){ .name = name, .parts = parts, .np = 1,
                                               .arrow = &arrow, .ephemeral = -1 }, &vfd, 1);
         msgpack_sbuffer_destroy(&arrow);
         send_op_u64(cons, 3, "lookup", "id", id, "cache", true);
         recv_reply(cons, 3, "", &f);
-        lease = get_u64(f.m.root, "lease");
+        *ret_lease = get_u64(f.m.root, "lease");
         pa = reply_parts(&f, NULL);
         cr_assert_eq(proto_get_map(&pa->via.array.ptr[0], "alloc", &alloc), 0);
-        aid = get_u64(alloc, "id");
+        *ret_aid = get_u64(alloc, "id");
         h_frame_free(&f);
+}
+
+/* A device part's release event reaches the owner; a held allocation of a
+ * part is uncached when the batch goes, and unmapped once let go. */
+Test(batch, release_events_holds_uncache_unmapped)
+{
+        int owner = conn(), cons = conn(), vfd = memfd_with(4096, 10);
+        const msgpack_object *evs;
+        struct proto_out o;
+        struct proto_map m;
+        struct h_frame f;
+        uint64_t lease, aid;
+        uint8_t *b;
+        size_t n;
+
+        held_vmm_part(owner, cons, "hold/b", KEY_B, vfd, &lease, &aid);
 
         proto_out_init(&o);
         proto_map_begin(&m, &o.pk);
@@ -1757,20 +1794,7 @@ Test(batch, release_events_holds_uncache_unmapped)
         expect_event(cons, "uncache", 2000, &f);
         cr_assert_eq(get_u64(f.m.root, "alloc"), aid);
         h_frame_free(&f);
-        proto_out_init(&o);
-        proto_map_begin(&m, &o.pk);
-        proto_map_kstr(&m, "op", "unhold");
-        proto_map_ku64(&m, "seq", 6);
-        proto_map_key(&m, "allocs");
-        msgpack_pack_array(&o.pk, 1);
-        msgpack_pack_uint64(&o.pk, aid);
-        proto_map_end(&m);
-        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
-        b = proto_out_release(&o, &n);
-        cr_assert_eq(h_raw_send(cons, b, n, NULL, 0), 0);
-        free(b);
-        proto_out_free(&o);
-        h_raw_expect_reply(cons, 6, "");
+        send_unhold(cons, 6, aid);
         expect_event(owner, "unmapped", 2000, &f);
         cr_assert_eq(get_u64(f.m.root, "alloc"), aid);
         h_frame_free(&f);
@@ -1826,34 +1850,10 @@ Test(batch, refused_reregistration_keeps_the_unmapped_owner)
 {
         static const uint8_t key[16] = "alloc-key-R.....";
         int owner = conn(), cons = conn(), vfd = memfd_with(4096, 12);
-        struct tp parts[1] = {
-                { .kind = "cuda-vmm", .size = 4096, .nfdi = 1, .fdi = { 0 }, .device = UUID0,
-                  .alloc_size = 2u << 20, .key = key },
-        };
-        static const struct tn nodes[] = {
-                { .name = "d", .format = "f", .length = 1024, .nulls = 0, .nbufs = 2,
-                  .bufs = { -1, 0 } },
-        };
-        const msgpack_object *pa, *alloc;
-        msgpack_sbuffer arrow;
-        struct proto_out o;
-        struct proto_map m;
         struct h_frame f;
-        uint64_t id, lease, aid;
-        uint8_t *b;
-        size_t n;
+        uint64_t lease, aid;
 
-        build_arrow(&arrow, 1024, nodes, 1);
-        id = reg_ok(owner, 2, &(struct treq){ .name = "hold/r", .parts = parts, .np = 1,
-                                              .arrow = &arrow, .ephemeral = -1 }, &vfd, 1);
-        msgpack_sbuffer_destroy(&arrow);
-        send_op_u64(cons, 3, "lookup", "id", id, "cache", true);
-        recv_reply(cons, 3, "", &f);
-        lease = get_u64(f.m.root, "lease");
-        pa = reply_parts(&f, NULL);
-        cr_assert_eq(proto_get_map(&pa->via.array.ptr[0], "alloc", &alloc), 0);
-        aid = get_u64(alloc, "id");
-        h_frame_free(&f);
+        held_vmm_part(owner, cons, "hold/r", key, vfd, &lease, &aid);
         send_op_u64(cons, 4, "release", "lease", lease, NULL, false);
         h_raw_expect_reply(cons, 4, "");
         expect_event(owner, "released", 2000, &f);
@@ -1868,20 +1868,7 @@ Test(batch, refused_reregistration_keeps_the_unmapped_owner)
         send_refused_chunks(cons, 5, key, 2u << 20);
         expect_nothing(owner, 100);
 
-        proto_out_init(&o);
-        proto_map_begin(&m, &o.pk);
-        proto_map_kstr(&m, "op", "unhold");
-        proto_map_ku64(&m, "seq", 6);
-        proto_map_key(&m, "allocs");
-        msgpack_pack_array(&o.pk, 1);
-        msgpack_pack_uint64(&o.pk, aid);
-        proto_map_end(&m);
-        cr_assert_eq(proto_out_finish(&o, PROTO_MAX_FRAME_LIMIT), 0);
-        b = proto_out_release(&o, &n);
-        cr_assert_eq(h_raw_send(cons, b, n, NULL, 0), 0);
-        free(b);
-        proto_out_free(&o);
-        h_raw_expect_reply(cons, 6, "");
+        send_unhold(cons, 6, aid);
         expect_event(owner, "unmapped", 2000, &f);
         cr_assert_eq(get_u64(f.m.root, "alloc"), aid);
         h_frame_free(&f);

@@ -394,19 +394,66 @@ static bool masked(const char *path)
         return strcmp(target, "/dev/null") == 0;
 }
 
+/* The next line of f into line (its newline dropped, NUL-terminated): its
+ * length; -1 at the end of the file; -E2BIG past CONFIG_LINE_MAX bytes, the
+ * rest of that line read.  A NUL byte is kept: the caller refuses it. */
+static ssize_t read_line(FILE *f, char line[static CONFIG_LINE_MAX + 1])
+{
+        size_t n = 0;
+        bool over = false;
+        int ch;
+
+        while ((ch = getc(f)) != EOF && ch != '\n') {
+                if (n < CONFIG_LINE_MAX)
+                        line[n++] = (char)ch;
+                else
+                        over = true;
+        }
+        line[n] = '\0';
+        if (over)
+                return -E2BIG;
+        return ch == EOF && n == 0 ? -1 : (ssize_t)n;
+}
+
+/* Why line (n bytes) is not text a setting can be made of, or NULL: a NUL
+ * or another control byte (tab, and CR before the newline, are fine), or
+ * bytes that are not UTF-8, so that what the errors echo is readable. */
+static const char *line_not_text(const char *line, size_t n, char *why, size_t why_len)
+{
+        size_t ok = proto_utf8_valid(line, n);
+
+        for (size_t i = 0; i < ok; i++) {
+                unsigned char ch = (unsigned char)line[i];
+                if (ch == '\t' || (ch == '\r' && i == n - 1) || (ch >= 0x20 && ch != 0x7f))
+                        continue;
+                snprintf(why, why_len, "%s (byte 0x%02x) at column %zu",
+                         ch ? "a control character" : "a NUL byte", ch, i + 1);
+                return why;
+        }
+        if (ok < n) {
+                snprintf(why, why_len, "bytes that are not UTF-8 at column %zu", ok + 1);
+                return why;
+        }
+        return NULL;
+}
+
 static int load_stream(struct config *cfg, FILE *f, const char *path, char *err, size_t len)
 {
-        char line[CONFIG_LINE_MAX + 2], why[512];
+        char line[CONFIG_LINE_MAX + 1], why[512];
         unsigned lineno = 0;
+        ssize_t n;
 
-        while (fgets(line, sizeof(line), f)) {
+        while ((n = read_line(f, line)) != -1) {
                 char *s, *eq, *key, *value;
-                size_t n = strlen(line);
 
                 lineno++;
-                if (n == sizeof(line) - 1 && line[n - 1] != '\n' && !feof(f)) {
+                if (n == -E2BIG) {
                         snprintf(err, len, "%s:%u: line longer than %u bytes", path, lineno,
                                  CONFIG_LINE_MAX);
+                        return -EINVAL;
+                }
+                if (line_not_text(line, (size_t)n, why, sizeof(why))) {
+                        snprintf(err, len, "%s:%u: %s", path, lineno, why);
                         return -EINVAL;
                 }
                 s = trim(line);

@@ -317,6 +317,9 @@ Test(config, file_errors_name_the_line)
                 { "\n\nmax-frame=1\n", ":3: max-frame: '1' is not a number" },
                 { "# x\nmax-frame\n", ":2: expected key=value" },
                 { "socket-mode=999\n", ":1: socket-mode" },
+                { "max-frame=4096\nsocket=/run/a\x1b[31m\n", ":2: a control character (byte 0x1b) at column 14" },
+                { "socket=/run/a\rb\n", ":1: a control character (byte 0x0d) at column 14" },
+                { "# caf\xc3\xa9\nsocket=/run/\xff\n", ":2: bytes that are not UTF-8 at column 13" },
         };
         struct config c;
 
@@ -342,6 +345,42 @@ Test(config, long_line)
         free(text);
         config_defaults(&c);
         cr_assert_eq(config_load_file(&c, p, true, err, sizeof(err)), -EINVAL);
+        cr_assert_not_null(strstr(err, ":1: line longer"), "%s", err);
+}
+
+/* A NUL byte is refused where it is, and does not end the line: the text
+ * after it cannot pass for a line of its own. */
+Test(config, nul_bytes)
+{
+        static const char one[] = "max-connections=5\0garbage\n";
+        char *two = malloc(CONFIG_LINE_MAX + 64);
+        struct config c;
+        size_t n;
+        FILE *f;
+
+        f = fopen(path("nul.conf"), "w");
+        cr_assert_not_null(f);
+        cr_assert_eq(fwrite(one, 1, sizeof(one) - 1, f), sizeof(one) - 1);
+        cr_assert_eq(fclose(f), 0);
+        config_defaults(&c);
+        cr_assert_eq(config_load_file(&c, path("nul.conf"), true, err, sizeof(err)), -EINVAL);
+        cr_assert_not_null(strstr(err, ":1: a NUL byte (byte 0x00) at column 18"), "%s", err);
+
+        /* A comment, a NUL, and a setting past the length limit. */
+        cr_assert_not_null(two);
+        n = 0;
+        two[n++] = '#';
+        two[n++] = '\0';
+        memset(two + n, 'a', CONFIG_LINE_MAX - 1);
+        n += CONFIG_LINE_MAX - 1;
+        n += (size_t)sprintf(two + n, "max-connections=7\n");
+        f = fopen(path("nul.conf"), "w");
+        cr_assert_not_null(f);
+        cr_assert_eq(fwrite(two, 1, n, f), n);
+        cr_assert_eq(fclose(f), 0);
+        free(two);
+        config_defaults(&c);
+        cr_assert_eq(config_load_file(&c, path("nul.conf"), true, err, sizeof(err)), -EINVAL);
         cr_assert_not_null(strstr(err, ":1: line longer"), "%s", err);
 }
 

@@ -152,9 +152,11 @@ static int parse_args(int argc, char **argv, struct config *cfg)
                         break;
                 case 'h':
                         usage(stdout);
+                        free(flags);
                         exit(EXIT_SUCCESS);
                 case 'V':
                         printf("gpuipcd %s (protocol %u)\n", GPUIPC_VERSION, PROTO_VERSION);
+                        free(flags);
                         exit(EXIT_SUCCESS);
                 default:
                         if (c < OPT_KEY || c >= OPT_KEY + (int)nkeys) {
@@ -391,17 +393,23 @@ int main(int argc, char **argv)
         }
         d->loop = &loop;
         closer_start(&loop);
-        if (resolve_admin_group(&d->cfg) < 0)
-                return 1;
-        r = daemon_init(d);
+        r = resolve_admin_group(&d->cfg);       /* logs why itself */
+        if (r >= 0) {
+                r = daemon_init(d);
+                if (r < 0)
+                        log_error("cannot set up: %s", strerror(-r));
+        }
         if (r < 0) {
-                log_error("cannot set up: %s", strerror(-r));
+                closer_stop();
                 uv_loop_close(&loop);
                 return 1;
         }
         r = busypoll_init(&loop, d->cfg.busy_poll_us);
         if (r < 0) {
                 log_error("cannot set up busy polling: %s", uv_strerror(r));
+                daemon_done(d);
+                closer_stop();
+                uv_loop_close(&loop);
                 return 1;
         }
         r = start(d);

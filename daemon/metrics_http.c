@@ -131,6 +131,18 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
                 hclose(k);
                 return;
         }
+        /* A request head is text: a NUL or another control byte gets a 400
+         * at once (the end-of-head search below would stop at a NUL). */
+        for (size_t i = k->n; i < k->n + (size_t)nread; i++) {
+                unsigned char ch = (unsigned char)k->buf[i];
+                if ((ch < 0x20 && ch != '\r' && ch != '\n' && ch != '\t') || ch == 0x7f) {
+                        static const char bad[] = "bad request: a control byte in the head\n";
+                        k->n = 0;       /* respond() reads the method from buf */
+                        k->buf[0] = '\0';
+                        respond(k, "400 Bad Request", "text/plain", bad, sizeof(bad) - 1);
+                        return;
+                }
+        }
         k->n += (size_t)nread;
         k->buf[k->n] = '\0';
         if (strstr(k->buf, "\r\n\r\n") || strstr(k->buf, "\n\n")) {

@@ -426,6 +426,19 @@ Test(ops, metrics_http)
         cr_assert(strncmp(r, "HTTP/1.0 404", 12) == 0, "%s", r);
         free(r);
 
+        /* A NUL (or another control byte) in the head: 400 at once, not a
+         * wait for an end of head hidden behind it. */
+        {
+                static const char nul[] = "GET /metrics\0 HTTP/1.0\r\n\r\n",
+                                  esc[] = "GET /metrics\x1b[2J HTTP/1.0\r\n\r\n";
+                r = http(path, nul, sizeof(nul) - 1, 2000);
+                cr_assert(strncmp(r, "HTTP/1.0 400", 12) == 0, "%s", r);
+                free(r);
+                r = http(path, esc, sizeof(esc) - 1, 2000);
+                cr_assert(strncmp(r, "HTTP/1.0 400", 12) == 0, "%s", r);
+                free(r);
+        }
+
         /* A request head that never ends is cut off at the cap. */
         memset(big, 'a', sizeof(big));
         r = http(path, big, sizeof(big), 5000);

@@ -11,6 +11,7 @@
 #include "host.h"
 #include "ledger.h"
 #include "log.h"
+#include "ops.h"
 #include "quota.h"
 #include "restart_codec.h"
 #include "restart_decode.h"
@@ -300,7 +301,35 @@ void restore_ctx_free(struct restore_ctx *x)
         free(x);                /* the first member of its block */
 }
 
-static int replay_one(const uint8_t *body, size_t len, void *data)
+/* What a log line names a journal record by: its number, type, and the id
+ * and name it carries, where it decodes that far. */
+static const char *record_label(const uint8_t *body, size_t len, uint64_t nr, char *buf,
+                                size_t size)
+{
+        char quoted[REQ_QUOTE_SIZE(REQ_NAME_ECHO_MAX)];
+        const char *name;
+        struct proto_msg m;
+        size_t nlen, o;
+        uint64_t id;
+        char t = '?';
+
+        o = (size_t)snprintf(buf, size, "record %" PRIu64, nr);
+        if (proto_decode(body, len, &m, NULL) < 0)
+                return buf;
+        (void)jrec_type(m.root, &t);
+        o += (size_t)snprintf(buf + o, size - o, " (type %c",
+                              (unsigned char)t >= 0x21 && (unsigned char)t < 0x7f ? t : '?');
+        if (jrec_get_id(m.root, &id) == 0)
+                o += (size_t)snprintf(buf + o, size - o, ", id %" PRIu64, id);
+        if (proto_get_str(m.root, "name", &name, &nlen) == 0)
+                o += (size_t)snprintf(buf + o, size - o, ", name '%s'",
+                                      req_quote(quoted, name, nlen, REQ_NAME_ECHO_MAX));
+        snprintf(buf + o, size - o, ")");
+        proto_msg_free(&m);
+        return buf;
+}
+
+int restore_replay_one(const uint8_t *body, size_t len, void *data)
 {
         struct restore_ctx *x = data;
         int k = restore_apply(x, body, len);
@@ -310,8 +339,10 @@ static int replay_one(const uint8_t *body, size_t len, void *data)
         if (k == -ENOENT)
                 x->res->missing++;
         else if (k < 0 && k != -ESRCH) {
+                char label[REQ_QUOTE_SIZE(REQ_NAME_ECHO_MAX) + 96];
                 x->res->skipped++;
-                log_warn("restore: skipping a journal record: %s", strerror(-k));
+                log_warn("restore: skipping journal %s: %s",
+                         record_label(body, len, x->records, label, sizeof(label)), strerror(-k));
         }
         return 0;
 }
@@ -379,7 +410,7 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
                 goto out;
         }
         d->restoring = true;
-        k = journal_parse(buf, len, replay_one, x, &tail);
+        k = journal_parse(buf, len, restore_replay_one, x, &tail);
         d->restoring = false;
         if (k < 0) {
                 log_error("restore: the journal was written by another version (%s); "
@@ -389,9 +420,10 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
         /* persist_start() replaces it under the other name. */
         ret->gen = fds[best].name[sizeof(PERSIST_STATE_NAME) - 1] - '0';
         x->claimed[best] = true;
+        /* Past a bad record even the next one's place is not known. */
         if (tail > 0)
-                log_warn("restore: %zu bytes at the journal's end were torn or corrupt and "
-                         "are ignored", tail);
+                log_warn("restore: the journal is torn or damaged at byte %zu of %zu; the "
+                         "%zu bytes from there on are not replayed", len - tail, len, tail);
         /* What is left once the journal's later records have applied. */
         ret->regs = registry_counters(d->reg)->registrations;
         ret->leases = registry_counters(d->reg)->leases;

@@ -33,6 +33,10 @@ void restore_run(struct daemon *d, struct sd_fd *fds, size_t n, struct restore_r
  * restore_run.  -EINVAL for a record that does not decode. */
 struct restore_ctx;
 int restore_apply(struct restore_ctx *x, const uint8_t *body, size_t len);
+/* restore_apply() as restore_run() walks the journal with it (a
+ * journal_record_fn; data the context): counts and logs a skipped record,
+ * naming it; stops the walk (-EPROTONOSUPPORT) at another version's. */
+int restore_replay_one(const uint8_t *body, size_t len, void *data);
 /* A context for restore_apply() outside restore_run() (the fuzzer): takes
  * fds[0..n) and the array as restore_run() does; NULL without memory (fds
  * are then left alone).  restore_ctx_free() closes the stored fds that no

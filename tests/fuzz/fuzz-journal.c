@@ -111,14 +111,12 @@ static bool debug;
 
 static int apply_one(const uint8_t *body, size_t len, void *data)
 {
-        int k = restore_apply(data, body, len);
+        int k = restore_replay_one(body, len, data);
 
         if (debug)
                 fprintf(stderr, "fuzz-journal: record of %zu bytes: %s\n", len,
-                        k < 0 ? strerror(-k) : "applied");
-        /* As replay_one() in restart_replay.c: another version's journal
-         * stops the walk, anything else skips the record. */
-        return k == -EPROTONOSUPPORT ? k : 0;
+                        k < 0 ? strerror(-k) : "applied or skipped");
+        return k;
 }
 
 /* ---- checks of the restored state ------------------------------------------ */

@@ -23,6 +23,7 @@ struct restore_ctx {
         struct restore_result *res;
         struct hmap alloc_ids;          /* ids of the allocations created, never twice */
         uint64_t records;               /* applied so far */
+        uint64_t walked;                /* records restore_replay_one() saw */
 };
 
 /* The index of the unowned stored fd of that name, or -1. */

@@ -306,25 +306,25 @@ void restore_ctx_free(struct restore_ctx *x)
 static const char *record_label(const uint8_t *body, size_t len, uint64_t nr, char *buf,
                                 size_t size)
 {
-        char quoted[REQ_QUOTE_SIZE(REQ_NAME_ECHO_MAX)];
-        const char *name;
+        char quoted[REQ_QUOTE_SIZE(REQ_NAME_ECHO_MAX)] = "", ids[32] = "";
+        const char *name = NULL;
         struct proto_msg m;
-        size_t nlen, o;
+        size_t nlen = 0;
         uint64_t id;
         char t = '?';
 
-        o = (size_t)snprintf(buf, size, "record %" PRIu64, nr);
-        if (proto_decode(body, len, &m, NULL) < 0)
+        if (proto_decode(body, len, &m, NULL) < 0) {
+                snprintf(buf, size, "record %" PRIu64 " (not msgpack)", nr);
                 return buf;
-        (void)jrec_type(m.root, &t);
-        o += (size_t)snprintf(buf + o, size - o, " (type %c",
-                              (unsigned char)t >= 0x21 && (unsigned char)t < 0x7f ? t : '?');
+        }
+        if (jrec_type(m.root, &t) < 0 || (unsigned char)t < 0x21 || (unsigned char)t > 0x7e)
+                t = '?';
         if (jrec_get_id(m.root, &id) == 0)
-                o += (size_t)snprintf(buf + o, size - o, ", id %" PRIu64, id);
+                snprintf(ids, sizeof(ids), ", id %" PRIu64, id);
         if (proto_get_str(m.root, "name", &name, &nlen) == 0)
-                o += (size_t)snprintf(buf + o, size - o, ", name '%s'",
-                                      req_quote(quoted, name, nlen, REQ_NAME_ECHO_MAX));
-        snprintf(buf + o, size - o, ")");
+                req_quote(quoted, name, nlen, REQ_NAME_ECHO_MAX);
+        snprintf(buf, size, "record %" PRIu64 " (type %c%s%s%s%s)", nr, t, ids,
+                 name ? ", name '" : "", quoted, name ? "'" : "");
         proto_msg_free(&m);
         return buf;
 }
@@ -334,6 +334,8 @@ int restore_replay_one(const uint8_t *body, size_t len, void *data)
         struct restore_ctx *x = data;
         int k = restore_apply(x, body, len);
 
+        x->walked++;
+
         if (k == -EPROTONOSUPPORT)
                 return k;       /* another version's journal: stop */
         if (k == -ENOENT)
@@ -342,7 +344,7 @@ int restore_replay_one(const uint8_t *body, size_t len, void *data)
                 char label[REQ_QUOTE_SIZE(REQ_NAME_ECHO_MAX) + 96];
                 x->res->skipped++;
                 log_warn("restore: skipping journal %s: %s",
-                         record_label(body, len, x->records, label, sizeof(label)), strerror(-k));
+                         record_label(body, len, x->walked, label, sizeof(label)), strerror(-k));
         }
         return 0;
 }

@@ -415,24 +415,32 @@ static ssize_t read_line(FILE *f, char line[static CONFIG_LINE_MAX + 1])
         return ch == EOF && n == 0 ? -1 : (ssize_t)n;
 }
 
-/* Why line (n bytes) is not text a setting can be made of, or NULL: a NUL
- * or another control byte (tab, and CR before the newline, are fine), or
- * bytes that are not UTF-8, so that what the errors echo is readable. */
-static const char *line_not_text(const char *line, size_t n, char *why, size_t why_len)
+/* Why line (n bytes) is refused, or NULL: a NUL byte anywhere (it would
+ * cut what the line says short), and in a setting any other control byte
+ * but tab (CRs before the newline are trimmed), so that what the errors
+ * echo stays on its line.  Comments may hold anything else. */
+static const char *line_refused(const char *line, size_t n, char *why, size_t why_len)
 {
-        size_t ok = proto_utf8_valid(line, n);
+        const char *nul = memchr(line, '\0', n);
+        size_t i = 0, end = n;
 
-        for (size_t i = 0; i < ok; i++) {
-                unsigned char ch = (unsigned char)line[i];
-                if (ch == '\t' || (ch == '\r' && i == n - 1) || (ch >= 0x20 && ch != 0x7f))
-                        continue;
-                snprintf(why, why_len, "%s (byte 0x%02x) at column %zu",
-                         ch ? "a control character" : "a NUL byte", ch, i + 1);
+        if (nul) {
+                snprintf(why, why_len, "a NUL byte at byte %zu", (size_t)(nul - line) + 1);
                 return why;
         }
-        if (ok < n) {
-                snprintf(why, why_len, "bytes that are not UTF-8 at column %zu", ok + 1);
-                return why;
+        while (i < n && (line[i] == ' ' || line[i] == '\t'))
+                i++;
+        if (i < n && line[i] == '#')
+                return NULL;
+        while (end > 0 && line[end - 1] == '\r')
+                end--;
+        for (; i < end; i++) {
+                unsigned char ch = (unsigned char)line[i];
+                if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+                        snprintf(why, why_len, "a control character (byte 0x%02x) at byte %zu",
+                                 ch, i + 1);
+                        return why;
+                }
         }
         return NULL;
 }
@@ -452,7 +460,7 @@ static int load_stream(struct config *cfg, FILE *f, const char *path, char *err,
                                  CONFIG_LINE_MAX);
                         return -EINVAL;
                 }
-                if (line_not_text(line, (size_t)n, why, sizeof(why))) {
+                if (line_refused(line, (size_t)n, why, sizeof(why))) {
                         snprintf(err, len, "%s:%u: %s", path, lineno, why);
                         return -EINVAL;
                 }

@@ -299,13 +299,15 @@ Test(config, file_syntax)
                             "\tlog-level\t=\tdebug\n"
                             "socket = /run/with space.sock\n"
                             "max-frame=8192\n"      /* later lines win */
+                            "# caf\xe9 in Latin-1, and a form feed: \f\n"
+                            "log-level = info\r\r\n"
                             "admin-group=");        /* no final newline */
 
         config_defaults(&c);
         cr_assert_eq(config_load_file(&c, p, true, err, sizeof(err)), 0, "%s", err);
         cr_assert_eq(c.max_frame, 8192);
         cr_assert_eq(c.max_connections, 7);
-        cr_assert_eq(c.log_level, 7);
+        cr_assert_eq(c.log_level, 6);
         cr_assert_str_eq(c.socket_path, "/run/with space.sock");
         cr_assert_str_eq(c.admin_group, "");
 }
@@ -317,9 +319,8 @@ Test(config, file_errors_name_the_line)
                 { "\n\nmax-frame=1\n", ":3: max-frame: '1' is not a number" },
                 { "# x\nmax-frame\n", ":2: expected key=value" },
                 { "socket-mode=999\n", ":1: socket-mode" },
-                { "max-frame=4096\nsocket=/run/a\x1b[31m\n", ":2: a control character (byte 0x1b) at column 14" },
-                { "socket=/run/a\rb\n", ":1: a control character (byte 0x0d) at column 14" },
-                { "# caf\xc3\xa9\nsocket=/run/\xff\n", ":2: bytes that are not UTF-8 at column 13" },
+                { "max-frame=4096\nsocket=/run/a\x1b[31m\n", ":2: a control character (byte 0x1b) at byte 14" },
+                { "socket=/run/a\rb\n", ":1: a control character (byte 0x0d) at byte 14" },
         };
         struct config c;
 
@@ -364,7 +365,7 @@ Test(config, nul_bytes)
         cr_assert_eq(fclose(f), 0);
         config_defaults(&c);
         cr_assert_eq(config_load_file(&c, path("nul.conf"), true, err, sizeof(err)), -EINVAL);
-        cr_assert_not_null(strstr(err, ":1: a NUL byte (byte 0x00) at column 18"), "%s", err);
+        cr_assert_not_null(strstr(err, ":1: a NUL byte at byte 18"), "%s", err);
 
         /* A comment, a NUL, and a setting past the length limit. */
         cr_assert_not_null(two);

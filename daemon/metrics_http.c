@@ -123,29 +123,38 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
         *b = uv_buf_init(k->buf + k->n, (unsigned)(sizeof(k->buf) - 1 - k->n));
 }
 
+/* Where the request head in buf[0..n) ends (past its blank line), or 0. */
+static size_t head_end(const char *buf, size_t n)
+{
+        const char *crlf = memmem(buf, n, "\r\n\r\n", 4), *lf = memmem(buf, n, "\n\n", 2);
+        size_t a = crlf ? (size_t)(crlf - buf) + 4 : 0, b = lf ? (size_t)(lf - buf) + 2 : 0;
+
+        return a && (!b || a < b) ? a : b;
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
 {
+        static const char bad[] = "bad request: a control byte in the head\n";
         struct hconn *k = s->data;
+        size_t from = k->n, end;
 
         if (nread < 0) {
                 hclose(k);
                 return;
         }
-        /* A request head is text: a NUL or another control byte gets a 400
-         * at once (the end-of-head search below would stop at a NUL). */
-        for (size_t i = k->n; i < k->n + (size_t)nread; i++) {
+        k->n += (size_t)nread;
+        k->buf[k->n] = '\0';
+        end = head_end(k->buf, k->n);
+        /* The head is text: a NUL or another control byte in it gets a 400
+         * at once (what follows the blank line is not looked at). */
+        for (size_t i = from; i < (end ? end : k->n); i++) {
                 unsigned char ch = (unsigned char)k->buf[i];
                 if ((ch < 0x20 && ch != '\r' && ch != '\n' && ch != '\t') || ch == 0x7f) {
-                        static const char bad[] = "bad request: a control byte in the head\n";
-                        k->n = 0;       /* respond() reads the method from buf */
-                        k->buf[0] = '\0';
                         respond(k, "400 Bad Request", "text/plain", bad, sizeof(bad) - 1);
                         return;
                 }
         }
-        k->n += (size_t)nread;
-        k->buf[k->n] = '\0';
-        if (strstr(k->buf, "\r\n\r\n") || strstr(k->buf, "\n\n")) {
+        if (end) {
                 handle(k);
                 return;
         }

@@ -434,8 +434,18 @@ Test(ops, metrics_http)
                 r = http(path, nul, sizeof(nul) - 1, 2000);
                 cr_assert(strncmp(r, "HTTP/1.0 400", 12) == 0, "%s", r);
                 free(r);
+                static const char head[] = "HEAD /metrics\0 HTTP/1.0\r\n\r\n",
+                                  after[] = "GET /metrics HTTP/1.0\r\n\r\nbody\x01\0";
                 r = http(path, esc, sizeof(esc) - 1, 2000);
                 cr_assert(strncmp(r, "HTTP/1.0 400", 12) == 0, "%s", r);
+                free(r);
+                r = http(path, head, sizeof(head) - 1, 2000);
+                cr_assert(strncmp(r, "HTTP/1.0 400", 12) == 0, "%s", r);
+                cr_assert_str_eq(strstr(r, "\r\n\r\n") + 4, "", "HEAD got a body");
+                free(r);
+                /* What follows the head is not the head. */
+                r = http(path, after, sizeof(after) - 1, 5000);
+                cr_assert(strncmp(r, "HTTP/1.0 200 OK\r\n", 17) == 0, "%s", r);
                 free(r);
         }
 

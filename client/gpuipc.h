@@ -413,7 +413,8 @@ GPUIPC_EXPORT const char *gpuipc_cuda_path_name(int path);
  * copies it into memory of its own; the name then refers to that durable
  * copy.  On success the caller may free its memory once the *ret_leases
  * leases (may be NULL) that still map it are released (gpuipc_reg_wait_released
- * tells when; at once when 0). */
+ * tells when; at once when 0); memory registered GPUIPC_REGISTER_CACHEABLE
+ * only after gpuipc_reg_wait_unmapped(), as after an unregister. */
 GPUIPC_EXPORT int gpuipc_name_adopt(gpuipc_client *c, const char *name, uint32_t *ret_leases);
 
 /* gpuipc_view_lookup() for a consumer on device ordinal `device` of this

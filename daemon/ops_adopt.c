@@ -10,6 +10,7 @@
 #include "closer.h"
 #include "cuda_ctx.h"
 #include "cuda_reg.h"
+#include "holds.h"
 #include "log.h"
 #include "restart_persist.h"
 #include "ops.h"
@@ -68,6 +69,9 @@ int op_adopt(struct req *q)
          * registration is a durable cuda-vmm one.  Its current leases still
          * map the producer's memory; the released event that follows their
          * end tells the producer it may free. */
+        /* For consumers that keep the old allocation mapped, r's moving is
+         * its last registration going: told as an unregister would be. */
+        holds_reg_leaving(d, r);
         old = rc->alloc;
         rc->alloc = a;
         alloc_put(&d->allocs, old);

@@ -35,6 +35,8 @@
  *     and registers the same 4 MiB at 0 again as NAME/c: "again R".  On the
  *     line "unregister" it unregisters what is registered and waits for
  *     unmapped: "unmapped R MSG" (R the result), then frees the memory.
+ *     The line "adopt" instead adopts what is registered ("adopt R
+ *     LEASES"), then waits for unmapped and frees as "unregister" does.
  *   helper-alloc cachebatch NAME SEED
  *     cuMemAlloc's 8 MiB (A, h_pattern(j, SEED)) and 4 MiB (B,
  *     h_pattern(j, SEED + 1)), and registers the batch NAME of three
@@ -271,10 +273,22 @@ static int run_cacheipc(gpuipc_client *c, const char *name, uint32_t seed)
                 if (!fgets(line, sizeof(line), stdin))
                         return 7;
         }
-        if (strncmp(line, "unregister", 10) != 0)
+        if (strncmp(line, "adopt", 5) == 0) {
+                uint32_t leases = 0, more = 0;
+                int r = gpuipc_name_adopt(c, na, &leases);
+
+                if (r == 0 && nb[0])
+                        r = gpuipc_name_adopt(c, nb, &more);
+                printf("adopt %d %u\n", r, leases + more);
+                fflush(stdout);
+                if (r < 0)
+                        return 8;
+        } else if (strncmp(line, "unregister", 10) != 0) {
                 return 7;
-        if (gpuipc_name_unregister(c, na) < 0 || (nb[0] && gpuipc_name_unregister(c, nb) < 0))
+        } else if (gpuipc_name_unregister(c, na) < 0 ||
+                   (nb[0] && gpuipc_name_unregister(c, nb) < 0)) {
                 return 8;
+        }
         unmapped_line(c, ida, line);
         return drv.cuMemFree_v2(a) ? 9 : 0;
 }

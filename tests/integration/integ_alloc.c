@@ -431,6 +431,59 @@ Test(alloc, cacheable_ipc_stays_mapped_over_reregistration)
         gpuipc_client_free(c);
 }
 
+/* adopt of an allocation's last registration is its last registration
+ * going, for the consumers that keep it mapped: the producer's
+ * wait_unmapped asks them to let go, and only then may it free.  Both
+ * ways: adopting the only registrations the allocation ever had (before,
+ * nobody was told, and the producer waited in vain), and adopting one made
+ * again after the producer's unregister. */
+static void adopted_then_unmapped(bool again)
+{
+        struct h_child prod;
+        gpuipc_client *c;
+        gpuipc_view *v;
+        char line[128];
+        const char *name = again ? "ad/t/c" : "ad/t/a";
+
+        if (again) {
+                c = registered_again(&prod, "ad/t", "17");
+        } else {
+                spawn(&prod, "cacheipc", "ad/t", "17");
+                expect_line(&prod, "ready", line, sizeof(line));
+                c = connect_client();
+        }
+        v = lookup(c, name);
+        check_bytes(gpuipc_view_data(v), 4u << 20, 0, 17);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        if (!again)
+                expect_line(&prod, "released 0", line, sizeof(line));
+        send_line(&prod, "adopt\n");
+        expect_line(&prod, "adopt 0 0", line, sizeof(line));
+        /* The copy is what the name refers to now. */
+        v = lookup(c, name);
+        check_bytes(gpuipc_view_data(v), 4u << 20, 0, 17);
+        cr_assert_eq(gpuipc_view_release(v), 0);
+        /* The producer waits for unmapped: our next call reads the uncache
+         * and closes the producer's mapping; the trim unholds. */
+        usleep(200 * 1000);
+        cr_assert_eq(gpuipc_client_ping(c), 0);
+        cr_assert_eq(dcount("cuIpcCloseMemHandle"), 1, "the producer's mapping was not let go");
+        cr_assert_geq(gpuipc_cache_trim(c), 0);         /* the copy's mapping too */
+        expect_line(&prod, "unmapped 0", line, sizeof(line));
+        end_child(&prod);
+        gpuipc_client_free(c);
+}
+
+Test(alloc, cacheable_ipc_adopted_then_unmapped)
+{
+        adopted_then_unmapped(false);
+}
+
+Test(alloc, cacheable_ipc_adopted_again_then_unmapped)
+{
+        adopted_then_unmapped(true);
+}
+
 /* A producer that goes away without unmap: its lingering allocation's
  * holders are told to let go. */
 Test(alloc, lingering_hold_ends_with_the_producer)

@@ -666,7 +666,8 @@ class Client:
         which copies it into memory of its own (a durable ``cuda-vmm``
         buffer).  Returns the number of leases still mapping the caller's
         memory: free it once :meth:`wait_released` says they are gone (at
-        once when 0)."""
+        once when 0); memory registered ``cacheable=True`` only once
+        :meth:`wait_unmapped` returns, as after an unregister."""
         b = _name(name)
         n = c_uint32()
         self._conn.call_checked(lambda c: _lib.lib.gpuipc_name_adopt(c, b, byref(n)), "adopt")

@@ -109,6 +109,36 @@ static int produce_adopt(gpuipc_client *c)
         return 0;
 }
 
+/* A cacheable block the consumer looked up (and so keeps mapped), then
+ * adopted: the producer frees it only after wait_unmapped, which asks the
+ * consumer to let go; then it says "done" with a host buffer. */
+static int produce_adopt_cached(gpuipc_client *c)
+{
+        gpuipc_hostbuf *hb;
+        uint32_t leases = 99;
+        uint64_t id, done;
+        CUdeviceptr p;
+
+        CK(cuMemAlloc(&p, 4 * MiB));
+        fill(p, 4 * MiB, 37, 0, NULL);
+        CK(cuCtxSynchronize());
+        GK(gpuipc_cuda_register(c, "gpu/adopt-cached", p, 4 * MiB, NULL, NULL,
+                                GPUIPC_REGISTER_CACHEABLE, &id));
+        GK(gpuipc_reg_wait_released(c, id, 30000));
+        GK(gpuipc_name_adopt(c, "gpu/adopt-cached", &leases));
+        if (leases != 0)
+                return fail("adopt reported %u leases, expected 0", leases);
+        GK(gpuipc_reg_wait_unmapped(c, id, 30000));
+        CK(cuMemsetD8(p, 0, 4 * MiB));
+        CK(cuCtxSynchronize());
+        CK(cuMemFree(p));
+        GK(gpuipc_hostbuf_new(4096, &hb));
+        GK(gpuipc_hostbuf_register(c, "gpu/adopt-cached-done", hb, NULL, 0, &done));
+        gpuipc_hostbuf_free(hb);
+        GK(gpuipc_reg_wait_released(c, done, 30000));
+        return 0;
+}
+
 static int produce_event(gpuipc_client *c, bool control)
 {
         CUdeviceptr p;
@@ -307,6 +337,19 @@ static int consume_simple(gpuipc_client *c, const char *name, gpuipc_kind kind, 
         return gpuipc_view_release(v) < 0 ? fail("release failed") : 0;
 }
 
+/* Its consumer: the block, then (inside a waiting lookup, which answers
+ * the daemon's uncache) the producer's "done", then the daemon's copy. */
+static int consume_adopt_cached(gpuipc_client *c)
+{
+        gpuipc_view *v;
+
+        if (consume_simple(c, "gpu/adopt-cached", GPUIPC_KIND_CUDA_IPC, 4 * MiB, 37, 0) != 0)
+                return 1;
+        GK(gpuipc_view_lookup(c, "gpu/adopt-cached-done", 30000, 0, &v));
+        GK(gpuipc_view_release(v));
+        return consume_simple(c, "gpu/adopt-cached", GPUIPC_KIND_CUDA_VMM, 4 * MiB, 37, 0);
+}
+
 static int consume_event(gpuipc_client *c, bool control)
 {
         gpuipc_view *v;
@@ -456,6 +499,7 @@ static int role(const char *who, const char *name)
                     !strcmp(name, "share") ? produce_share(c) :
                     !strcmp(name, "vmm") ? produce_vmm(c) :
                     !strcmp(name, "adopt") ? produce_adopt(c) :
+                    !strcmp(name, "adopt-cached") ? produce_adopt_cached(c) :
                     !strcmp(name, "event") ? produce_event(c, false) :
                     !strcmp(name, "event-control") ? produce_event(c, true) :
                     !strcmp(name, "vmm-chunks") ? produce_vmm_chunks(c) :
@@ -468,6 +512,7 @@ static int role(const char *who, const char *name)
                     !strcmp(name, "adopt") ? consume_simple(c, "gpu/adopt",
                                                             GPUIPC_KIND_CUDA_VMM, 6 * MiB, 31,
                                                             MiB) :
+                    !strcmp(name, "adopt-cached") ? consume_adopt_cached(c) :
                     !strcmp(name, "event") ? consume_event(c, false) :
                     !strcmp(name, "vmm-chunks") ? consume_vmm_chunks(c) :
                     !strcmp(name, "peer") ? consume_peer(c) :
@@ -527,7 +572,7 @@ int main(int argc, char **argv)
                 bool producer_first;    /* the producer exits before the consumer starts */
         } cases[] = {
                 { "pool", false }, { "share", false }, { "vmm", true }, { "adopt", true },
-                { "event", false }, { "event-control", false }, { "self", false },
+                { "adopt-cached", false }, { "event", false }, { "event-control", false }, { "self", false },
                 { "vmm-chunks", false }, { "peer", false },
         };
         int passed = 0, failed = 0, skipped = 0;

@@ -71,11 +71,13 @@ int proto_reader_next(struct proto_reader *r, const uint8_t **ret_body, uint32_t
                       uint64_t *ret_off)
 {
         size_t avail = r->end - r->start;
-        const uint8_t *p = r->buf + r->start;
+        const uint8_t *p;
         uint32_t len;
 
+        /* Before the first read buf is NULL, and NULL + 0 is undefined. */
         if (avail < PROTO_HDR_LEN)
                 return 0;
+        p = r->buf + r->start;
         len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
         if (len == 0 || len > r->max_frame)
                 return -EMSGSIZE;

@@ -1,7 +1,7 @@
 # gpuipcd: GPU buffer handoff broker.  README.md ("Building and installing")
 # explains the targets: all (into build/), check (tests/README.md), run,
 # install (PREFIX, DESTDIR: packaging/install.sh), deps, check-gpu, fuzz,
-# fuzz-ops, fuzz-journal and clean.  V=1 shows the commands; SANITIZE=1
+# fuzz-ops, fuzz-journal, fuzz-client and clean.  V=1 shows the commands; SANITIZE=1
 # builds with ASan+UBSan into build/sanitize; CFLAGS adds to the warnings.
 
 VERSION := 0.1.0
@@ -125,12 +125,15 @@ $(T)/$(2)-replay: $(call obj,tests/fuzz/$(1).c tests/fuzz/replay.c) $(4)
 	$$(call link,$(5))
 $(2): $(BUILDDIR)/fuzz/$(1)
 	@mkdir -p $(BUILDDIR)/fuzz/$(3)
-	$$< -max_total_time=$$(FUZZ_SECONDS) -rss_limit_mb=2048 $(BUILDDIR)/fuzz/$(3) tests/fuzz/$(3)
+	$$< -max_total_time=$$(FUZZ_SECONDS) -rss_limit_mb=2048 $$(FUZZ_FLAGS) $(BUILDDIR)/fuzz/$(3) tests/fuzz/$(3)
 FUZZ_REPLAY += $(T)/$(2)-replay:tests/fuzz/$(3)
 endef
 $(eval $(call fuzzer,fuzz-frame,fuzz,corpus,$(filter-out %/cuda/driver.o,$(PROTO_OBJ)) $(call obj,tests/fuzz/walk.c),$(MSGPACK_LIBS)))
 $(eval $(call fuzzer,fuzz-ops,fuzz-ops,corpus-ops,$(MODULES),$(DAEMON_LIBS)))
 $(eval $(call fuzzer,fuzz-journal,fuzz-journal,corpus-journal,$(MODULES),$(DAEMON_LIBS)))
+# The library against a fake daemon (threads; -max_len: see fuzz-client.c).
+$(eval $(call fuzzer,fuzz-client,fuzz-client,corpus-client,$(LIB_OBJ) $(PROTO_OBJ),$(CLIENT_LIBS) -pthread))
+fuzz-client: FUZZ_FLAGS := -max_len=16384 -timeout=10
 
 # The fragments add suites to CHECK_EXTRA, or to PLAIN_ONLY where they load
 # libgpuipc into a JVM or a wheel's Python (so not under SANITIZE=1).
@@ -185,6 +188,6 @@ clean:
 	rm -rf $(BUILDDIR)
 
 .PHONY: FORCE all tests check check-run check-systemd check-gpu check-gpu-double gpu-tests ensure-deps \
-	deps run install clean fuzz fuzz-ops fuzz-journal
+	deps run install clean fuzz fuzz-ops fuzz-journal fuzz-client
 .PRECIOUS: $(BUILDDIR)/obj/%.o
 -include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

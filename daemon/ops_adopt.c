@@ -68,9 +68,10 @@ int op_adopt(struct req *q)
         /* The handle is closed and the copy is ours: from here on the
          * registration is a durable cuda-vmm one.  Its current leases still
          * map the producer's memory; the released event that follows their
-         * end tells the producer it may free. */
-        /* For consumers that keep the old allocation mapped, r's moving is
-         * its last registration going: told as an unregister would be. */
+         * end tells the producer it may free.  Where consumers keep the old
+         * allocation mapped (cacheable), r's moving is its last registration
+         * going, told as an unregister would be: the producer then frees
+         * after `unmapped`. */
         holds_reg_leaving(d, r);
         old = rc->alloc;
         rc->alloc = a;

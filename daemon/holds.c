@@ -1,5 +1,4 @@
 /* holds.c: allocations consumers keep mapped past their leases; see holds.h. */
-#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -206,13 +205,6 @@ void holds_reg_freeing(struct daemon *d, struct reg *r)
                             chunk_told(p->cuda, c))
                                 alloc_freeing(d, r, reg_cuda_chunk(p->cuda, c));
         }
-}
-
-void holds_reg_leaving(struct daemon *d, struct reg *r)
-{
-        assert(r->cuda && r->cuda->n_chunks == 1 && !r->batch);
-        if (holds_apply(r) && r->cuda->alloc->regs == 1)
-                alloc_freeing(d, r, r->cuda->alloc);
 }
 
 /* Drops c's hold on its i-th allocation. */

@@ -37,13 +37,11 @@ bool holds_apply_part(unsigned kind, const struct reg_cuda *rc);
 int holds_take(struct conn *c, struct reg *r);
 /* The same for a part of a batch. */
 int holds_take_part(struct conn *c, unsigned kind, struct reg_cuda *rc);
-/* r is about to be freed: for each allocation of r (of each of a batch's
- * parts) whose last registration r is, when it is cacheable, tell its
- * holders to let go, or its owner that nobody maps it. */
+/* r is about to be freed, or to leave its allocations for others (adopt):
+ * for each allocation of r (of each of a batch's parts) whose last
+ * registration r is, when it is cacheable, tell its holders to let go, or
+ * its owner that nobody maps it. */
 void holds_reg_freeing(struct daemon *d, struct reg *r);
-/* r (single, cuda-ipc) is about to move to another allocation (adopt):
- * for its allocation, as holds_reg_freeing() does. */
-void holds_reg_leaving(struct daemon *d, struct reg *r);
 /* c is closing: tells the holders of the allocations that linger for it to
  * let go, and drops its holds. */
 void holds_conn_closed(struct conn *c);

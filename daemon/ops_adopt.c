@@ -72,7 +72,7 @@ int op_adopt(struct req *q)
          * allocation mapped (cacheable), r's moving is its last registration
          * going, told as an unregister would be: the producer then frees
          * after `unmapped`. */
-        holds_reg_leaving(d, r);
+        holds_reg_freeing(d, r);
         old = rc->alloc;
         rc->alloc = a;
         alloc_put(&d->allocs, old);
